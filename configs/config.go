@@ -1,0 +1,322 @@
+// Package configs holds codeexec's configuration: every setting is an
+// environment variable CODE_EXEC_*, parsed with caarlos0/env, with a default,
+// a description and the values it accepts. Load parses and validates; a bad
+// value is an error that names the variable and the accepted values.
+package configs
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+
+	"github.com/codeexec/codeexec/sandbox"
+)
+
+// Prefix is the prefix of every codeexec environment variable.
+const Prefix = "CODE_EXEC_"
+
+// Transport names how MCP clients reach the server.
+type Transport string
+
+// The transports.
+const (
+	TransportStdio Transport = "stdio"
+	TransportSSE   Transport = "sse"
+	TransportHTTP  Transport = "http"
+)
+
+// UnmarshalText accepts stdio, sse and http (streamable HTTP).
+func (t *Transport) UnmarshalText(b []byte) error {
+	switch v := Transport(strings.ToLower(string(b))); v {
+	case TransportStdio, TransportSSE, TransportHTTP:
+		*t = v
+		return nil
+	case "streamable-http", "streamable_http", "streamablehttp":
+		*t = TransportHTTP
+		return nil
+	}
+	return fmt.Errorf("unknown transport %q", string(b))
+}
+
+// ByteSize is a number of bytes written like 256m, 64k, 1g or 1048576.
+type ByteSize int64
+
+// ParseByteSize reads a byte size: a whole number with an optional unit
+// k, m, g (powers of 1024; kb/kib and so on are accepted too).
+func ParseByteSize(s string) (ByteSize, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	mult := int64(1)
+	for _, u := range []struct {
+		suffixes []string
+		mult     int64
+	}{
+		{[]string{"gib", "gb", "g"}, 1 << 30},
+		{[]string{"mib", "mb", "m"}, 1 << 20},
+		{[]string{"kib", "kb", "k"}, 1 << 10},
+		{[]string{"b"}, 1},
+	} {
+		for _, suf := range u.suffixes {
+			if rest, ok := strings.CutSuffix(t, suf); ok {
+				t, mult = strings.TrimSpace(rest), u.mult
+				goto parsed
+			}
+		}
+	}
+parsed:
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n < 0 || n > (1<<62)/mult {
+		return 0, fmt.Errorf("invalid byte size %q", s)
+	}
+	return ByteSize(n * mult), nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (b *ByteSize) UnmarshalText(p []byte) error {
+	v, err := ParseByteSize(string(p))
+	if err != nil {
+		return err
+	}
+	*b = v
+	return nil
+}
+
+// String writes the size the way it is configured (256m).
+func (b ByteSize) String() string {
+	switch {
+	case b != 0 && b%(1<<30) == 0:
+		return fmt.Sprintf("%dg", b/(1<<30))
+	case b != 0 && b%(1<<20) == 0:
+		return fmt.Sprintf("%dm", b/(1<<20))
+	case b != 0 && b%(1<<10) == 0:
+		return fmt.Sprintf("%dk", b/(1<<10))
+	}
+	return strconv.FormatInt(int64(b), 10)
+}
+
+// Config is every setting of codeexec. The struct tags are the single source
+// of the variable names, defaults, descriptions (help) and accepted values
+// (accepted) that --help and the README show.
+type Config struct {
+	Sandbox   sandbox.Mode `env:"SANDBOX" envDefault:"process" accepted:"docker, process or none" help:"sandbox mode: docker (a fresh locked-down container per run, for untrusted code), process (a supervised child process with limits), none (no isolation, local development only)"`
+	Transport Transport    `env:"TRANSPORT" envDefault:"stdio" accepted:"stdio, sse or http" help:"how MCP clients connect: stdio, sse (HTTP+SSE, protocol 2024-11-05) or http (streamable HTTP); the --transport flag overrides it"`
+	Addr      string       `env:"ADDR" envDefault:"127.0.0.1:8080" accepted:"host:port" help:"listen address of the sse and http transports; an address other than loopback requires CODE_EXEC_AUTH_TOKEN; the --addr flag overrides it"`
+	AuthToken string       `env:"AUTH_TOKEN" accepted:"a secret of at least 16 characters" help:"bearer token that HTTP clients must send (Authorization: Bearer ...); required to listen beyond loopback" secret:"true"`
+
+	Timeout    time.Duration `env:"TIMEOUT" envDefault:"10s" accepted:"a duration such as 10s or 1m30s" help:"wall-clock limit of a run that does not ask for one"`
+	MaxTimeout time.Duration `env:"MAX_TIMEOUT" envDefault:"60s" accepted:"a duration such as 60s or 5m" help:"the most a request's timeout_seconds may ask for; more is rejected"`
+	Memory     ByteSize      `env:"MEMORY" envDefault:"256m" accepted:"a byte size such as 256m or 1g (at least 32m)" help:"memory limit of a run (container memory in docker mode; data and address-space limits in process mode)"`
+	CPUs       float64       `env:"CPUS" envDefault:"1" accepted:"a number of CPUs such as 1 or 0.5" help:"CPU limit of a run (CPU bandwidth in docker mode; CPU time = CPUs × timeout in process mode)"`
+	Pids       int           `env:"PIDS" envDefault:"64" accepted:"a whole number from 8 to 65536" help:"most processes and threads a run may have"`
+	OpenFiles  int           `env:"OPEN_FILES" envDefault:"256" accepted:"a whole number from 16 to 1048576" help:"most open files per process of a run"`
+	FileSize   ByteSize      `env:"FILE_SIZE" envDefault:"64m" accepted:"a byte size such as 64m" help:"largest file a run may write (in docker mode also the size of its /tmp)"`
+	MaxOutput  ByteSize      `env:"MAX_OUTPUT" envDefault:"1m" accepted:"a byte size such as 1m (at least 1k)" help:"stdout and stderr kept per run, together; a program that writes more is stopped and its result marked truncated"`
+	MaxCode    ByteSize      `env:"MAX_CODE" envDefault:"256k" accepted:"a byte size such as 256k" help:"largest program text accepted"`
+	MaxStdin   ByteSize      `env:"MAX_STDIN" envDefault:"1m" accepted:"a byte size such as 1m" help:"largest stdin accepted"`
+
+	MaxConcurrency int      `env:"MAX_CONCURRENCY" envDefault:"4" accepted:"a whole number from 1 to 1024" help:"most runs at once; further requests wait their turn"`
+	Languages      []string `env:"LANGUAGES" envDefault:"python,javascript,bash" envSeparator:"," accepted:"a comma-separated list of python, javascript, bash" help:"languages that may run"`
+	WorkDir        string   `env:"WORK_DIR" accepted:"a directory path" help:"where process and none modes make run directories (default: the system temporary directory)"`
+
+	DockerImage   string `env:"DOCKER_IMAGE" envDefault:"codeexec-sandbox:latest" accepted:"an image reference" help:"sandbox image of docker mode (build it with docker/build-sandbox-image.sh)"`
+	DockerRuntime string `env:"DOCKER_RUNTIME" accepted:"a runtime the engine knows, such as runsc" help:"OCI runtime for docker mode containers (for example gVisor's runsc); empty means the engine's default"`
+
+	LogLevel  string `env:"LOG_LEVEL" envDefault:"info" accepted:"debug, info, warn or error" help:"least severe log level written (to stderr)"`
+	LogFormat string `env:"LOG_FORMAT" envDefault:"text" accepted:"text or json" help:"log format on stderr: text for people, json for machines"`
+}
+
+// Load reads the configuration from environ (KEY=value pairs, as from
+// os.Environ) and validates it.
+func Load(environ []string) (*Config, error) {
+	vars := map[string]string{}
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			vars[k] = v
+		}
+	}
+	var c Config
+	err := env.ParseWithOptions(&c, env.Options{Prefix: Prefix, Environment: vars})
+	if err != nil {
+		return nil, explain(err, vars)
+	}
+	c.Languages = normalizeLanguages(c.Languages)
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// normalizeLanguages maps aliases to canonical names and drops blanks; an
+// unknown name is kept so that Validate can name it.
+func normalizeLanguages(in []string) []string {
+	var out []string
+	for _, l := range in {
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		if c, err := sandbox.CanonicalLanguage(l); err == nil {
+			l = c
+		}
+		if !slices.Contains(out, l) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// explain turns a parse error into one line per bad variable, each naming
+// the variable, the value and the accepted values.
+func explain(err error, vars map[string]string) error {
+	var agg env.AggregateError
+	if !errors.As(err, &agg) {
+		return err
+	}
+	var lines []string
+	for _, e := range agg.Errors {
+		var pe env.ParseError
+		if errors.As(e, &pe) {
+			if f, ok := fieldByName(pe.Name); ok {
+				name := Prefix + f.Tag.Get("env")
+				lines = append(lines, fmt.Sprintf("%s=%q is not valid: use %s", name, vars[name], f.Tag.Get("accepted")))
+				continue
+			}
+		}
+		lines = append(lines, e.Error())
+	}
+	return errors.New(strings.Join(lines, "; "))
+}
+
+func fieldByName(name string) (reflect.StructField, bool) {
+	return reflect.TypeFor[Config]().FieldByName(name)
+}
+
+// invalid builds the error of a value that parsed but is out of range.
+func invalid(field string, value any, why string) error {
+	f, _ := fieldByName(field)
+	return fmt.Errorf("%s=%v is not valid: %s; use %s", Prefix+f.Tag.Get("env"), value, why, f.Tag.Get("accepted"))
+}
+
+// Validate checks ranges and the rules between settings.
+func (c *Config) Validate() error {
+	var errs []error
+	check := func(ok bool, field string, value any, why string) {
+		if !ok {
+			errs = append(errs, invalid(field, value, why))
+		}
+	}
+	check(c.Timeout > 0, "Timeout", c.Timeout, "it must be positive")
+	check(c.MaxTimeout > 0 && c.MaxTimeout <= 24*time.Hour, "MaxTimeout", c.MaxTimeout, "it must be positive and at most 24h")
+	if c.Timeout > 0 && c.MaxTimeout > 0 && c.Timeout > c.MaxTimeout {
+		errs = append(errs, fmt.Errorf("CODE_EXEC_TIMEOUT=%v is larger than CODE_EXEC_MAX_TIMEOUT=%v: the default timeout must be within the cap", c.Timeout, c.MaxTimeout))
+	}
+	check(c.Memory >= 32<<20, "Memory", c.Memory, "it is below 32m")
+	check(c.CPUs > 0 && c.CPUs <= 1024, "CPUs", c.CPUs, "it must be above 0")
+	check(c.Pids >= 8 && c.Pids <= 65536, "Pids", c.Pids, "it is out of range")
+	check(c.OpenFiles >= 16 && c.OpenFiles <= 1<<20, "OpenFiles", c.OpenFiles, "it is out of range")
+	check(c.FileSize >= 1<<20, "FileSize", c.FileSize, "it is below 1m")
+	check(c.MaxOutput >= 1<<10, "MaxOutput", c.MaxOutput, "it is below 1k")
+	check(c.MaxCode >= 16, "MaxCode", c.MaxCode, "it is too small")
+	check(c.MaxStdin >= 0, "MaxStdin", c.MaxStdin, "it is negative")
+	check(c.MaxConcurrency >= 1 && c.MaxConcurrency <= 1024, "MaxConcurrency", c.MaxConcurrency, "it is out of range")
+	if len(c.Languages) == 0 {
+		errs = append(errs, invalid("Languages", `""`, "no language is enabled"))
+	}
+	for _, l := range c.Languages {
+		if _, ok := sandbox.Languages[l]; !ok {
+			errs = append(errs, invalid("Languages", l, "unknown language"))
+		}
+	}
+	check(slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel), "LogLevel", c.LogLevel, "unknown level")
+	check(c.LogFormat == "text" || c.LogFormat == "json", "LogFormat", c.LogFormat, "unknown format")
+	if c.AuthToken != "" && len(c.AuthToken) < 16 {
+		errs = append(errs, fmt.Errorf("CODE_EXEC_AUTH_TOKEN is too short (%d characters): use at least 16 random characters, for example from `openssl rand -hex 32`", len(c.AuthToken)))
+	}
+	if err := c.ValidateListen(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// ValidateListen checks the listen address of the HTTP transports: it must
+// parse, and an address beyond loopback requires an auth token. Call it again
+// after flags change Transport or Addr.
+func (c *Config) ValidateListen() error {
+	if c.Transport == TransportStdio {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(c.Addr)
+	if err != nil {
+		return invalid("Addr", c.Addr, err.Error())
+	}
+	if !IsLoopback(host) && c.AuthToken == "" {
+		return fmt.Errorf("refusing to listen on %s without authentication: CODE_EXEC_ADDR is not a loopback address, so set CODE_EXEC_AUTH_TOKEN (clients then send Authorization: Bearer <token>) or listen on 127.0.0.1", c.Addr)
+	}
+	return nil
+}
+
+// IsLoopback reports whether host (an IP or "localhost") is a loopback
+// address. An empty host means every interface, which is not loopback.
+func IsLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
+
+// Limits returns the operator's per-run limits with the given timeout.
+func (c *Config) Limits(timeout time.Duration) sandbox.Limits {
+	return sandbox.Limits{
+		Timeout:       timeout,
+		MemoryBytes:   int64(c.Memory),
+		CPUs:          c.CPUs,
+		Processes:     c.Pids,
+		OpenFiles:     c.OpenFiles,
+		FileSizeBytes: int64(c.FileSize),
+		OutputBytes:   int64(c.MaxOutput),
+	}
+}
+
+// Setting describes one variable for --help and the README.
+type Setting struct {
+	Name, Default, Accepted, Help string
+}
+
+// Settings lists every variable in declaration order.
+func Settings() []Setting {
+	t := reflect.TypeFor[Config]()
+	out := make([]Setting, 0, t.NumField())
+	for i := range t.NumField() {
+		f := t.Field(i)
+		out = append(out, Setting{
+			Name:     Prefix + f.Tag.Get("env"),
+			Default:  f.Tag.Get("envDefault"),
+			Accepted: f.Tag.Get("accepted"),
+			Help:     f.Tag.Get("help"),
+		})
+	}
+	return out
+}
+
+// WriteHelp writes the settings table of --help.
+func WriteHelp(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "VARIABLE\tDEFAULT\tMEANING")
+	for _, s := range Settings() {
+		def := s.Default
+		if def == "" {
+			def = "(empty)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s (%s)\n", s.Name, def, s.Help, s.Accepted)
+	}
+	_ = tw.Flush()
+}

@@ -1,0 +1,125 @@
+package configs
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/codeexec/codeexec/sandbox"
+)
+
+func TestDefaults(t *testing.T) {
+	c, err := Load(nil)
+	if err != nil {
+		t.Fatalf("Load(nil): %v", err)
+	}
+	if c.Sandbox != sandbox.ModeProcess || c.Transport != TransportStdio || c.Addr != "127.0.0.1:8080" {
+		t.Fatalf("defaults: sandbox=%q transport=%q addr=%q", c.Sandbox, c.Transport, c.Addr)
+	}
+	if c.Timeout != 10*time.Second || c.MaxTimeout != 60*time.Second || c.Memory != 256<<20 || c.MaxOutput != 1<<20 {
+		t.Fatalf("limits defaults: %+v", c)
+	}
+	if strings.Join(c.Languages, ",") != "python,javascript,bash" {
+		t.Fatalf("languages = %v", c.Languages)
+	}
+}
+
+func TestBadValuesNameTheVariable(t *testing.T) {
+	cases := []struct {
+		env  []string
+		want []string
+	}{
+		{[]string{"CODE_EXEC_SANDBOX=dockr"}, []string{"CODE_EXEC_SANDBOX", `"dockr"`, "docker, process or none"}},
+		{[]string{"CODE_EXEC_TIMEOUT=ten"}, []string{"CODE_EXEC_TIMEOUT", `"ten"`, "duration"}},
+		{[]string{"CODE_EXEC_MEMORY=lots"}, []string{"CODE_EXEC_MEMORY", "byte size"}},
+		{[]string{"CODE_EXEC_MEMORY=1m"}, []string{"CODE_EXEC_MEMORY", "32m"}},
+		{[]string{"CODE_EXEC_TRANSPORT=carrier-pigeon"}, []string{"CODE_EXEC_TRANSPORT", "stdio, sse or http"}},
+		{[]string{"CODE_EXEC_MAX_CONCURRENCY=0"}, []string{"CODE_EXEC_MAX_CONCURRENCY"}},
+		{[]string{"CODE_EXEC_MAX_CONCURRENCY=many"}, []string{"CODE_EXEC_MAX_CONCURRENCY", "whole number"}},
+		{[]string{"CODE_EXEC_LANGUAGES=python,cobol"}, []string{"CODE_EXEC_LANGUAGES", "cobol"}},
+		{[]string{"CODE_EXEC_TIMEOUT=-1s"}, []string{"CODE_EXEC_TIMEOUT", "positive"}},
+		{[]string{"CODE_EXEC_TIMEOUT=2m"}, []string{"CODE_EXEC_TIMEOUT", "CODE_EXEC_MAX_TIMEOUT"}},
+		{[]string{"CODE_EXEC_LOG_LEVEL=loud"}, []string{"CODE_EXEC_LOG_LEVEL", "debug, info, warn or error"}},
+		{[]string{"CODE_EXEC_TRANSPORT=http", "CODE_EXEC_ADDR=0.0.0.0:8080"}, []string{"CODE_EXEC_AUTH_TOKEN", "refusing"}},
+		{[]string{"CODE_EXEC_TRANSPORT=sse", "CODE_EXEC_ADDR=:8080"}, []string{"CODE_EXEC_AUTH_TOKEN"}},
+		{[]string{"CODE_EXEC_AUTH_TOKEN=short"}, []string{"CODE_EXEC_AUTH_TOKEN", "too short"}},
+		{[]string{"CODE_EXEC_TRANSPORT=http", "CODE_EXEC_ADDR=nonsense"}, []string{"CODE_EXEC_ADDR"}},
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(c.env, " "), func(t *testing.T) {
+			_, err := Load(c.env)
+			if err == nil {
+				t.Fatalf("Load accepted %v", c.env)
+			}
+			msg := err.Error()
+			if strings.Contains(msg, "\n") {
+				t.Errorf("error spans lines: %q", msg)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q does not mention %q", msg, w)
+				}
+			}
+		})
+	}
+}
+
+func TestGoodValues(t *testing.T) {
+	c, err := Load([]string{
+		"CODE_EXEC_SANDBOX=docker", "CODE_EXEC_TRANSPORT=streamable-http", "CODE_EXEC_ADDR=0.0.0.0:9000",
+		"CODE_EXEC_AUTH_TOKEN=0123456789abcdef0123", "CODE_EXEC_MEMORY=1g", "CODE_EXEC_MAX_OUTPUT=64k",
+		"CODE_EXEC_LANGUAGES=py, node", "CODE_EXEC_TIMEOUT=1m30s", "CODE_EXEC_MAX_TIMEOUT=5m",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Sandbox != sandbox.ModeDocker || c.Transport != TransportHTTP || c.Memory != 1<<30 || c.MaxOutput != 64<<10 {
+		t.Fatalf("parsed %+v", c)
+	}
+	if strings.Join(c.Languages, ",") != "python,javascript" {
+		t.Fatalf("languages = %v", c.Languages)
+	}
+	if c.Timeout != 90*time.Second {
+		t.Fatalf("timeout = %v", c.Timeout)
+	}
+}
+
+func TestByteSize(t *testing.T) {
+	cases := map[string]int64{"0": 0, "1024": 1024, "64k": 64 << 10, "256m": 256 << 20, "1g": 1 << 30, "2GiB": 2 << 30, "10MB": 10 << 20, "5 m": 5 << 20}
+	for in, want := range cases {
+		got, err := ParseByteSize(in)
+		if err != nil || int64(got) != want {
+			t.Errorf("ParseByteSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "m", "-1m", "1.5m", "1t", "99999999999g"} {
+		if _, err := ParseByteSize(bad); err == nil {
+			t.Errorf("ParseByteSize(%q) accepted", bad)
+		}
+	}
+	if s := ByteSize(256 << 20).String(); s != "256m" {
+		t.Errorf("String() = %q", s)
+	}
+}
+
+func TestHelpListsEverySetting(t *testing.T) {
+	var b bytes.Buffer
+	WriteHelp(&b)
+	for _, s := range Settings() {
+		if !strings.HasPrefix(s.Name, "CODE_EXEC_") || s.Help == "" || s.Accepted == "" {
+			t.Errorf("setting %+v lacks a name, help or accepted values", s)
+		}
+		if !strings.Contains(b.String(), s.Name) {
+			t.Errorf("--help does not list %s", s.Name)
+		}
+	}
+}
+
+func TestIsLoopback(t *testing.T) {
+	for host, want := range map[string]bool{"127.0.0.1": true, "::1": true, "localhost": true, "127.1.2.3": true, "0.0.0.0": false, "": false, "10.0.0.1": false, "example.com": false} {
+		if got := IsLoopback(host); got != want {
+			t.Errorf("IsLoopback(%q) = %v", host, got)
+		}
+	}
+}

@@ -1,0 +1,142 @@
+// Package host is the sandbox backend for mode none: code runs directly, as
+// the server's user, with the server's environment. Only the timeout, the
+// output cap and the killing of the run's processes still apply. It is for
+// local development only.
+package host
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/process"
+)
+
+// Warning is what the server says, at start and in sandbox_info, about mode none.
+const Warning = "CODE_EXEC_SANDBOX=none: code runs UNSANDBOXED with the server's own user, permissions, files, network and environment (secrets included). Use it only for local development with code you trust."
+
+// Config configures a mode-none Runner.
+type Config struct {
+	// Languages are the enabled canonical language names.
+	Languages []string
+	// WorkRoot is where run directories are made ("" means os.TempDir()).
+	WorkRoot string
+	// Logger receives diagnostics; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Runner runs code without isolation.
+type Runner struct {
+	interp map[string]sandbox.Interpreter
+	caps   sandbox.Capabilities
+	root   string
+	log    *slog.Logger
+
+	mu      sync.Mutex
+	closed  bool
+	runs    sync.WaitGroup
+	baseCtx context.Context
+	cancel  context.CancelFunc
+}
+
+var _ sandbox.Runner = (*Runner)(nil)
+
+// New resolves the interpreters on the server's own PATH.
+func New(ctx context.Context, cfg Config) (*Runner, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	base := cfg.WorkRoot
+	if base == "" {
+		base = os.TempDir()
+	}
+	root, err := os.MkdirTemp(base, "codeexec-none-")
+	if err != nil {
+		return nil, fmt.Errorf("creating the work root in %s: %w", base, err)
+	}
+	interp, langs := sandbox.ResolveInterpreters(ctx, cfg.Languages, "")
+	r := &Runner{interp: interp, root: root, log: log}
+	r.baseCtx, r.cancel = context.WithCancel(context.Background())
+	r.caps = sandbox.Capabilities{
+		Mode:      sandbox.ModeNone,
+		Isolation: "none: code runs directly as the server's user with the server's environment",
+		Languages: langs,
+		Protections: []sandbox.Protection{
+			{Name: "timeout and output cap", Active: true},
+			{Name: "process group kill", Active: true, Detail: "the run's processes are killed when it ends"},
+			{Name: "scrubbed environment", Active: false, Detail: "code sees the server's whole environment"},
+			{Name: "resource limits (rlimits)", Active: false},
+			{Name: "unprivileged user", Active: false, Detail: "code runs with the server's permissions"},
+			{Name: "network isolation", Active: false},
+			{Name: "filesystem isolation", Active: false},
+		},
+		Warnings: []string{Warning},
+	}
+	return r, nil
+}
+
+// Capabilities returns what this runner offers: no isolation.
+func (r *Runner) Capabilities() sandbox.Capabilities { return r.caps }
+
+// Run runs req directly, in a fresh directory that is removed afterwards.
+func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
+	spec, in, err := process.Lookup(req.Language, r.interp, r.caps)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil, sandbox.ErrClosed
+	}
+	r.runs.Add(1)
+	r.mu.Unlock()
+	defer r.runs.Done()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(r.baseCtx, cancel)()
+
+	dir, err := os.MkdirTemp(r.root, "run-")
+	if err != nil {
+		return nil, fmt.Errorf("%w: creating the run directory: %v", sandbox.ErrSandboxUnavailable, err)
+	}
+	defer func() {
+		if err := process.RemoveAll(dir); err != nil {
+			r.log.Error("could not remove a run directory", "dir", dir, "err", err)
+		}
+	}()
+	file := filepath.Join(dir, spec.FileName)
+	if err := os.WriteFile(file, []byte(req.Code), 0o600); err != nil {
+		return nil, fmt.Errorf("%w: writing the program: %v", sandbox.ErrSandboxUnavailable, err)
+	}
+	res := &sandbox.Result{Sandbox: sandbox.ModeNone}
+	err = process.Spawn(ctx, process.Spec{
+		Path:   in.Path,
+		Args:   append(append([]string{}, spec.Args...), file),
+		Env:    os.Environ(),
+		Dir:    dir,
+		Stdin:  req.Stdin,
+		Limits: req.Limits,
+	}, res)
+	return res, err
+}
+
+// Close stops the runs in flight and removes the work root. It is safe to
+// call more than once.
+func (r *Runner) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	r.mu.Unlock()
+	r.cancel()
+	r.runs.Wait()
+	return process.RemoveAll(r.root)
+}

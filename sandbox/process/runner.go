@@ -1,0 +1,257 @@
+// Package process is the sandbox backend for mode process: each run is a
+// child process in a fresh work directory, with a scrubbed environment,
+// kernel resource limits, its own process group and a supervisor that kills
+// every process the run started when it ends.
+package process
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+
+	"github.com/codeexec/codeexec/sandbox"
+)
+
+// Config configures a process-mode Runner.
+type Config struct {
+	// Languages are the enabled canonical language names.
+	Languages []string
+	// WorkRoot is where run directories are made ("" means os.TempDir()).
+	WorkRoot string
+	// Logger receives diagnostics; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Runner runs code as supervised child processes.
+type Runner struct {
+	interp    map[string]sandbox.Interpreter
+	caps      sandbox.Capabilities
+	root      string
+	cred      *Credential
+	log       *slog.Logger
+	mu        sync.Mutex
+	closed    bool
+	runs      sync.WaitGroup
+	cancelAll context.CancelFunc
+	baseCtx   context.Context
+}
+
+var _ sandbox.Runner = (*Runner)(nil)
+
+// SandboxUID is the user that process mode runs code as when the server runs
+// as root (the conventional "nobody").
+const SandboxUID = 65534
+
+// New resolves the interpreters of the enabled languages on MinimalPath (the
+// PATH that sandboxed code sees), prepares the work root and checks which
+// protections this host supports.
+func New(ctx context.Context, cfg Config) (*Runner, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	root, err := makeWorkRoot(cfg.WorkRoot)
+	if err != nil {
+		return nil, err
+	}
+	interp, langs := sandbox.ResolveInterpreters(ctx, cfg.Languages, MinimalPath)
+	r := &Runner{interp: interp, root: root, log: log}
+	if os.Geteuid() == 0 && runtime.GOOS == "linux" {
+		r.cred = &Credential{UID: SandboxUID, GID: SandboxUID}
+	}
+	if r.cred != nil {
+		if err := checkTraversable(root); err != nil {
+			_ = os.RemoveAll(root)
+			return nil, fmt.Errorf("process mode: the sandbox user (uid %d) cannot reach the work root: %w; set CODE_EXEC_WORK_DIR to a directory whose parents are world-searchable", SandboxUID, err)
+		}
+	}
+	r.baseCtx, r.cancelAll = context.WithCancel(context.Background())
+	r.caps = sandbox.Capabilities{
+		Mode:        sandbox.ModeProcess,
+		Isolation:   "child process: scrubbed environment, resource limits, own process group, fresh work directory",
+		Languages:   langs,
+		Protections: r.protections(),
+	}
+	if err := HardenServer(); err != nil {
+		log.Warn("could not make the server non-dumpable; code running as the same user may read its environment", "err", err)
+	}
+	return r, nil
+}
+
+// makeWorkRoot creates the directory that holds the run directories. It is
+// private to the server, but traversable so that a run directory owned by
+// the sandbox user can be its working directory.
+func makeWorkRoot(base string) (string, error) {
+	if base == "" {
+		base = os.TempDir()
+	}
+	dir, err := os.MkdirTemp(base, "codeexec-")
+	if err != nil {
+		return "", fmt.Errorf("creating the work root in %s: %w", base, err)
+	}
+	if err := os.Chmod(dir, 0o711); err != nil {
+		_ = os.RemoveAll(dir)
+		return "", fmt.Errorf("creating the work root: %w", err)
+	}
+	return dir, nil
+}
+
+// checkTraversable reports a parent of dir that others cannot search.
+func checkTraversable(dir string) error {
+	for d := filepath.Dir(dir); ; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if st.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("%s is not searchable by other users (mode %v)", d, st.Mode().Perm())
+		}
+		if d == filepath.Dir(d) {
+			return nil
+		}
+	}
+}
+
+func (r *Runner) protections() []sandbox.Protection {
+	onLinux := runtime.GOOS == "linux"
+	p := []sandbox.Protection{
+		{Name: "scrubbed environment", Active: true, Detail: "PATH=" + MinimalPath + ", HOME and TMPDIR in the run directory; nothing of the server's environment"},
+		{Name: "fresh work directory", Active: true, Detail: "created under " + r.root + " for each run and removed afterwards"},
+		{Name: "timeout and output cap", Active: true},
+		{Name: "process group kill", Active: true, Detail: "the run's process group is killed when it ends"},
+		{Name: "orphan reaping", Active: onLinux, Detail: ifElse(onLinux, "a child-subreaper supervisor kills daemons, double forks and setsid processes of the run", "needs Linux")},
+		{Name: "resource limits (rlimits)", Active: onLinux, Detail: ifElse(onLinux, "CPU time, data and address space, open files, file size, processes, no core files", "needs Linux in this version")},
+		{Name: "no-new-privileges", Active: onLinux, Detail: ifElse(onLinux, "setuid binaries cannot raise privileges", "needs Linux")},
+	}
+	if r.cred != nil {
+		p = append(p, sandbox.Protection{Name: "unprivileged user", Active: true, Detail: fmt.Sprintf("code runs as uid %d, not as root", r.cred.UID)})
+	} else {
+		p = append(p, sandbox.Protection{Name: "unprivileged user", Active: false, Detail: fmt.Sprintf("the server is not root, so code runs as the server's own user (uid %d); the server is made non-dumpable so that user's code cannot read its environment", os.Geteuid())})
+	}
+	p = append(p,
+		sandbox.Protection{Name: "network isolation", Active: false, Detail: "process mode does not isolate the network in this version; use docker mode for untrusted code"},
+		sandbox.Protection{Name: "filesystem isolation", Active: false, Detail: "code can read what its user can read; use docker mode for untrusted code"},
+	)
+	return p
+}
+
+func ifElse(c bool, a, b string) string {
+	if c {
+		return a
+	}
+	return b
+}
+
+// Capabilities returns what this runner offers on this host.
+func (r *Runner) Capabilities() sandbox.Capabilities { return r.caps }
+
+// Run runs req in a fresh work directory and removes it afterwards.
+func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
+	spec, in, err := r.lookup(req.Language)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil, sandbox.ErrClosed
+	}
+	r.runs.Add(1)
+	r.mu.Unlock()
+	defer r.runs.Done()
+
+	// Close stops runs in flight too.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(r.baseCtx, cancel)
+	defer stop()
+
+	dir, err := os.MkdirTemp(r.root, "run-")
+	if err != nil {
+		return nil, fmt.Errorf("%w: creating the run directory: %v", sandbox.ErrSandboxUnavailable, err)
+	}
+	defer func() {
+		if err := RemoveAll(dir); err != nil {
+			r.log.Error("could not remove a run directory", "dir", dir, "err", err)
+		}
+	}()
+	file := filepath.Join(dir, spec.FileName)
+	if err := os.WriteFile(file, []byte(req.Code), 0o644); err != nil {
+		return nil, fmt.Errorf("%w: writing the program: %v", sandbox.ErrSandboxUnavailable, err)
+	}
+	if r.cred != nil {
+		if err := os.Chown(dir, int(r.cred.UID), int(r.cred.GID)); err != nil {
+			return nil, fmt.Errorf("%w: handing the run directory to the sandbox user: %v", sandbox.ErrSandboxUnavailable, err)
+		}
+	}
+	res := &sandbox.Result{Sandbox: sandbox.ModeProcess}
+	err = Spawn(ctx, Spec{
+		Path:              in.Path,
+		Args:              append(append([]string{}, spec.Args...), file),
+		Env:               MinimalEnv(dir),
+		Dir:               dir,
+		Stdin:             req.Stdin,
+		Limits:            req.Limits,
+		Rlimits:           true,
+		AddressSpaceExtra: AddressSpaceExtra(req.Language),
+		Credential:        r.cred,
+		NoNewPrivs:        true,
+	}, res)
+	if err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// AddressSpaceExtra is the address space a language's interpreter reserves
+// without using it, added to the address-space limit: V8 reserves about a
+// gibibyte at start. The memory it actually uses is bounded by the data limit.
+func AddressSpaceExtra(lang string) int64 {
+	if lang == "javascript" {
+		return 4 << 30
+	}
+	return 0
+}
+
+// lookup finds the language's spec and resolved interpreter.
+func (r *Runner) lookup(lang string) (sandbox.LanguageSpec, sandbox.Interpreter, error) {
+	return Lookup(lang, r.interp, r.caps)
+}
+
+// Lookup finds a language's spec and resolved interpreter, or an error
+// wrapping sandbox.ErrUnknownLanguage or sandbox.ErrLanguageUnavailable.
+func Lookup(lang string, interp map[string]sandbox.Interpreter, caps sandbox.Capabilities) (sandbox.LanguageSpec, sandbox.Interpreter, error) {
+	spec, ok := sandbox.Languages[lang]
+	if !ok {
+		return spec, sandbox.Interpreter{}, fmt.Errorf("%w %q: use one of %s", sandbox.ErrUnknownLanguage, lang, strings.Join(sandbox.LanguageNames(), ", "))
+	}
+	in, ok := interp[lang]
+	if !ok {
+		reason := "not enabled"
+		if st, found := caps.Language(lang); found && st.Reason != "" {
+			reason = st.Reason
+		}
+		return spec, in, fmt.Errorf("%w: %s cannot run on this server: %s", sandbox.ErrLanguageUnavailable, lang, reason)
+	}
+	return spec, in, nil
+}
+
+// Close stops the runs in flight, waits for their cleanup and removes the
+// work root. It is safe to call more than once.
+func (r *Runner) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	r.mu.Unlock()
+	r.cancelAll()
+	r.runs.Wait()
+	return RemoveAll(r.root)
+}

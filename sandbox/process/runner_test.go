@@ -1,0 +1,55 @@
+package process_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/process"
+	"github.com/codeexec/codeexec/sandbox/sandboxtest"
+)
+
+func TestMain(m *testing.M) {
+	process.MaybeRunHelper()
+	os.Exit(m.Run())
+}
+
+func newRunner(t *testing.T) *process.Runner {
+	t.Helper()
+	r, err := process.New(context.Background(), process.Config{Languages: sandbox.LanguageNames(), WorkRoot: WorkRoot(t)})
+	if err != nil {
+		t.Fatalf("process.New: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := r.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return r
+}
+
+func TestSuite(t *testing.T) {
+	sandboxtest.RunSuite(t, newRunner(t), sandboxtest.Options{Mode: sandbox.ModeProcess, ScrubsEnv: true})
+}
+
+// WorkRoot returns a temporary directory that the sandbox user can search
+// (t.TempDir makes private ones), and checks at the end that every run
+// directory in it was removed.
+func WorkRoot(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, d := range []string{dir, filepath.Dir(dir)} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		left, _ := filepath.Glob(filepath.Join(dir, "codeexec-*", "run-*"))
+		if len(left) > 0 {
+			t.Errorf("run directories left behind: %v", left)
+		}
+	})
+	return dir
+}

@@ -1,0 +1,208 @@
+package process
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/codeexec/codeexec/sandbox"
+)
+
+// Spec is one program to start under the supervisor: what Spawn needs from a
+// runner. Both process mode and mode none (sandbox/host) use it; they differ
+// only in the environment, the limits and the user.
+type Spec struct {
+	// Path is the interpreter's absolute path; Args follow it (the program
+	// file included).
+	Path string
+	Args []string
+	// Env is the complete environment of the program.
+	Env []string
+	// Dir is the working directory.
+	Dir string
+	// Stdin is the program's standard input ("" means end of file at once).
+	// It reaches the program through a pipe, never through the spec.
+	Stdin string `json:"-"`
+	// Limits bound the run. Timeout and OutputBytes are always enforced;
+	// the others only when Rlimits is set.
+	Limits sandbox.Limits
+	// Rlimits turns on the kernel resource limits derived from Limits.
+	Rlimits bool
+	// AddressSpaceExtra is added to the address-space limit (interpreters
+	// such as V8 reserve address space they never touch).
+	AddressSpaceExtra int64
+	// Credential, when set, is the user the program runs as.
+	Credential *Credential
+	// NoNewPrivs stops the program from gaining privileges through exec
+	// (setuid binaries, file capabilities).
+	NoNewPrivs bool
+}
+
+// Credential is a numeric user and group.
+type Credential struct {
+	UID, GID uint32
+}
+
+// Outcome is how the program ended, as the supervisor saw it.
+type Outcome struct {
+	ExitCode int
+	Signal   string
+	TimedOut bool
+	// Killed is set when codeexec stopped the run (timeout, output cap, cancellation).
+	Killed bool
+}
+
+// supervised is a started supervisor.
+type supervised struct {
+	cmd *exec.Cmd
+	// status returns how the program ended; call it after cmd.Wait returned.
+	status func() status
+}
+
+// readStatus decodes the supervisor's report from r.
+func readStatus(r io.ReadCloser) status {
+	var st status
+	b, _ := io.ReadAll(r)
+	_ = r.Close()
+	if len(bytes.TrimSpace(b)) == 0 {
+		st.Error = "the supervisor ended without a status"
+	} else if err := json.Unmarshal(b, &st); err != nil {
+		st.Error = "unreadable status from supervisor: " + err.Error()
+	}
+	return st
+}
+
+// status is what the supervisor reports back over its status pipe.
+type status struct {
+	Started  bool   `json:"started"`
+	ExitCode int    `json:"exit_code"`
+	Signal   string `json:"signal,omitempty"`
+	Error    string `json:"error,omitempty"`
+}
+
+// stopGrace is how long the supervisor gets to kill the run's processes and
+// report before it is itself killed.
+const stopGrace = 5 * time.Second
+
+// Spawn runs spec under the supervisor and waits for it: the program and
+// every process it starts are killed when it ends, when the timeout passes,
+// when the output cap is reached or when ctx is cancelled. It returns the
+// outcome with the output filled into res. An error means the program could
+// not be run (or ctx was cancelled, in which case it wraps ctx.Err()).
+func Spawn(ctx context.Context, spec Spec, res *sandbox.Result) error {
+	stopCh := make(chan struct{})
+	var stopOnce sync.Once
+	stop := func() { stopOnce.Do(func() { close(stopCh) }) }
+	out := sandbox.NewOutput(spec.Limits.OutputBytes, stop)
+
+	sup, err := startSupervisor(spec, out)
+	if err != nil {
+		return fmt.Errorf("%w: starting the supervisor: %v", sandbox.ErrSandboxUnavailable, err)
+	}
+	cmd := sup.cmd
+	start := time.Now()
+	waitCh := make(chan error, 1)
+	go func() { waitCh <- cmd.Wait() }()
+
+	var timer <-chan time.Time
+	if spec.Limits.Timeout > 0 {
+		t := time.NewTimer(spec.Limits.Timeout)
+		defer t.Stop()
+		timer = t.C
+	}
+
+	var waitErr error
+	timedOut, cancelled, killed := false, false, false
+	select {
+	case waitErr = <-waitCh:
+	case <-timer:
+		timedOut, killed = true, true
+	case <-stopCh:
+		killed = true
+	case <-ctx.Done():
+		cancelled, killed = true, true
+	}
+	if killed {
+		waitErr = stopAndWait(cmd, waitCh)
+	}
+	st := sup.status()
+	res.Duration = time.Since(start)
+	out.Fill(res)
+	res.TimedOut = timedOut
+
+	switch {
+	case cancelled:
+		return fmt.Errorf("run cancelled: %w", ctx.Err())
+	case st.Error != "" && !st.Started:
+		return fmt.Errorf("%w: %s", sandbox.ErrSandboxUnavailable, st.Error)
+	case st.Error != "" && !killed:
+		return fmt.Errorf("%w: %s (supervisor: %v)", sandbox.ErrSandboxUnavailable, st.Error, waitErr)
+	}
+	res.ExitCode, res.Signal = st.ExitCode, st.Signal
+	if killed && res.ExitCode == 0 {
+		// The program was stopped before the supervisor could see it end.
+		res.ExitCode, res.Signal = 128+int(syscall.SIGKILL), "killed"
+	}
+	return nil
+}
+
+// terminate asks the supervisor to kill the run and report.
+func terminate(cmd *exec.Cmd) {
+	if cmd.Process != nil {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+	}
+}
+
+// stopAndWait asks the supervisor to kill everything and waits for it; a
+// supervisor that does not finish within stopGrace is killed with its group.
+func stopAndWait(cmd *exec.Cmd, waitCh <-chan error) error {
+	terminate(cmd)
+	select {
+	case err := <-waitCh:
+		return err
+	case <-time.After(stopGrace):
+		killGroup(cmd.Process.Pid)
+		return <-waitCh
+	}
+}
+
+// RemoveAll removes a work directory even when the program made parts of it
+// unreadable or unwritable.
+func RemoveAll(dir string) error {
+	if err := os.RemoveAll(dir); err == nil {
+		return nil
+	}
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if d != nil && d.IsDir() {
+			_ = os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	return os.RemoveAll(dir)
+}
+
+// MinimalEnv is the scrubbed environment of a sandboxed program: nothing of
+// the server's, a fixed PATH, and HOME and TMPDIR in the work directory.
+func MinimalEnv(workDir string) []string {
+	return []string{
+		"PATH=" + MinimalPath,
+		"HOME=" + workDir,
+		"TMPDIR=" + workDir,
+		"LANG=C.UTF-8",
+		"LC_ALL=C.UTF-8",
+		"PWD=" + workDir,
+	}
+}
+
+// MinimalPath is the PATH of sandboxed programs, and where process mode
+// looks for interpreters.
+const MinimalPath = "/usr/local/bin:/usr/bin:/bin"

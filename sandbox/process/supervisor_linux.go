@@ -1,0 +1,432 @@
+//go:build linux
+
+package process
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/codeexec/codeexec/sandbox"
+)
+
+// The supervisor is the codeexec binary itself, re-executed with one of these
+// first arguments (see MaybeRunHelper):
+//
+//	supervisorArg: stays for the whole run as a child subreaper: every
+//	  process the program starts, even a daemon that double-forks or calls
+//	  setsid, is re-parented to it, and it kills them all when the run ends.
+//	execArg: applies the rlimits, no-new-privileges and the user to itself,
+//	  then replaces itself with the interpreter.
+const (
+	supervisorArg = "__codeexec-sandbox-supervisor"
+	execArg       = "__codeexec-sandbox-exec"
+)
+
+// MaybeRunHelper turns this process into the sandbox supervisor or exec stage
+// when it was started as one, and never returns in that case. Call it first in
+// main, and in TestMain of any test binary that runs process-mode code.
+func MaybeRunHelper() {
+	if len(os.Args) < 2 {
+		return
+	}
+	switch os.Args[1] {
+	case supervisorArg:
+		os.Exit(supervisorMain())
+	case execArg:
+		os.Exit(execMain())
+	}
+}
+
+// HardenServer makes the server's own process non-dumpable, so that a
+// program running as the same user cannot read /proc/<server>/environ or
+// ptrace the server.
+func HardenServer() error {
+	return unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+}
+
+// startSupervisor starts the supervisor with the program's stdio attached
+// and hands it the Spec.
+func startSupervisor(spec Spec, out *sandbox.Output) (*supervised, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("finding the codeexec binary: %w", err)
+	}
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		cfgR.Close()
+		cfgW.Close()
+		return nil, err
+	}
+	cmd := exec.Command(exe, supervisorArg)
+	// GORACE matters only to race-detector builds (tests), whose runtime
+	// otherwise sleeps a second at exit.
+	cmd.Env = []string{"PATH=" + MinimalPath, "GORACE=atexit_sleep_ms=0"}
+	cmd.Dir = spec.Dir
+	if spec.Stdin != "" {
+		cmd.Stdin = strings.NewReader(spec.Stdin)
+	}
+	cmd.Stdout = out.Stdout()
+	cmd.Stderr = out.Stderr()
+	cmd.ExtraFiles = []*os.File{cfgR, statusW}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	// Pipes held open by a stray process must not hold up Wait forever.
+	cmd.WaitDelay = stopGrace
+	err = cmd.Start()
+	cfgR.Close()
+	statusW.Close()
+	if err != nil {
+		cfgW.Close()
+		statusR.Close()
+		return nil, err
+	}
+	// The spec is small (stdin travels on its own pipe) and fits the pipe
+	// buffer; a supervisor that dies early makes the write fail, not hang.
+	if err := json.NewEncoder(cfgW).Encode(spec); err != nil {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+	}
+	cfgW.Close()
+	return &supervised{cmd: cmd, status: func() status { return readStatus(statusR) }}, nil
+}
+
+func killGroup(pid int) { _ = syscall.Kill(-pid, syscall.SIGKILL) }
+
+// supervisorMain runs in the re-executed binary. It reads the Spec on fd 3,
+// starts the exec stage in a process group of its own, waits for it (or for
+// SIGTERM from the server), kills every descendant, and writes the status on
+// fd 4.
+func supervisorMain() int {
+	cfg := os.NewFile(3, "spec")
+	statusF := os.NewFile(4, "status")
+	syscall.CloseOnExec(3)
+	syscall.CloseOnExec(4)
+	report := func(st status) int {
+		_ = json.NewEncoder(statusF).Encode(st)
+		_ = statusF.Close()
+		return 0
+	}
+	// Signals first, so that a stop request during set-up is not lost.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+
+	var spec Spec
+	if err := json.NewDecoder(cfg).Decode(&spec); err != nil {
+		return report(status{Error: "reading the run spec: " + err.Error()})
+	}
+	_ = cfg.Close()
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return report(status{Error: "becoming a child subreaper: " + err.Error()})
+	}
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+	child, err := startExecStage(spec)
+	if err != nil {
+		return report(status{Error: err.Error()})
+	}
+
+	exited := make(chan syscall.WaitStatus, 1)
+	go func() {
+		var ws syscall.WaitStatus
+		for {
+			_, err := syscall.Wait4(child, &ws, 0, nil)
+			if err == syscall.EINTR {
+				continue
+			}
+			exited <- ws
+			return
+		}
+	}()
+
+	st := status{Started: true}
+	select {
+	case ws := <-exited:
+		st.ExitCode, st.Signal = exitOf(ws)
+	case <-sigs:
+		_ = syscall.Kill(-child, syscall.SIGKILL)
+		ws := <-exited
+		st.ExitCode, st.Signal = exitOf(ws)
+	}
+	killDescendants(child)
+	return report(st)
+}
+
+// startExecStage starts the exec stage with the Spec on its fd 3, in a new
+// process group, and returns its pid.
+func startExecStage(spec Spec) (int, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return 0, fmt.Errorf("finding the codeexec binary: %w", err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return 0, err
+	}
+	defer r.Close()
+	attr := &syscall.ProcAttr{
+		Dir:   spec.Dir,
+		Env:   spec.Env,
+		Files: []uintptr{0, 1, 2, r.Fd()},
+		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
+	}
+	pid, err := syscall.ForkExec(exe, []string{exe, execArg}, attr)
+	if err != nil {
+		w.Close()
+		return 0, fmt.Errorf("starting the program: %w", err)
+	}
+	err = json.NewEncoder(w).Encode(spec)
+	w.Close()
+	if err != nil {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		return pid, nil
+	}
+	return pid, nil
+}
+
+// killDescendants kills the program's process group and every process the
+// supervisor has left as descendants, then reaps them, until none is left.
+// Orphans of the run are re-parented to the supervisor (a child subreaper), so
+// walking its descendants finds daemons that left the process group.
+func killDescendants(pgid int) {
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	self := os.Getpid()
+	for round := 0; ; round++ {
+		reapAll()
+		desc := descendants(self)
+		if len(desc) == 0 {
+			var ws syscall.WaitStatus
+			if _, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil); errors.Is(err, syscall.ECHILD) {
+				return
+			}
+		}
+		for _, pid := range desc {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		if round > 0 {
+			time.Sleep(time.Millisecond)
+		}
+		if round > 10000 {
+			return
+		}
+	}
+}
+
+// reapAll collects every child that has already exited.
+func reapAll() {
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if pid <= 0 || err != nil {
+			return
+		}
+	}
+}
+
+// descendants lists the live processes below root, read from /proc.
+func descendants(root int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := map[int][]int{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 2 || f[0] == "Z" {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		children[ppid] = append(children[ppid], pid)
+	}
+	var out []int
+	queue := []int{root}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range children[p] {
+			out = append(out, c)
+			queue = append(queue, c)
+		}
+	}
+	return out
+}
+
+func exitOf(ws syscall.WaitStatus) (int, string) {
+	if ws.Signaled() {
+		return 128 + int(ws.Signal()), signalName(ws.Signal())
+	}
+	return ws.ExitStatus(), ""
+}
+
+func signalName(s syscall.Signal) string {
+	if n := unix.SignalName(s); n != "" {
+		return n
+	}
+	return "signal " + strconv.Itoa(int(s))
+}
+
+// execMain is the exec stage: it reads the Spec on fd 3, applies the limits,
+// the user and no-new-privileges to itself, and execs the interpreter. On
+// failure it writes one line to stderr and exits 126, like a shell.
+func execMain() int {
+	runtime.LockOSThread()
+	cfg := os.NewFile(3, "spec")
+	var spec Spec
+	if err := json.NewDecoder(cfg).Decode(&spec); err != nil {
+		return execFail("reading the run spec", err)
+	}
+	_ = cfg.Close()
+	argv := append([]string{spec.Path}, spec.Args...)
+	if c := spec.Credential; c != nil {
+		if err := syscall.Setgroups([]int{int(c.GID)}); err != nil {
+			return execFail("dropping supplementary groups", err)
+		}
+		if err := syscall.Setgid(int(c.GID)); err != nil {
+			return execFail("switching group", err)
+		}
+		if err := syscall.Setuid(int(c.UID)); err != nil {
+			return execFail("switching user", err)
+		}
+	}
+	if spec.NoNewPrivs {
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			return execFail("setting no-new-privileges", err)
+		}
+	}
+	return execWithLimits(spec, argv)
+}
+
+// execWithLimits sets the rlimits and execs the interpreter. Once the memory
+// limits are in force this Go process must not allocate (the Go and race
+// runtimes would fail), so everything execve needs is prepared first and the
+// last steps are raw system calls.
+func execWithLimits(spec Spec, argv []string) int {
+	path, err := syscall.BytePtrFromString(spec.Path)
+	if err != nil {
+		return execFail("starting "+spec.Path, err)
+	}
+	argvp, err := syscall.SlicePtrFromStrings(argv)
+	if err != nil {
+		return execFail("starting "+spec.Path, err)
+	}
+	envp, err := syscall.SlicePtrFromStrings(spec.Env)
+	if err != nil {
+		return execFail("starting "+spec.Path, err)
+	}
+	var ls []rlimit
+	if spec.Rlimits {
+		ls = rlimitsFor(spec)
+	}
+	for i := range ls {
+		_, _, e := syscall.RawSyscall6(unix.SYS_PRLIMIT64, 0, uintptr(ls[i].res), uintptr(unsafe.Pointer(&ls[i].lim)), 0, 0, 0)
+		if e != 0 {
+			return execFail("setting "+ls[i].name, e)
+		}
+	}
+	_, _, e := syscall.RawSyscall(unix.SYS_EXECVE, uintptr(unsafe.Pointer(path)), uintptr(unsafe.Pointer(&argvp[0])), uintptr(unsafe.Pointer(&envp[0])))
+	return execFail("starting "+spec.Path, e)
+}
+
+func execFail(what string, err error) int {
+	fmt.Fprintf(os.Stderr, "codeexec: %s: %v\n", what, err)
+	return 126
+}
+
+// rlimit is one kernel resource limit to set.
+type rlimit struct {
+	name string
+	res  int
+	lim  unix.Rlimit
+}
+
+// rlimitsFor derives the run's kernel limits from its Spec, memory last.
+func rlimitsFor(spec Spec) []rlimit {
+	l := spec.Limits
+	var ls []rlimit
+	add := func(name string, res int, cur, max uint64) {
+		ls = append(ls, rlimit{name, res, unix.Rlimit{Cur: cur, Max: max}})
+	}
+	if l.Processes > 0 {
+		// RLIMIT_NPROC counts every process of the user, not only this
+		// run's: allow the user's existing processes plus the run's share.
+		n := uint64(countUserProcesses(os.Getuid()) + l.Processes)
+		add("RLIMIT_NPROC", unix.RLIMIT_NPROC, n, n)
+	}
+	if l.Timeout > 0 {
+		secs := uint64(max(1, l.CPUs)*l.Timeout.Seconds()) + 1
+		// The soft limit sends SIGXCPU, the hard one SIGKILL a second later.
+		add("RLIMIT_CPU", unix.RLIMIT_CPU, secs, secs+1)
+	}
+	if l.OpenFiles > 0 {
+		add("RLIMIT_NOFILE", unix.RLIMIT_NOFILE, uint64(l.OpenFiles), uint64(l.OpenFiles))
+	}
+	if l.FileSizeBytes > 0 {
+		add("RLIMIT_FSIZE", unix.RLIMIT_FSIZE, uint64(l.FileSizeBytes), uint64(l.FileSizeBytes))
+	}
+	add("RLIMIT_CORE", unix.RLIMIT_CORE, 0, 0)
+	if l.MemoryBytes > 0 {
+		as := uint64(l.MemoryBytes + spec.AddressSpaceExtra)
+		add("RLIMIT_DATA", unix.RLIMIT_DATA, uint64(l.MemoryBytes), uint64(l.MemoryBytes))
+		add("RLIMIT_AS", unix.RLIMIT_AS, as, as)
+	}
+	return ls
+}
+
+// countUserProcesses counts the threads owned by uid (RLIMIT_NPROC counts
+// threads).
+func countUserProcesses(uid int) int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		var st syscall.Stat_t
+		if syscall.Stat("/proc/"+e.Name(), &st) != nil || int(st.Uid) != uid {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+				t, _ := strconv.Atoi(strings.TrimSpace(v))
+				n += t
+			}
+		}
+	}
+	return n
+}

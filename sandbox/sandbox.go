@@ -1,0 +1,199 @@
+// Package sandbox defines the contract between codeexec's MCP server and the
+// backends that run code: a Runner takes a Request and returns a Result.
+//
+// The backends are sibling packages with the same shape: sandbox/docker (a
+// fresh container per run), sandbox/process (a child process with rlimits and
+// its own process group) and sandbox/host (mode none: no isolation).
+// Cross-cutting behaviour such as the concurrency limit or human approval wraps
+// a Runner in another Runner (see Limit).
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Mode names a sandbox backend. The values are the accepted values of
+// CODE_EXEC_SANDBOX.
+type Mode string
+
+// The sandbox modes.
+const (
+	ModeDocker  Mode = "docker"
+	ModeProcess Mode = "process"
+	ModeNone    Mode = "none"
+)
+
+// Modes lists every mode in the order the documentation gives them.
+var Modes = []Mode{ModeDocker, ModeProcess, ModeNone}
+
+// ParseMode returns the Mode named s, or an error that lists the accepted values.
+func ParseMode(s string) (Mode, error) {
+	for _, m := range Modes {
+		if string(m) == s {
+			return m, nil
+		}
+	}
+	return "", fmt.Errorf("unknown sandbox mode %q (accepted: docker, process, none)", s)
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler so that configuration
+// parsing rejects an unknown mode.
+func (m *Mode) UnmarshalText(b []byte) error {
+	v, err := ParseMode(string(b))
+	if err != nil {
+		return err
+	}
+	*m = v
+	return nil
+}
+
+// Runner executes one request to completion.
+//
+// A program that ran and exited, whatever its exit code, is a Result with a
+// nil error. Limits that stop a run (timeout, memory, output) are reported in
+// the Result too (TimedOut, OOMKilled, Truncated). An error means the request
+// could not be run at all: it wraps one of the sentinel errors below where one
+// applies. Cancelling ctx kills the workload; Run then returns ctx's error
+// (possibly with a partial Result) only after everything the run started has
+// been stopped and cleaned up.
+//
+// Run is safe for concurrent use. Close releases the runner's resources and
+// stops any run still in flight; it is safe to call more than once.
+type Runner interface {
+	Run(ctx context.Context, req Request) (*Result, error)
+	Capabilities() Capabilities
+	Close() error
+}
+
+// Request is one piece of code to run.
+type Request struct {
+	// Language is a canonical language name (see Languages).
+	Language string
+	// Code is the program text.
+	Code string
+	// Stdin is given to the program as its standard input.
+	Stdin string
+	// Limits bounds the run. The server fills it from the operator's
+	// configuration and the request's own (capped) timeout.
+	Limits Limits
+}
+
+// Limits are the resource limits of one run. A zero value means "no limit of
+// this kind" to a runner, but the server always fills every field.
+type Limits struct {
+	// Timeout is the wall-clock limit of the run.
+	Timeout time.Duration
+	// MemoryBytes limits memory (container memory in docker mode, the
+	// address space in process mode).
+	MemoryBytes int64
+	// CPUs limits CPU bandwidth in docker mode and CPU time (CPUs × Timeout)
+	// in process mode.
+	CPUs float64
+	// Processes limits the number of processes/threads.
+	Processes int
+	// OpenFiles limits open file descriptors per process.
+	OpenFiles int
+	// FileSizeBytes limits the size of any file the program writes (and the
+	// size of /tmp in docker mode).
+	FileSizeBytes int64
+	// OutputBytes caps stdout and stderr together; a program that writes
+	// more is stopped and its Result is Truncated.
+	OutputBytes int64
+}
+
+// Result is the outcome of a run that started.
+type Result struct {
+	// ExitCode is the program's exit status; a program killed by a signal
+	// has 128+signal, as in a shell.
+	ExitCode int `json:"exit_code"`
+	// Stdout and Stderr hold what the program wrote, up to the output cap,
+	// as valid UTF-8 (invalid bytes become U+FFFD).
+	Stdout string `json:"stdout"`
+	Stderr string `json:"stderr"`
+	// TimedOut is set when the wall-clock limit stopped the run.
+	TimedOut bool `json:"timed_out"`
+	// OOMKilled is set when the memory limit stopped the run.
+	OOMKilled bool `json:"oom_killed"`
+	// Truncated is set when the output cap was reached and the run stopped.
+	Truncated bool `json:"truncated"`
+	// Signal names the signal that ended the program, if any (for example "killed").
+	Signal string `json:"signal,omitempty"`
+	// Duration is the wall-clock time of the run.
+	Duration time.Duration `json:"-"`
+	// Sandbox is the mode that ran it.
+	Sandbox Mode `json:"sandbox"`
+}
+
+// LimitHit returns a short description of the limit that stopped the run, or
+// "" when the program ran to completion by itself.
+func (r *Result) LimitHit() string {
+	switch {
+	case r.TimedOut:
+		return "timeout"
+	case r.OOMKilled:
+		return "memory"
+	case r.Truncated:
+		return "output"
+	}
+	return ""
+}
+
+// Capabilities describe what a runner offers and which protections it
+// actually has in force on this host. They are data, checked at start, never
+// assumed.
+type Capabilities struct {
+	Mode Mode `json:"mode"`
+	// Isolation says in a few words what separates a run from the host.
+	Isolation string `json:"isolation"`
+	// Languages lists every language the server knows, available or not.
+	Languages []LanguageStatus `json:"languages"`
+	// Protections lists each protection with whether it is active.
+	Protections []Protection `json:"protections"`
+	// Warnings are things the operator must know (for example that mode
+	// none runs code unsandboxed).
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// LanguageStatus tells whether a language can run, with which interpreter.
+type LanguageStatus struct {
+	Name        string `json:"name"`
+	Available   bool   `json:"available"`
+	Version     string `json:"version,omitempty"`
+	Interpreter string `json:"interpreter,omitempty"`
+	// Reason explains why an unavailable language cannot run.
+	Reason string `json:"reason,omitempty"`
+}
+
+// Protection is one isolation measure and whether it is in force.
+type Protection struct {
+	Name   string `json:"name"`
+	Active bool   `json:"active"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// Language returns the status of the named canonical language, if known.
+func (c Capabilities) Language(name string) (LanguageStatus, bool) {
+	for _, l := range c.Languages {
+		if l.Name == name {
+			return l, true
+		}
+	}
+	return LanguageStatus{}, false
+}
+
+// Sentinel errors. Runners wrap them so that callers can test with errors.Is.
+var (
+	// ErrUnknownLanguage: the language is not one codeexec knows.
+	ErrUnknownLanguage = errors.New("unknown language")
+	// ErrLanguageUnavailable: the language is known but cannot run here
+	// (interpreter missing or language disabled).
+	ErrLanguageUnavailable = errors.New("language unavailable")
+	// ErrSandboxUnavailable: the sandbox itself cannot run code now
+	// (for example the Docker Engine is unreachable).
+	ErrSandboxUnavailable = errors.New("sandbox unavailable")
+	// ErrClosed: the runner was closed.
+	ErrClosed = errors.New("runner closed")
+)

@@ -1,0 +1,413 @@
+// Package sandboxtest holds the suite that every sandbox.Runner must pass,
+// and a fake Runner for testing the layers above the runners.
+package sandboxtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/codeexec/codeexec/sandbox"
+)
+
+// SecretName and SecretValue are the sentinel that tests put in the server's
+// environment; a mode that scrubs the environment must never let a program
+// print the value.
+const (
+	SecretName  = "CODE_EXEC_TEST_SECRET"
+	SecretValue = "s3cr3t-sentinel-value"
+)
+
+// Options tell the suite what the runner under test promises.
+type Options struct {
+	// Mode is the mode the runner must report in each Result.
+	Mode sandbox.Mode
+	// ScrubsEnv is true when the server's environment must not reach code.
+	ScrubsEnv bool
+	// Alive reports whether any process whose command line contains marker
+	// still exists (on this host, or inside the sandbox's engine). It is
+	// called after a run has returned; nil means ProcessesAlive.
+	Alive func(t *testing.T, marker string) bool
+}
+
+// DefaultLimits are generous limits for suite runs.
+func DefaultLimits() sandbox.Limits {
+	return sandbox.Limits{
+		Timeout:       20 * time.Second,
+		MemoryBytes:   512 << 20,
+		CPUs:          1,
+		Processes:     128,
+		OpenFiles:     256,
+		FileSizeBytes: 64 << 20,
+		OutputBytes:   4 << 20,
+	}
+}
+
+// Req builds a request with DefaultLimits.
+func Req(lang, code string) sandbox.Request {
+	return sandbox.Request{Language: lang, Code: code, Limits: DefaultLimits()}
+}
+
+// RunSuite runs the shared runner suite against r. The caller owns r and
+// closes it after the suite (for example with t.Cleanup).
+func RunSuite(t *testing.T, r sandbox.Runner, opts Options) {
+	t.Helper()
+	if opts.Alive == nil {
+		opts.Alive = func(t *testing.T, marker string) bool { return ProcessesAlive(t, marker) }
+	}
+	if opts.ScrubsEnv {
+		t.Setenv(SecretName, SecretValue)
+	}
+	caps := r.Capabilities()
+	if caps.Mode != opts.Mode {
+		t.Fatalf("Capabilities().Mode = %q, want %q", caps.Mode, opts.Mode)
+	}
+	need := func(t *testing.T, lang string) {
+		t.Helper()
+		st, ok := caps.Language(lang)
+		if !ok || !st.Available {
+			t.Skipf("language %s unavailable on this host: %s", lang, st.Reason)
+		}
+	}
+	run := func(t *testing.T, req sandbox.Request) *sandbox.Result {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		res, err := r.Run(ctx, req)
+		if err != nil {
+			t.Fatalf("Run(%s %q): %v", req.Language, abbrev(req.Code), err)
+		}
+		if res.Sandbox != opts.Mode {
+			t.Errorf("Result.Sandbox = %q, want %q", res.Sandbox, opts.Mode)
+		}
+		return res
+	}
+
+	t.Run("hello per language", func(t *testing.T) {
+		cases := []struct{ lang, code, want string }{
+			{"python", "print(2**64)", "18446744073709551616\n"},
+			{"javascript", "console.log(2n**64n + '')", "18446744073709551616\n"},
+			{"bash", "echo $((6*7))", "42\n"},
+		}
+		for _, c := range cases {
+			t.Run(c.lang, func(t *testing.T) {
+				need(t, c.lang)
+				res := run(t, Req(c.lang, c.code))
+				if res.Stdout != c.want || res.ExitCode != 0 || res.Stderr != "" {
+					t.Fatalf("got exit=%d stdout=%q stderr=%q, want exit=0 stdout=%q", res.ExitCode, res.Stdout, res.Stderr, c.want)
+				}
+				if res.TimedOut || res.OOMKilled || res.Truncated {
+					t.Fatalf("limit flags set on a plain run: %+v", res)
+				}
+			})
+		}
+	})
+
+	t.Run("exit code and stderr", func(t *testing.T) {
+		cases := []struct{ lang, code string }{
+			{"python", "import sys\nsys.stderr.write('oops\\n')\nsys.exit(3)"},
+			{"javascript", "process.stderr.write('oops\\n'); process.exit(3)"},
+			{"bash", "echo oops >&2; exit 3"},
+		}
+		for _, c := range cases {
+			t.Run(c.lang, func(t *testing.T) {
+				need(t, c.lang)
+				res := run(t, Req(c.lang, c.code))
+				if res.ExitCode != 3 || res.Stderr != "oops\n" || res.Stdout != "" {
+					t.Fatalf("got exit=%d stdout=%q stderr=%q, want exit=3 stderr=%q", res.ExitCode, res.Stdout, res.Stderr, "oops\n")
+				}
+			})
+		}
+	})
+
+	t.Run("uncaught exception is a result", func(t *testing.T) {
+		need(t, "python")
+		res := run(t, Req("python", "raise ValueError('boom')"))
+		if res.ExitCode != 1 || !strings.Contains(res.Stderr, "ValueError: boom") {
+			t.Fatalf("got exit=%d stderr=%q", res.ExitCode, res.Stderr)
+		}
+	})
+
+	t.Run("stdin", func(t *testing.T) {
+		cases := []struct{ lang, code string }{
+			{"python", "import sys\nprint(sys.stdin.read().upper(), end='')"},
+			{"javascript", "let s='';process.stdin.on('data',d=>s+=d).on('end',()=>process.stdout.write(s.toUpperCase()))"},
+			{"bash", "tr a-z A-Z"},
+		}
+		for _, c := range cases {
+			t.Run(c.lang, func(t *testing.T) {
+				need(t, c.lang)
+				req := Req(c.lang, c.code)
+				req.Stdin = "hello\nworld\n"
+				res := run(t, req)
+				if res.Stdout != "HELLO\nWORLD\n" || res.ExitCode != 0 {
+					t.Fatalf("got exit=%d stdout=%q stderr=%q", res.ExitCode, res.Stdout, res.Stderr)
+				}
+			})
+		}
+	})
+
+	t.Run("no stdin means end of file", func(t *testing.T) {
+		need(t, "python")
+		res := run(t, Req("python", "import sys\nprint(repr(sys.stdin.read()))"))
+		if res.Stdout != "''\n" {
+			t.Fatalf("stdout = %q, want %q (stderr %q)", res.Stdout, "''\n", res.Stderr)
+		}
+	})
+
+	t.Run("large stdin round trip", func(t *testing.T) {
+		need(t, "python")
+		req := Req("python", "import sys,hashlib\nd=sys.stdin.buffer.read()\nprint(len(d), hashlib.sha256(d).hexdigest()[:16])")
+		req.Stdin = strings.Repeat("0123456789abcdef", 1<<16) // 1 MiB
+		res := run(t, req)
+		if !strings.HasPrefix(res.Stdout, "1048576 ") {
+			t.Fatalf("stdout = %q stderr = %q", res.Stdout, res.Stderr)
+		}
+	})
+
+	t.Run("unicode and invalid utf-8", func(t *testing.T) {
+		need(t, "python")
+		res := run(t, Req("python", "import sys\nprint('héllo ✓ 世界')\nsys.stdout.flush()\nsys.stdout.buffer.write(b'\\xff\\xfe end\\n')"))
+		// Each run of invalid bytes becomes one U+FFFD.
+		want := "héllo ✓ 世界\n\uFFFD end\n"
+		if res.Stdout != want {
+			t.Fatalf("stdout = %q, want %q", res.Stdout, want)
+		}
+	})
+
+	t.Run("timeout", func(t *testing.T) {
+		need(t, "python")
+		req := Req("python", "print('started', flush=True)\nwhile True:\n    pass")
+		req.Limits.Timeout = time.Second
+		res := run(t, req)
+		if !res.TimedOut {
+			t.Fatalf("TimedOut = false: %+v", res)
+		}
+		if res.ExitCode == 0 {
+			t.Fatalf("a timed-out run reported exit code 0")
+		}
+		if res.Stdout != "started\n" {
+			t.Fatalf("output before the timeout was lost: stdout = %q", res.Stdout)
+		}
+	})
+
+	t.Run("timeout kills the whole tree", func(t *testing.T) {
+		need(t, "bash")
+		marker := Marker()
+		req := Req("bash", fmt.Sprintf("sleep %[1]s & (sleep %[1]s &) ; sleep %[1]s", marker))
+		req.Limits.Timeout = time.Second
+		res := run(t, req)
+		if !res.TimedOut {
+			t.Fatalf("TimedOut = false: %+v", res)
+		}
+		if opts.Alive(t, marker) {
+			t.Fatalf("a process of the run outlived it (marker %s)", marker)
+		}
+	})
+
+	t.Run("no process outlives a run that exits", func(t *testing.T) {
+		need(t, "bash")
+		marker := Marker()
+		code := fmt.Sprintf(`nohup sleep %[1]s >/dev/null 2>&1 &
+(sleep %[1]s >/dev/null 2>&1 &)
+setsid sleep %[1]s >/dev/null 2>&1 < /dev/null &
+( ( sleep %[1]s >/dev/null 2>&1 & ) & )
+echo spawned`, marker)
+		res := run(t, Req("bash", code))
+		if res.Stdout != "spawned\n" {
+			t.Fatalf("stdout = %q stderr = %q", res.Stdout, res.Stderr)
+		}
+		if opts.Alive(t, marker) {
+			t.Fatalf("a background process outlived its run (marker %s)", marker)
+		}
+	})
+
+	t.Run("python daemon outlives nothing", func(t *testing.T) {
+		need(t, "python")
+		marker := Marker()
+		code := fmt.Sprintf(`import os, subprocess
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execvp("sleep", ["sleep", %q])
+    os._exit(0)
+print("parent done")`, marker)
+		res := run(t, Req("python", code))
+		if res.Stdout != "parent done\n" {
+			t.Fatalf("stdout = %q stderr = %q", res.Stdout, res.Stderr)
+		}
+		if opts.Alive(t, marker) {
+			t.Fatalf("a double-forked daemon outlived its run (marker %s)", marker)
+		}
+	})
+
+	t.Run("output cap", func(t *testing.T) {
+		cases := []struct{ lang, code string }{
+			{"python", "import sys\nwhile True:\n    sys.stdout.write('x' * 4096)"},
+			{"javascript", "const s='y'.repeat(4096); for(;;){ process.stdout.write(s) }"},
+			{"bash", "yes flood"},
+			{"python", "import sys\nwhile True:\n    sys.stderr.write('e' * 4096)"},
+		}
+		for i, c := range cases {
+			t.Run(fmt.Sprintf("%s-%d", c.lang, i), func(t *testing.T) {
+				need(t, c.lang)
+				req := Req(c.lang, c.code)
+				req.Limits.OutputBytes = 64 << 10
+				req.Limits.Timeout = 30 * time.Second
+				res := run(t, req)
+				if !res.Truncated {
+					t.Fatalf("Truncated = false after a flood: stdout %d bytes", len(res.Stdout))
+				}
+				if res.TimedOut {
+					t.Fatalf("a flood ran until the timeout instead of being stopped at the cap")
+				}
+				if n := int64(len(res.Stdout) + len(res.Stderr)); n > req.Limits.OutputBytes || n < req.Limits.OutputBytes/2 {
+					t.Fatalf("kept %d bytes of output, want close to the cap %d", n, req.Limits.OutputBytes)
+				}
+			})
+		}
+	})
+
+	t.Run("cancellation kills the run", func(t *testing.T) {
+		need(t, "bash")
+		marker := Marker()
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			_, err := r.Run(ctx, Req("bash", fmt.Sprintf("sleep %[1]s & sleep %[1]s", marker)))
+			done <- err
+		}()
+		// Wait until the run has really started before cancelling it.
+		deadline := time.Now().Add(60 * time.Second)
+		for !opts.Alive(t, marker) {
+			if time.Now().After(deadline) {
+				cancel()
+				t.Fatalf("the run never started")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		cancel()
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("Run after cancel returned %v, want context.Canceled", err)
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatalf("Run did not return after cancellation")
+		}
+		if opts.Alive(t, marker) {
+			t.Fatalf("a process of the cancelled run is still alive")
+		}
+	})
+
+	t.Run("fresh working directory", func(t *testing.T) {
+		need(t, "bash")
+		res := run(t, Req("bash", "ls -A; echo leftover > leftover.txt; ls"))
+		if strings.Contains(res.Stdout, "leftover.txt\n") && strings.Index(res.Stdout, "leftover.txt") < strings.LastIndex(res.Stdout, "leftover.txt") {
+			t.Fatalf("first run already saw leftover.txt: %q", res.Stdout)
+		}
+		res = run(t, Req("bash", "cat leftover.txt 2>/dev/null || echo absent"))
+		if res.Stdout != "absent\n" {
+			t.Fatalf("a file from a previous run is visible: %q", res.Stdout)
+		}
+	})
+
+	t.Run("unknown language", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, err := r.Run(ctx, Req("cobol", "DISPLAY 'HI'."))
+		if !errors.Is(err, sandbox.ErrUnknownLanguage) {
+			t.Fatalf("Run(cobol) error = %v, want ErrUnknownLanguage", err)
+		}
+	})
+
+	if opts.ScrubsEnv {
+		t.Run("server environment does not leak", func(t *testing.T) {
+			need(t, "bash")
+			code := `env; cat /proc/self/environ; cat /proc/$PPID/environ 2>/dev/null
+for f in /proc/[0-9]*/environ; do tr '\0' '\n' < "$f" 2>/dev/null; done | grep -a CODE_EXEC || true`
+			res := run(t, Req("bash", code))
+			if strings.Contains(res.Stdout+res.Stderr, SecretValue) {
+				t.Fatalf("the server's secret reached sandboxed code")
+			}
+			pres := run(t, Req("python", "import os\nprint(sorted(os.environ))"))
+			if strings.Contains(pres.Stdout, SecretName) {
+				t.Fatalf("python sees %s: %s", SecretName, pres.Stdout)
+			}
+		})
+	}
+
+	t.Run("sequential runs stay correct", func(t *testing.T) {
+		need(t, "python")
+		for i := range 10 {
+			res := run(t, Req("python", fmt.Sprintf("print(%d*3)", i)))
+			if want := strconv.Itoa(i*3) + "\n"; res.Stdout != want {
+				t.Fatalf("run %d: stdout = %q, want %q", i, res.Stdout, want)
+			}
+		}
+	})
+}
+
+// Marker returns a unique sleep duration (a valid argument to sleep(1)) that
+// identifies the processes of one test on this host.
+func Marker() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	n, _ := strconv.ParseUint(hex.EncodeToString(b), 16, 64)
+	return fmt.Sprintf("%d.%06d", 900+n%99, n%1000000)
+}
+
+// ProcessesAlive reports whether a process on this host has marker in its
+// command line. It waits up to two seconds for processes that are already
+// being killed to disappear, so that it reports only survivors.
+func ProcessesAlive(t *testing.T, marker string) bool {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		alive := false
+		entries, err := os.ReadDir("/proc")
+		if err != nil {
+			t.Skipf("no /proc on this host: %v", err)
+		}
+		for _, e := range entries {
+			if _, err := strconv.Atoi(e.Name()); err != nil {
+				continue
+			}
+			b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+			if err != nil || !strings.Contains(string(b), marker) {
+				continue
+			}
+			st, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+			if f := strings.Fields(afterParen(string(st))); len(f) > 0 && f[0] == "Z" {
+				continue // a zombie has already died
+			}
+			alive = true
+		}
+		if !alive || time.Now().After(deadline) {
+			return alive
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func afterParen(stat string) string {
+	if i := strings.LastIndexByte(stat, ')'); i >= 0 {
+		return stat[i+1:]
+	}
+	return stat
+}
+
+func abbrev(s string) string {
+	if len(s) > 60 {
+		return s[:60] + "…"
+	}
+	return s
+}
