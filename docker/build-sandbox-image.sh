@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Builds the image that codeexec's docker mode runs code in
+# (codeexec-sandbox:latest by default), on a host that may not be able to
+# pull base images from a registry.
+#
+# If the base image is missing, it is bootstrapped from Debian's package
+# mirror with debootstrap (installed with apt-get if needed; needs root) and
+# imported with `docker import`. The build then uses the classic builder.
+#
+# Idempotent: an existing base image is reused; the final build is cached.
+#
+# Environment:
+#   CODE_EXEC_DOCKER_IMAGE  image to build (default codeexec-sandbox:latest)
+#   SANDBOX_BASE_IMAGE      base image (default codeexec-debian-base:bookworm)
+#   DEBIAN_SUITE            suite for debootstrap (default bookworm)
+#   DEBIAN_MIRROR           mirror for debootstrap (default http://deb.debian.org/debian)
+#   PULL_BASE=1             use `docker pull debian:bookworm-slim` as the base instead
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+image="${CODE_EXEC_DOCKER_IMAGE:-codeexec-sandbox:latest}"
+base="${SANDBOX_BASE_IMAGE:-codeexec-debian-base:bookworm}"
+suite="${DEBIAN_SUITE:-bookworm}"
+mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+
+log() { printf 'build-sandbox-image: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+command -v docker >/dev/null 2>&1 || die "the docker CLI is not installed (run .ci/ensure-docker.sh, or install docker.io)"
+docker info >/dev/null 2>&1 || die "no Docker Engine answers (check DOCKER_HOST, or start dockerd; .ci/ensure-docker.sh does both)"
+
+if [[ "${PULL_BASE:-0}" == 1 ]]; then
+    base="debian:bookworm-slim"
+    log "pulling $base"
+    docker pull "$base"
+elif docker image inspect "$base" >/dev/null 2>&1; then
+    log "base image $base already present"
+else
+    log "base image $base missing: bootstrapping Debian $suite with debootstrap (about a minute)"
+    [[ "$(id -u)" == 0 ]] || die "debootstrap needs root; run this script as root, or set PULL_BASE=1 on a host that can pull debian:bookworm-slim"
+    if ! command -v debootstrap >/dev/null 2>&1; then
+        log "installing debootstrap with apt-get"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -q </dev/null
+        apt-get install -y -q --no-install-recommends debootstrap </dev/null
+    fi
+    rootfs="$(mktemp -d /tmp/codeexec-rootfs.XXXXXX)"
+    trap 'rm -rf "$rootfs"' EXIT
+    debootstrap --variant=minbase "$suite" "$rootfs" "$mirror" >&2 \
+        || die "debootstrap of $suite from $mirror failed"
+    # Keep the base small: no package lists or caches in the image.
+    rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin "$rootfs"/var/cache/apt/archives/*.deb
+    tar -C "$rootfs" -c . | docker import \
+        --change 'CMD ["/bin/bash"]' \
+        --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+        - "$base" >/dev/null || die "docker import of the bootstrapped root filesystem failed"
+    rm -rf "$rootfs"
+    trap - EXIT
+    log "imported base image $base"
+fi
+
+log "building $image from $here/sandbox (base $base)"
+DOCKER_BUILDKIT=0 docker build --build-arg "BASE=$base" -t "$image" "$here/sandbox" >&2 \
+    || die "docker build of $image failed"
+log "done: $image ($(docker image inspect --format '{{.Size}}' "$image") bytes)"

@@ -1,0 +1,203 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
+	"github.com/moby/moby/client"
+
+	"github.com/codeexec/codeexec/sandbox"
+)
+
+// containerSpec says what a locked-down container runs and within which limits.
+type containerSpec struct {
+	role   string   // value of LabelRole
+	cmd    []string // replaces the image's entrypoint and command
+	limits sandbox.Limits
+}
+
+// session is a started, locked-down container whose stdin, stdout and
+// stderr are attached and whose exit is being waited for. It has not been
+// given any input yet, so a pool could hold sessions ready for use.
+type session struct {
+	id     string
+	attach client.HijackedResponse
+	exited chan waitResult // receives the exit status once
+	stop   context.CancelFunc
+}
+
+// containerEnv is the whole environment of a sandboxed program: nothing of
+// the server's own environment is ever added.
+var containerEnv = []string{
+	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+	"HOME=/tmp",
+	"LANG=C.UTF-8",
+	"TMPDIR=/tmp",
+}
+
+// tmpfsOptions are the mount options of /tmp besides its size. noexec stops
+// a program from writing a binary and running it directly; interpreters
+// still run the program file, which is given to them as an argument.
+const tmpfsOptions = "rw,nosuid,nodev,noexec,mode=1777"
+
+// configs builds the container and host configuration of a locked-down
+// container. Only API 1.41 features are used.
+func (r *Runner) configs(spec containerSpec, now time.Time) (*container.Config, *container.HostConfig) {
+	lim := spec.limits
+	deadline := now.Add(noTimeoutDeadline)
+	if lim.Timeout > 0 {
+		deadline = now.Add(lim.Timeout + leftoverGrace)
+	}
+	cfg := &container.Config{
+		Image:        r.cfg.Image,
+		User:         r.user,
+		Hostname:     "sandbox",
+		Entrypoint:   spec.cmd,
+		Env:          containerEnv,
+		WorkingDir:   "/tmp",
+		AttachStdin:  true,
+		AttachStdout: true,
+		AttachStderr: true,
+		OpenStdin:    true,
+		StdinOnce:    true,
+		Tty:          false,
+		Labels: map[string]string{
+			LabelManaged:  "true",
+			LabelInstance: r.instance,
+			LabelDeadline: strconv.FormatInt(deadline.Unix(), 10),
+			LabelRole:     spec.role,
+		},
+	}
+
+	tmpfs := tmpfsOptions
+	if lim.FileSizeBytes > 0 {
+		tmpfs += ",size=" + strconv.FormatInt(lim.FileSizeBytes, 10)
+	}
+	host := &container.HostConfig{
+		NetworkMode:    network.NetworkNone,
+		ReadonlyRootfs: true,
+		Tmpfs:          map[string]string{"/tmp": tmpfs},
+		CapDrop:        []string{"ALL"},
+		SecurityOpt:    []string{"no-new-privileges"},
+		IpcMode:        container.IPCModePrivate,
+		LogConfig:      container.LogConfig{Type: "none"}, // output goes to the attached stream only
+		Runtime:        r.cfg.Runtime,
+		RestartPolicy:  container.RestartPolicy{Name: container.RestartPolicyDisabled},
+	}
+	// /dev/shm is writable tmpfs too; keep it no larger than /tmp.
+	host.ShmSize = 64 << 20
+	if lim.FileSizeBytes > 0 && lim.FileSizeBytes < host.ShmSize {
+		host.ShmSize = lim.FileSizeBytes
+	}
+	res := &host.Resources
+	if lim.MemoryBytes > 0 {
+		res.Memory = lim.MemoryBytes
+		res.MemorySwap = lim.MemoryBytes // no swap on top of the memory limit
+	}
+	if lim.CPUs > 0 {
+		res.NanoCPUs = int64(lim.CPUs * 1e9)
+	}
+	if lim.Processes > 0 {
+		p := int64(lim.Processes)
+		res.PidsLimit = &p
+	}
+	if lim.OpenFiles > 0 {
+		n := int64(lim.OpenFiles)
+		res.Ulimits = append(res.Ulimits, &container.Ulimit{Name: "nofile", Soft: n, Hard: n})
+	}
+	if lim.FileSizeBytes > 0 {
+		res.Ulimits = append(res.Ulimits, &container.Ulimit{Name: "fsize", Soft: lim.FileSizeBytes, Hard: lim.FileSizeBytes})
+	}
+	return cfg, host
+}
+
+// start creates a locked-down container, attaches to its streams, starts
+// waiting for its exit and starts it. ctx bounds the setup only; the
+// session lives until discard. On error nothing is left on the engine.
+func (r *Runner) start(ctx context.Context, spec containerSpec) (*session, error) {
+	cfg, host := r.configs(spec, time.Now())
+	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engineTimeout)
+	defer cancel()
+
+	created, err := r.cli.ContainerCreate(opCtx, client.ContainerCreateOptions{Config: cfg, HostConfig: host})
+	if err != nil {
+		return nil, engineErr("creating the container", err)
+	}
+	for _, w := range created.Warnings {
+		r.log.Warn("engine warning on container create", "warning", w)
+	}
+	id := created.ID
+	if err := r.track(id); err != nil {
+		_ = r.remove(id)
+		return nil, fmt.Errorf("docker: %w", err)
+	}
+	fail := func(doing string, err error) (*session, error) {
+		if rerr := r.remove(id); rerr != nil {
+			r.log.Warn("could not remove a container after a failed start", "id", shortID(id), "err", rerr)
+		}
+		return nil, engineErr(doing, err)
+	}
+
+	att, err := r.cli.ContainerAttach(opCtx, id, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+	if err != nil {
+		return fail("attaching to the container", err)
+	}
+	s := &session{id: id, attach: att.HijackedResponse, exited: make(chan waitResult, 1)}
+
+	// Wait for the next exit before starting, so that a fast exit is not
+	// missed. The wait lives until the session is discarded.
+	waitCtx, stop := context.WithCancel(context.Background())
+	s.stop = stop
+	wr := r.cli.ContainerWait(waitCtx, id, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
+	go func() {
+		select {
+		case w := <-wr.Result:
+			code, err := exitStatus(w)
+			s.exited <- waitResult{code: code, err: err}
+		case err := <-wr.Error:
+			s.exited <- waitResult{code: -1, err: err}
+		}
+	}()
+
+	if _, err := r.cli.ContainerStart(opCtx, id, client.ContainerStartOptions{}); err != nil {
+		s.attach.Close()
+		stop()
+		return fail("starting the container", err)
+	}
+	return s, nil
+}
+
+// kill sends SIGKILL to the container with a context of its own. A
+// container that has already stopped is not an error.
+func (r *Runner) kill(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	if _, err := r.cli.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "KILL"}); err != nil {
+		r.log.Debug("kill", "id", shortID(id), "err", err)
+	}
+}
+
+// inspectState reads the container's final state with a context of its own.
+func (r *Runner) inspectState(id string) (*container.State, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	res, err := r.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return res.Container.State, nil
+}
+
+// discard releases a session: it closes the streams, stops waiting, and
+// kills and removes the container.
+func (r *Runner) discard(s *session) {
+	s.attach.Close()
+	s.stop()
+	if err := r.remove(s.id); err != nil {
+		r.log.Warn("could not remove a container; the reaper will retry", "id", shortID(s.id), "err", err)
+	}
+}

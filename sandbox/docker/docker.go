@@ -1,0 +1,460 @@
+// Package docker is codeexec's docker sandbox: each run gets a fresh,
+// locked-down container that is removed afterwards.
+//
+// A run's container has no network (network mode none), a read-only root
+// filesystem with a size-capped tmpfs at /tmp (nosuid, nodev, noexec), a
+// non-root user, every Linux capability dropped, no-new-privileges, the
+// engine's default seccomp profile, and memory (without swap), CPU, pids,
+// open-file and file-size limits taken from the request's Limits. The
+// server's environment is never passed on.
+//
+// The program text and its standard input reach the container over the
+// attached stdin stream, never through the filesystem of the host or the
+// image: a small bootstrap (POSIX sh and GNU head, both in the image) reads a
+// header line and exactly as many bytes of code as the header announces into
+// /tmp, then execs the interpreter, whose standard input is the rest of the
+// stream. Because a container is language-agnostic until it receives its
+// header, containers can later be started ahead of time (a warm pool) without
+// changing how a run is fed and collected: see start and exchange.
+//
+// Every container carries the label io.codeexec.managed=true, the id of the
+// Runner that made it, and a deadline after which it is certainly a leftover.
+// New and a background reaper remove leftovers whose deadline has passed (for
+// example those of a crashed server); nothing without the label is touched.
+package docker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+
+	"github.com/codeexec/codeexec/sandbox"
+)
+
+// Defaults and names that other programs (scripts, docs, tests) rely on.
+const (
+	// DefaultImage is the image used when Config.Image is empty.
+	DefaultImage = "codeexec-sandbox:latest"
+	// BuildCommand is the script, relative to the repository root, that
+	// builds DefaultImage.
+	BuildCommand = "docker/build-sandbox-image.sh"
+
+	// LabelManaged marks every container codeexec creates (value "true").
+	LabelManaged = "io.codeexec.managed"
+	// LabelInstance holds the id of the Runner that created the container.
+	LabelInstance = "io.codeexec.instance"
+	// LabelDeadline holds the Unix time (seconds) after which the container
+	// is a leftover that any codeexec may remove.
+	LabelDeadline = "io.codeexec.deadline"
+	// LabelRole says what the container is for: "run" or "probe".
+	LabelRole = "io.codeexec.role"
+)
+
+const (
+	// leftoverGrace is added to a run's timeout to form its deadline label.
+	leftoverGrace = 2 * time.Minute
+	// noTimeoutDeadline is the deadline of a run without a timeout.
+	noTimeoutDeadline = 24 * time.Hour
+	// reapEvery is how often the background reaper looks for leftovers.
+	reapEvery = time.Minute
+	// cleanupTimeout bounds each kill/inspect/remove done on the way out of
+	// a run, with a context that is not the caller's.
+	cleanupTimeout = 15 * time.Second
+	// engineTimeout bounds each engine call made to set a run up.
+	engineTimeout = 60 * time.Second
+	// fallbackUser runs code when the image's own user is root or unset.
+	fallbackUser = "65534:65534"
+)
+
+// Config configures a Runner.
+type Config struct {
+	// Image is the sandbox image (CODE_EXEC_DOCKER_IMAGE); "" means DefaultImage.
+	Image string
+	// Runtime is the OCI runtime to use (CODE_EXEC_DOCKER_RUNTIME), for
+	// example "runsc"; "" means the engine's default. New fails when the
+	// engine does not know it.
+	Runtime string
+	// Languages are the enabled canonical language names; nil means every
+	// language codeexec knows.
+	Languages []string
+	// Logger receives operational messages; nil discards them.
+	Logger *slog.Logger
+}
+
+// Runner runs each request in a fresh container on a Docker Engine.
+//
+// It is safe for concurrent use. Close kills and removes the containers it
+// still has and closes the engine client; it is safe to call more than once.
+type Runner struct {
+	cfg      Config
+	cli      *client.Client
+	log      *slog.Logger
+	instance string
+	user     string // user the containers run as ("" = the image's)
+	uid      string // uid code runs as, from the probe
+	engine   engineFacts
+	interps  map[string]sandbox.Interpreter
+	boot     string // bootstrap script, built from interps
+	caps     sandbox.Capabilities
+
+	mu     sync.Mutex
+	closed bool
+	live   map[string]struct{} // containers created and not yet removed
+	runs   sync.WaitGroup      // Run calls in flight
+
+	done       chan struct{} // closed by Close
+	reaperDone chan struct{}
+	closeOnce  sync.Once
+	closeErr   error
+}
+
+var _ sandbox.Runner = (*Runner)(nil)
+
+// engineFacts is what New learned about the engine, for Capabilities.
+type engineFacts struct {
+	host          string
+	serverVersion string
+	apiVersion    string
+	runtime       string
+	cgroupVersion string
+	cgroupDriver  string
+	memoryLimit   bool
+	swapLimit     bool
+	pidsLimit     bool
+	cpuQuota      bool
+	seccomp       bool
+	apparmor      bool
+	selinux       bool
+	userns        bool
+	rootless      bool
+	warnings      []string
+}
+
+// New connects to the Docker Engine named by the environment (DOCKER_HOST,
+// DOCKER_TLS_VERIFY, DOCKER_CERT_PATH, DOCKER_API_VERSION), negotiates the
+// API version, checks that the image and the runtime exist, removes leftover
+// containers of a crashed codeexec, and probes the interpreters inside the
+// image once.
+//
+// An unreachable engine gives an error wrapping sandbox.ErrSandboxUnavailable.
+// A missing image gives an error wrapping sandbox.ErrSandboxUnavailable that
+// names the command that builds it.
+// The caller must Close the returned Runner.
+func New(ctx context.Context, cfg Config) (*Runner, error) {
+	if cfg.Image == "" {
+		cfg.Image = DefaultImage
+	}
+	if cfg.Languages == nil {
+		cfg.Languages = sandbox.LanguageNames()
+	}
+	for _, l := range cfg.Languages {
+		if _, ok := sandbox.Languages[l]; !ok {
+			return nil, fmt.Errorf("docker: %w %q in the enabled languages", sandbox.ErrUnknownLanguage, l)
+		}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	log = log.With("sandbox", "docker")
+
+	cli, err := client.New(client.FromEnv)
+	if err != nil {
+		return nil, fmt.Errorf("docker: %w: the Docker client configuration is invalid (check DOCKER_HOST, DOCKER_TLS_VERIFY and DOCKER_CERT_PATH): %v", sandbox.ErrSandboxUnavailable, err)
+	}
+	r := &Runner{
+		cfg:        cfg,
+		cli:        cli,
+		log:        log,
+		instance:   newInstanceID(),
+		live:       map[string]struct{}{},
+		done:       make(chan struct{}),
+		reaperDone: make(chan struct{}),
+	}
+	if err := r.connect(ctx); err != nil {
+		_ = cli.Close()
+		return nil, err
+	}
+	if err := r.checkImage(ctx); err != nil {
+		_ = cli.Close()
+		return nil, err
+	}
+	if n, err := r.removeLeftovers(ctx, time.Now()); err != nil {
+		log.Warn("could not remove leftover containers", "err", err)
+	} else if n > 0 {
+		log.Info("removed leftover containers of an earlier codeexec", "count", n)
+	}
+	statuses, err := r.probe(ctx)
+	if err != nil {
+		_ = cli.Close()
+		return nil, err
+	}
+	r.boot = bootstrapScript(r.interps)
+	r.caps = r.capabilities(statuses)
+	go r.reap()
+	log.Info("docker sandbox ready", "engine", r.engine.serverVersion, "api", r.engine.apiVersion,
+		"image", cfg.Image, "runtime", r.engine.runtime, "instance", r.instance)
+	return r, nil
+}
+
+// connect pings the engine, negotiates the API version and reads the facts
+// that Capabilities reports.
+func (r *Runner) connect(ctx context.Context) error {
+	host := os.Getenv("DOCKER_HOST")
+	if host == "" {
+		host = r.cli.DaemonHost()
+	}
+	r.engine.host = host
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := r.cli.Ping(pctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
+		return fmt.Errorf("docker: %w: no Docker Engine answers at %s; start one, or set DOCKER_HOST to a reachable engine (%v)", sandbox.ErrSandboxUnavailable, host, err)
+	}
+	r.engine.apiVersion = r.cli.ClientVersion()
+	info, err := r.cli.Info(pctx, client.InfoOptions{})
+	if err != nil {
+		return fmt.Errorf("docker: %w: the Docker Engine at %s answered a ping but not an info request (%v)", sandbox.ErrSandboxUnavailable, host, err)
+	}
+	in := info.Info
+	e := &r.engine
+	e.serverVersion = in.ServerVersion
+	e.cgroupVersion = in.CgroupVersion
+	e.cgroupDriver = in.CgroupDriver
+	e.memoryLimit, e.swapLimit, e.pidsLimit, e.cpuQuota = in.MemoryLimit, in.SwapLimit, in.PidsLimit, in.CPUCfsQuota
+	for _, opt := range in.SecurityOptions {
+		switch {
+		case strings.HasPrefix(opt, "name=seccomp"):
+			e.seccomp = true
+		case strings.HasPrefix(opt, "name=apparmor"):
+			e.apparmor = true
+		case strings.HasPrefix(opt, "name=selinux"):
+			e.selinux = true
+		case strings.HasPrefix(opt, "name=userns"):
+			e.userns = true
+		case strings.HasPrefix(opt, "name=rootless"):
+			e.rootless = true
+		}
+	}
+	e.warnings = in.Warnings
+	e.runtime = in.DefaultRuntime
+	if r.cfg.Runtime != "" {
+		if _, ok := in.Runtimes[r.cfg.Runtime]; !ok {
+			known := make([]string, 0, len(in.Runtimes))
+			for k := range in.Runtimes {
+				known = append(known, k)
+			}
+			slices.Sort(known)
+			return fmt.Errorf("docker: the Docker Engine at %s does not know the runtime %q set by CODE_EXEC_DOCKER_RUNTIME (it knows: %s)", host, r.cfg.Runtime, strings.Join(known, ", "))
+		}
+		e.runtime = r.cfg.Runtime
+	}
+	return nil
+}
+
+// checkImage makes sure the image exists and decides which user runs code.
+func (r *Runner) checkImage(ctx context.Context) error {
+	ictx, cancel := context.WithTimeout(ctx, engineTimeout)
+	defer cancel()
+	img, err := r.cli.ImageInspect(ictx, r.cfg.Image)
+	if cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("docker: %w: the sandbox image %s is not on the Docker Engine at %s; build it with %s (or set CODE_EXEC_DOCKER_IMAGE)", sandbox.ErrSandboxUnavailable, r.cfg.Image, r.engine.host, BuildCommand)
+	}
+	if err != nil {
+		return fmt.Errorf("docker: %w: inspecting the image %s failed (%v)", sandbox.ErrSandboxUnavailable, r.cfg.Image, err)
+	}
+	user := ""
+	if img.Config != nil {
+		user = img.Config.User
+	}
+	if isRootUser(user) {
+		r.log.Warn("the sandbox image runs as root; running code as nobody instead", "image", r.cfg.Image, "user", fallbackUser)
+		r.user = fallbackUser
+	}
+	return nil
+}
+
+// isRootUser reports whether an image USER value means root (or is unset).
+func isRootUser(u string) bool {
+	name, _, _ := strings.Cut(u, ":")
+	return name == "" || name == "0" || name == "root"
+}
+
+// Capabilities returns what New found: the languages in the image and the
+// protections in force on this engine.
+func (r *Runner) Capabilities() sandbox.Capabilities { return r.caps }
+
+// Close stops every run still in flight, kills and removes every container
+// this Runner still has, and closes the engine client. It is safe to call
+// more than once; later calls return the first call's result.
+func (r *Runner) Close() error {
+	r.closeOnce.Do(func() {
+		r.mu.Lock()
+		r.closed = true
+		r.mu.Unlock()
+		close(r.done)
+		<-r.reaperDone
+
+		// Runs in flight see r.done, kill their container and clean up;
+		// give them a bounded time to do so.
+		waited := make(chan struct{})
+		go func() { r.runs.Wait(); close(waited) }()
+		select {
+		case <-waited:
+		case <-time.After(2 * cleanupTimeout):
+			r.log.Warn("runs did not finish in time while closing")
+		}
+
+		r.mu.Lock()
+		ids := make([]string, 0, len(r.live))
+		for id := range r.live {
+			ids = append(ids, id)
+		}
+		r.mu.Unlock()
+		var errs []error
+		for _, id := range ids {
+			if err := r.remove(id); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if err := r.cli.Close(); err != nil {
+			errs = append(errs, err)
+		}
+		r.closeErr = errors.Join(errs...)
+	})
+	return r.closeErr
+}
+
+// remove kills and removes a container with a context of its own, and
+// forgets it. A container that is already gone is not an error.
+func (r *Runner) remove(id string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	_, err := r.cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("docker: removing container %.12s: %w", id, err)
+	}
+	r.mu.Lock()
+	delete(r.live, id)
+	r.mu.Unlock()
+	return nil
+}
+
+// removeLeftovers removes every codeexec container whose deadline is before
+// now (or that has no readable deadline), whichever instance made it. It
+// returns how many it removed.
+func (r *Runner) removeLeftovers(ctx context.Context, now time.Time) (int, error) {
+	lctx, cancel := context.WithTimeout(ctx, engineTimeout)
+	defer cancel()
+	list, err := r.cli.ContainerList(lctx, client.ContainerListOptions{
+		All:     true,
+		Filters: make(client.Filters).Add("label", LabelManaged+"=true"),
+	})
+	if err != nil {
+		return 0, fmt.Errorf("listing codeexec containers: %w", err)
+	}
+	n := 0
+	var errs []error
+	for _, c := range list.Items {
+		if c.Labels[LabelManaged] != "true" { // belt and braces: never touch others
+			continue
+		}
+		if dl, err := strconv.ParseInt(c.Labels[LabelDeadline], 10, 64); err == nil && now.Before(time.Unix(dl, 0)) {
+			continue // may belong to a live codeexec
+		}
+		if err := r.remove(c.ID); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		r.log.Info("removed leftover container", "id", shortID(c.ID), "instance", c.Labels[LabelInstance], "state", c.State)
+		n++
+	}
+	return n, errors.Join(errs...)
+}
+
+// reap removes leftovers periodically until Close.
+func (r *Runner) reap() {
+	defer close(r.reaperDone)
+	t := time.NewTicker(reapEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.done:
+			return
+		case now := <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), engineTimeout)
+			if _, err := r.removeLeftovers(ctx, now); err != nil {
+				r.log.Warn("could not remove leftover containers", "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+// track records a container as live; it fails once the Runner is closed.
+func (r *Runner) track(id string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.live[id] = struct{}{}
+	if r.closed {
+		return sandbox.ErrClosed
+	}
+	return nil
+}
+
+// beginRun registers a run in flight, or fails when the Runner is closed.
+func (r *Runner) beginRun() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return fmt.Errorf("docker: %w", sandbox.ErrClosed)
+	}
+	r.runs.Add(1)
+	return nil
+}
+
+func newInstanceID() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+// engineErr wraps an engine failure during a run as ErrSandboxUnavailable
+// with one sentence saying what was being done.
+func engineErr(doing string, err error) error {
+	return fmt.Errorf("docker: %w: the Docker Engine failed while %s (%v)", sandbox.ErrSandboxUnavailable, doing, err)
+}
+
+// waitResult is what the engine's wait endpoint answered.
+type waitResult struct {
+	code int64
+	err  error
+}
+
+// exitStatus turns a container's wait answer into an exit code.
+func exitStatus(w container.WaitResponse) (int64, error) {
+	if w.Error != nil && w.Error.Message != "" {
+		return w.StatusCode, errors.New(w.Error.Message)
+	}
+	return w.StatusCode, nil
+}

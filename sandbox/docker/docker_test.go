@@ -1,0 +1,372 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
+	"github.com/moby/moby/client"
+
+	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/sandboxtest"
+)
+
+// These tests run against the real Docker Engine named by DOCKER_HOST (or
+// the local socket) and the image built by docker/build-sandbox-image.sh.
+// Without an engine or the image they skip, unless CODE_EXEC_REQUIRE_DOCKER=1,
+// in which case they fail.
+
+// TestMain checks, after every test, that no codeexec container is left on
+// the engine.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if cli, ok := engineForMain(); ok {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		list, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", LabelManaged+"=true")})
+		cancel()
+		_ = cli.Close()
+		if err == nil && len(list.Items) > 0 {
+			for _, c := range list.Items {
+				fmt.Fprintf(os.Stderr, "left on the engine after the tests: container %s (%s) labels %v\n", shortID(c.ID), c.State, c.Labels)
+			}
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func engineForMain() (*client.Client, bool) {
+	cli, err := client.New(client.FromEnv)
+	if err != nil {
+		return nil, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
+		_ = cli.Close()
+		return nil, false
+	}
+	return cli, true
+}
+
+func testImage() string {
+	if img := os.Getenv("CODE_EXEC_DOCKER_IMAGE"); img != "" {
+		return img
+	}
+	return DefaultImage
+}
+
+// skipOrFail skips the test, or fails it when CODE_EXEC_REQUIRE_DOCKER=1.
+func skipOrFail(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if os.Getenv("CODE_EXEC_REQUIRE_DOCKER") == "1" {
+		t.Fatalf("%s (CODE_EXEC_REQUIRE_DOCKER=1)", msg)
+	}
+	t.Skipf("%s; set CODE_EXEC_REQUIRE_DOCKER=1 to fail instead of skipping", msg)
+}
+
+// engine returns a client of the test engine, or skips (fails) when no
+// engine answers or the image is missing.
+func engine(t testing.TB) *client.Client {
+	t.Helper()
+	cli, err := client.New(client.FromEnv)
+	if err != nil {
+		skipOrFail(t, "docker client: %v", err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
+		skipOrFail(t, "no Docker Engine answers (DOCKER_HOST=%q): %v", os.Getenv("DOCKER_HOST"), err)
+	}
+	if _, err := cli.ImageInspect(ctx, testImage()); err != nil {
+		skipOrFail(t, "the sandbox image %s is missing (build it with %s): %v", testImage(), BuildCommand, err)
+	}
+	return cli
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+type tWriter struct{ t testing.TB }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// newRunner connects a Runner for the test and closes it at the end, then
+// checks that it left no container behind.
+func newRunner(t testing.TB, cfg Config) (*Runner, *client.Client) {
+	t.Helper()
+	cli := engine(t)
+	if cfg.Image == "" {
+		cfg.Image = testImage()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(t)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := r.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		if n := instanceContainers(t, cli, r.instance); n > 0 {
+			t.Errorf("%d containers of runner %s are left on the engine", n, r.instance)
+		}
+	})
+	return r, cli
+}
+
+// instanceContainers counts the containers of one Runner on the engine.
+func instanceContainers(t testing.TB, cli *client.Client, instance string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	list, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", LabelInstance+"="+instance)})
+	if err != nil {
+		t.Fatalf("listing containers: %v", err)
+	}
+	return len(list.Items)
+}
+
+// alive reports processes with marker on the host's /proc (the engine is
+// local, so container processes are visible there) and containers of the
+// runner still on the engine.
+func alive(r *Runner, cli *client.Client) func(t *testing.T, marker string) bool {
+	return func(t *testing.T, marker string) bool {
+		t.Helper()
+		return sandboxtest.ProcessesAlive(t, marker) || instanceContainers(t, cli, r.instance) > 0
+	}
+}
+
+func run(t *testing.T, r *Runner, req sandbox.Request) *sandbox.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := r.Run(ctx, req)
+	if err != nil {
+		t.Fatalf("Run(%s): %v", req.Language, err)
+	}
+	return res
+}
+
+func TestSuite(t *testing.T) {
+	r, cli := newRunner(t, Config{})
+	sandboxtest.RunSuite(t, r, sandboxtest.Options{Mode: sandbox.ModeDocker, ScrubsEnv: true, Alive: alive(r, cli)})
+}
+
+func TestCapabilities(t *testing.T) {
+	r, _ := newRunner(t, Config{Languages: []string{"python", "javascript"}})
+	caps := r.Capabilities()
+	if caps.Mode != sandbox.ModeDocker {
+		t.Fatalf("Mode = %q", caps.Mode)
+	}
+	for _, name := range []string{"python", "javascript"} {
+		st, ok := caps.Language(name)
+		if !ok || !st.Available || st.Version == "" || !strings.HasPrefix(st.Interpreter, "/") {
+			t.Errorf("language %s: %+v, want available with a version and an absolute interpreter path", name, st)
+		}
+	}
+	if st, _ := caps.Language("bash"); st.Available || !strings.Contains(st.Reason, "disabled") {
+		t.Errorf("bash: %+v, want unavailable because disabled", st)
+	}
+	want := map[string]bool{
+		"network": true, "read-only root filesystem": true, "size-capped /tmp": true, "non-root user": true,
+		"capabilities dropped": true, "no-new-privileges": true, "memory limit": false, "pids limit": false,
+		"cpu limit": false, "open files limit": true, "runtime": true, "engine": true,
+	}
+	for _, p := range caps.Protections {
+		if mustBeActive, ok := want[p.Name]; ok {
+			delete(want, p.Name)
+			if mustBeActive && !p.Active {
+				t.Errorf("protection %q is not active: %s", p.Name, p.Detail)
+			}
+			if p.Detail == "" {
+				t.Errorf("protection %q has no detail", p.Name)
+			}
+		}
+	}
+	for name := range want {
+		t.Errorf("protection %q is not listed", name)
+	}
+
+	ctx := context.Background()
+	if _, err := r.Run(ctx, sandboxtest.Req("bash", "echo hi")); !errors.Is(err, sandbox.ErrLanguageUnavailable) {
+		t.Errorf("Run(bash) with bash disabled: err = %v, want ErrLanguageUnavailable", err)
+	}
+	if _, err := r.Run(ctx, sandboxtest.Req("cobol", "x")); !errors.Is(err, sandbox.ErrUnknownLanguage) {
+		t.Errorf("Run(cobol): err = %v, want ErrUnknownLanguage", err)
+	}
+}
+
+func TestNewErrors(t *testing.T) {
+	engine(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	t.Run("missing image names the build command", func(t *testing.T) {
+		_, err := New(ctx, Config{Image: "codeexec-no-such-image:test"})
+		if err == nil || !strings.Contains(err.Error(), BuildCommand) {
+			t.Fatalf("err = %v, want a message naming %s", err, BuildCommand)
+		}
+	})
+	t.Run("unknown runtime", func(t *testing.T) {
+		_, err := New(ctx, Config{Image: testImage(), Runtime: "codeexec-no-such-runtime"})
+		if err == nil || !strings.Contains(err.Error(), "codeexec-no-such-runtime") || !strings.Contains(err.Error(), "CODE_EXEC_DOCKER_RUNTIME") {
+			t.Fatalf("err = %v, want a message naming the runtime and CODE_EXEC_DOCKER_RUNTIME", err)
+		}
+	})
+	t.Run("unreachable engine", func(t *testing.T) {
+		t.Setenv("DOCKER_HOST", "unix://"+t.TempDir()+"/no-engine.sock")
+		_, err := New(ctx, Config{Image: testImage()})
+		if !errors.Is(err, sandbox.ErrSandboxUnavailable) || !strings.Contains(err.Error(), "DOCKER_HOST") {
+			t.Fatalf("err = %v, want ErrSandboxUnavailable naming DOCKER_HOST", err)
+		}
+	})
+}
+
+// TestLeftoversRemoved plays a crashed codeexec: its containers carry the
+// label and an expired deadline. New must remove them, and leave alone a
+// container of a live codeexec (deadline ahead) and a container that is not
+// codeexec's at all.
+func TestLeftoversRemoved(t *testing.T) {
+	cli := engine(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	past := fmt.Sprint(time.Now().Add(-time.Minute).Unix())
+	future := fmt.Sprint(time.Now().Add(time.Hour).Unix())
+	mk := func(labels map[string]string, startIt bool) string {
+		t.Helper()
+		c, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+			Config: &container.Config{Image: testImage(), Entrypoint: []string{"sleep", "300"}, Labels: labels},
+			HostConfig: &container.HostConfig{
+				NetworkMode: network.NetworkNone, ReadonlyRootfs: true, CapDrop: []string{"ALL"},
+				LogConfig: container.LogConfig{Type: "none"},
+			},
+		})
+		if err != nil {
+			t.Fatalf("creating a test container: %v", err)
+		}
+		t.Cleanup(func() {
+			cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer ccancel()
+			_, _ = cli.ContainerRemove(cctx, c.ID, client.ContainerRemoveOptions{Force: true})
+		})
+		if startIt {
+			if _, err := cli.ContainerStart(ctx, c.ID, client.ContainerStartOptions{}); err != nil {
+				t.Fatalf("starting a test container: %v", err)
+			}
+		}
+		return c.ID
+	}
+	crashedRunning := mk(map[string]string{LabelManaged: "true", LabelInstance: "crashed-test", LabelDeadline: past, LabelRole: "run"}, true)
+	crashedCreated := mk(map[string]string{LabelManaged: "true", LabelInstance: "crashed-test", LabelRole: "run"}, false)
+	liveOther := mk(map[string]string{LabelManaged: "true", LabelInstance: "live-test", LabelDeadline: future, LabelRole: "run"}, false)
+	notOurs := mk(map[string]string{"io.example.owner": "someone-else", LabelDeadline: past}, true)
+
+	r, _ := newRunner(t, Config{})
+	_ = r
+	exists := func(id string) bool {
+		_, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+		if err != nil && !cerrdefs.IsNotFound(err) {
+			t.Fatalf("inspect: %v", err)
+		}
+		return err == nil
+	}
+	if exists(crashedRunning) || exists(crashedCreated) {
+		t.Errorf("New left a crashed codeexec's containers on the engine")
+	}
+	if !exists(liveOther) {
+		t.Errorf("New removed a container whose deadline has not passed (it may belong to a live codeexec)")
+	}
+	if !exists(notOurs) {
+		t.Errorf("New removed a container without the %s label", LabelManaged)
+	}
+}
+
+func TestCloseStopsRuns(t *testing.T) {
+	r, cli := newRunner(t, Config{})
+	marker := sandboxtest.Marker()
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Run(context.Background(), sandboxtest.Req("bash", "sleep "+marker))
+		done <- err
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for !sandboxtest.ProcessesAlive(t, marker) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the run never started")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, sandbox.ErrClosed) {
+			t.Fatalf("Run during Close returned %v, want ErrClosed", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("Run did not return after Close")
+	}
+	if err := r.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := r.Run(context.Background(), sandboxtest.Req("bash", "true")); !errors.Is(err, sandbox.ErrClosed) {
+		t.Fatalf("Run after Close returned %v, want ErrClosed", err)
+	}
+	if sandboxtest.ProcessesAlive(t, marker) || instanceContainers(t, cli, r.instance) > 0 {
+		t.Fatalf("Close left the run's container or processes behind")
+	}
+}
+
+// bridgeAddr returns this host's address on the engine's default bridge,
+// read from the engine (or from the bridge interface the engine names).
+func bridgeAddr(t *testing.T, cli *client.Client) net.IP {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nw, err := cli.NetworkInspect(ctx, "bridge", client.NetworkInspectOptions{})
+	if err != nil {
+		t.Skipf("the engine has no default bridge network: %v", err)
+	}
+	for _, c := range nw.Network.IPAM.Config {
+		if c.Gateway.IsValid() && c.Gateway.Is4() {
+			return net.IP(c.Gateway.AsSlice())
+		}
+	}
+	name := nw.Network.Options["com.docker.network.bridge.name"]
+	if name == "" {
+		name = "docker0"
+	}
+	ifc, err := net.InterfaceByName(name)
+	if err != nil {
+		t.Skipf("no bridge interface %s on this host (is the engine remote?): %v", name, err)
+	}
+	addrs, _ := ifc.Addrs()
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
+			return ipn.IP
+		}
+	}
+	t.Skipf("the bridge interface %s has no IPv4 address", name)
+	return nil
+}

@@ -1,0 +1,193 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/codeexec/codeexec/sandbox"
+)
+
+// probeLimits bound the one container that New runs to find the interpreters.
+var probeLimits = sandbox.Limits{
+	Timeout:       60 * time.Second,
+	MemoryBytes:   512 << 20,
+	CPUs:          1,
+	Processes:     64,
+	OpenFiles:     256,
+	FileSizeBytes: 16 << 20,
+	OutputBytes:   256 << 10,
+}
+
+// probeScript prints the uid the container runs as and, for each enabled
+// language, the interpreter found on PATH and what its ProbeArgs print.
+func probeScript(enabled []string) string {
+	var b strings.Builder
+	b.WriteString("echo \"@@uid $(id -u)\"\n")
+	for _, name := range sandbox.LanguageNames() {
+		if !slices.Contains(enabled, name) {
+			continue
+		}
+		spec := sandbox.Languages[name]
+		fmt.Fprintf(&b, "echo '@@begin %s'\nfound=''\nfor c in %s; do if p=$(command -v \"$c\"); then found=$p; break; fi; done\n",
+			name, shellQuoteAll(spec.Interpreters))
+		fmt.Fprintf(&b, "if [ -n \"$found\" ]; then echo \"$found\"; \"$found\" %s </dev/null 2>&1; echo \"@@rc $?\"; else echo '@@missing'; fi\necho '@@end'\n",
+			shellQuoteAll(spec.ProbeArgs))
+	}
+	return b.String()
+}
+
+// probe runs one short container that finds the interpreters of the enabled
+// languages and the uid code runs as. It sets r.interps and returns the
+// status of every known language.
+func (r *Runner) probe(ctx context.Context) ([]sandbox.LanguageStatus, error) {
+	s, err := r.start(ctx, containerSpec{role: "probe", cmd: []string{"/bin/sh", "-c", probeScript(r.cfg.Languages)}, limits: probeLimits})
+	if err != nil {
+		return nil, fmt.Errorf("docker: probing the interpreters in %s: %w", r.cfg.Image, err)
+	}
+	res, err := r.exchange(ctx, s, strings.NewReader(""), probeLimits)
+	r.discard(s)
+	if err != nil {
+		return nil, fmt.Errorf("docker: probing the interpreters in %s: %w", r.cfg.Image, err)
+	}
+	if res.ExitCode != 0 || res.TimedOut {
+		return nil, fmt.Errorf("docker: %w: the probe container of %s failed (exit %d): %s", sandbox.ErrSandboxUnavailable, r.cfg.Image, res.ExitCode, strings.TrimSpace(res.Stderr+res.Stdout))
+	}
+	return r.parseProbe(res.Stdout)
+}
+
+// parseProbe reads probeScript's output.
+func (r *Runner) parseProbe(out string) ([]sandbox.LanguageStatus, error) {
+	r.interps = map[string]sandbox.Interpreter{}
+	type found struct {
+		lines   []string
+		missing bool
+		rc      int
+	}
+	got := map[string]*found{}
+	var cur *found
+	uid := ""
+	for _, line := range strings.Split(out, "\n") {
+		switch {
+		case strings.HasPrefix(line, "@@uid "):
+			uid = strings.TrimSpace(strings.TrimPrefix(line, "@@uid "))
+		case strings.HasPrefix(line, "@@begin "):
+			cur = &found{}
+			got[strings.TrimPrefix(line, "@@begin ")] = cur
+		case cur == nil:
+		case line == "@@missing":
+			cur.missing = true
+		case strings.HasPrefix(line, "@@rc "):
+			cur.rc, _ = strconv.Atoi(strings.TrimPrefix(line, "@@rc "))
+		case line == "@@end":
+			cur = nil
+		default:
+			cur.lines = append(cur.lines, strings.TrimSpace(line))
+		}
+	}
+	if uid == "" {
+		return nil, fmt.Errorf("docker: %w: the probe container of %s printed no uid", sandbox.ErrSandboxUnavailable, r.cfg.Image)
+	}
+	r.uid = uid
+
+	var statuses []sandbox.LanguageStatus
+	for _, name := range sandbox.LanguageNames() {
+		spec := sandbox.Languages[name]
+		st := sandbox.LanguageStatus{Name: name}
+		f := got[name]
+		switch {
+		case !slices.Contains(r.cfg.Languages, name):
+			st.Reason = "disabled by CODE_EXEC_LANGUAGES"
+		case f == nil || f.missing || len(f.lines) == 0:
+			st.Reason = fmt.Sprintf("interpreter not found in the image %s (looked for %s)", r.cfg.Image, strings.Join(spec.Interpreters, ", "))
+		case f.rc != 0:
+			st.Reason = fmt.Sprintf("%s does not run in the image %s (exit %d): %s", f.lines[0], r.cfg.Image, f.rc, strings.Join(f.lines[1:], " "))
+		default:
+			in := sandbox.Interpreter{Path: f.lines[0]}
+			if len(f.lines) >= 2 && filepath.IsAbs(f.lines[1]) {
+				in.Path = f.lines[1]
+			}
+			if len(f.lines) >= 3 {
+				in.Version = f.lines[2]
+			}
+			r.interps[name] = in
+			st.Available, st.Version, st.Interpreter = true, in.Version, in.Path
+		}
+		statuses = append(statuses, st)
+	}
+	return statuses, nil
+}
+
+// capabilities describes the protections in force, from what New found.
+func (r *Runner) capabilities(langs []sandbox.LanguageStatus) sandbox.Capabilities {
+	e := r.engine
+	nonRoot := r.uid != "0"
+	ps := []sandbox.Protection{
+		{Name: "fresh container per run", Active: true, Detail: "each run gets a new container from " + r.cfg.Image + ", removed after the run; leftovers are found by the label " + LabelManaged + " and removed"},
+		{Name: "network", Active: true, Detail: "network mode none: only a loopback interface, no route to the host, the internet or DNS"},
+		{Name: "read-only root filesystem", Active: true, Detail: "the image's filesystem cannot be written"},
+		{Name: "size-capped /tmp", Active: true, Detail: "/tmp is a tmpfs (" + tmpfsOptions + ") sized by the file size limit; /dev/shm is capped at the same size or 64 MiB"},
+		{Name: "non-root user", Active: nonRoot, Detail: "code runs as uid " + r.uid},
+		{Name: "capabilities dropped", Active: true, Detail: "CapDrop ALL"},
+		{Name: "no-new-privileges", Active: true, Detail: "setuid binaries and file capabilities cannot raise privileges"},
+		{Name: "seccomp", Active: e.seccomp, Detail: "the engine's default seccomp profile"},
+		{Name: "memory limit", Active: e.memoryLimit, Detail: memoryDetail(e)},
+		{Name: "pids limit", Active: e.pidsLimit, Detail: enforcedDetail(e.pidsLimit, "the process limit is a cgroup pids limit")},
+		{Name: "cpu limit", Active: e.cpuQuota, Detail: enforcedDetail(e.cpuQuota, "CPU bandwidth is capped with a CFS quota (NanoCPUs)")},
+		{Name: "open files limit", Active: true, Detail: "ulimit nofile"},
+		{Name: "file size limit", Active: true, Detail: "ulimit fsize"},
+		{Name: "environment scrubbed", Active: true, Detail: "the container gets only PATH, HOME, LANG and TMPDIR; nothing of the server's environment"},
+		{Name: "container logs off", Active: true, Detail: "output goes only to the attached stream, never to the engine's log files"},
+		{Name: "runtime", Active: true, Detail: e.runtime},
+		{Name: "user namespace remapping", Active: e.userns, Detail: "uid 0 in a container maps to an unprivileged host uid (engine option userns-remap)"},
+		{Name: "rootless engine", Active: e.rootless, Detail: "the engine itself runs without root on the host"},
+		{Name: "engine", Active: true, Detail: fmt.Sprintf("Docker Engine %s, API %s, at %s, cgroup v%s (%s driver)", e.serverVersion, e.apiVersion, e.host, e.cgroupVersion, e.cgroupDriver)},
+	}
+	if e.apparmor {
+		ps = append(ps, sandbox.Protection{Name: "apparmor", Active: true, Detail: "the engine's default AppArmor profile"})
+	}
+	if e.selinux {
+		ps = append(ps, sandbox.Protection{Name: "selinux", Active: true, Detail: "SELinux labels enforced by the engine"})
+	}
+	var warnings []string
+	if !e.memoryLimit {
+		warnings = append(warnings, "the Docker Engine's cgroups do not enforce memory limits on this host: a program can use all of the host's memory")
+	}
+	if !e.pidsLimit {
+		warnings = append(warnings, "the Docker Engine's cgroups do not enforce pids limits on this host: a fork bomb is bounded only by the timeout")
+	}
+	if !nonRoot {
+		warnings = append(warnings, "code runs as root inside the container")
+	}
+	warnings = append(warnings, e.warnings...)
+	runtime := e.runtime
+	return sandbox.Capabilities{
+		Mode: sandbox.ModeDocker,
+		Isolation: "a fresh container per run (runtime " + runtime + "): no network, read-only root filesystem except a size-capped /tmp, " +
+			"non-root user, all capabilities dropped, no-new-privileges, memory, CPU, pids and open-file limits; removed after the run",
+		Languages:   langs,
+		Protections: ps,
+		Warnings:    warnings,
+	}
+}
+
+func memoryDetail(e engineFacts) string {
+	if !e.memoryLimit {
+		return "not enforced: the engine reports no memory cgroup support"
+	}
+	if !e.swapLimit {
+		return "memory is capped by a cgroup, but the engine cannot limit swap, so a program may use swap beyond the limit"
+	}
+	return "memory is capped by a cgroup, with no swap on top (MemorySwap = Memory); an OOM kill is reported as oom_killed"
+}
+
+func enforcedDetail(ok bool, what string) string {
+	if ok {
+		return what
+	}
+	return "not enforced: the engine reports no cgroup support for it"
+}
