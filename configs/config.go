@@ -316,7 +316,7 @@ func WriteHelp(w io.Writer) {
 		if def == "" {
 			def = "(empty)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s (%s)\n", s.Name, def, s.Help, s.Accepted)
+		fmt.Fprintf(tw, "%s\t%s\t%s [%s]\n", s.Name, def, s.Help, s.Accepted)
 	}
 	_ = tw.Flush()
 }

@@ -1,0 +1,199 @@
+// Command codeexec is an MCP server that runs code in a sandbox.
+//
+//	codeexec [--transport stdio|sse|http] [--addr host:port]
+//
+// Every setting is an environment variable CODE_EXEC_*; see codeexec --help.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+
+	"github.com/lmittmann/tint"
+
+	"github.com/codeexec/codeexec/configs"
+	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/docker"
+	"github.com/codeexec/codeexec/sandbox/host"
+	"github.com/codeexec/codeexec/sandbox/process"
+	"github.com/codeexec/codeexec/server"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = ""
+
+func main() {
+	// The sandbox supervisor is this same binary, re-executed.
+	process.MaybeRunHelper()
+	os.Exit(run(os.Args[1:], os.Environ(), os.Stdin, os.Stdout, os.Stderr))
+}
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+func usage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintf(w, `codeexec %s: an MCP server that runs python, javascript and bash code in a sandbox.
+
+Usage:
+  codeexec [flags]
+
+Flags:
+`, buildVersion())
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fmt.Fprint(w, `
+Settings (environment variables):
+`)
+	configs.WriteHelp(w)
+	fmt.Fprint(w, `
+Examples:
+  codeexec                                    # stdio, process mode (Claude Desktop, IDEs)
+  CODE_EXEC_SANDBOX=docker codeexec --transport http --addr 127.0.0.1:8080
+`)
+}
+
+// run is main without the process exit, for tests.
+func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("codeexec", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	transport := fs.String("transport", "", "transport: stdio, sse or http (overrides CODE_EXEC_TRANSPORT)")
+	addr := fs.String("addr", "", "listen address of the sse and http transports (overrides CODE_EXEC_ADDR)")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			usage(stdout, fs)
+			return 0
+		}
+		fmt.Fprintf(stderr, "codeexec: %v (see codeexec --help)\n", err)
+		return 2
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, "codeexec", buildVersion())
+		return 0
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "codeexec: unexpected argument %q (see codeexec --help)\n", fs.Arg(0))
+		return 2
+	}
+
+	cfg, err := configs.Load(environ)
+	if err == nil && (*transport != "" || *addr != "") {
+		if *transport != "" {
+			err = cfg.Transport.UnmarshalText([]byte(*transport))
+			if err != nil {
+				err = fmt.Errorf("--transport %q is not valid: use stdio, sse or http", *transport)
+			}
+		}
+		if *addr != "" {
+			cfg.Addr = *addr
+		}
+		if err == nil {
+			err = cfg.ValidateListen()
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "codeexec: configuration error: %v\n", err)
+		return 2
+	}
+	log := newLogger(cfg, stderr)
+	slog.SetDefault(log)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	runner, err := newRunner(ctx, cfg, log)
+	if err != nil {
+		log.Error("cannot start the sandbox", "mode", cfg.Sandbox, "err", err)
+		fmt.Fprintf(stderr, "codeexec: %v\n", err)
+		return 1
+	}
+	limited := sandbox.Limit(runner, cfg.MaxConcurrency)
+	defer func() {
+		if err := limited.Close(); err != nil {
+			log.Error("cleaning up the sandbox", "err", err)
+		}
+	}()
+	announce(log, cfg, runner.Capabilities())
+
+	srv := server.New(cfg, limited, server.Options{Version: buildVersion(), Logger: log})
+	switch cfg.Transport {
+	case configs.TransportStdio:
+		err = srv.ServeStdio(ctx, stdin, stdout)
+	default:
+		err = srv.ServeHTTP(ctx, cfg.Transport, cfg.Addr, func(a net.Addr) {
+			log.Info("listening", "transport", cfg.Transport, "addr", a.String(), "auth", cfg.AuthToken != "")
+		})
+	}
+	if err != nil {
+		log.Error("server stopped", "err", err)
+		return 1
+	}
+	log.Info("shutting down")
+	return 0
+}
+
+func newLogger(cfg *configs.Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+	}
+	noColor := true
+	if f, ok := w.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			noColor = false
+		}
+	}
+	return slog.New(tint.NewHandler(w, &tint.Options{Level: level, NoColor: noColor}))
+}
+
+func newRunner(ctx context.Context, cfg *configs.Config, log *slog.Logger) (sandbox.Runner, error) {
+	switch cfg.Sandbox {
+	case sandbox.ModeDocker:
+		return docker.New(ctx, docker.Config{Image: cfg.DockerImage, Runtime: cfg.DockerRuntime, Languages: cfg.Languages, Logger: log})
+	case sandbox.ModeProcess:
+		return process.New(ctx, process.Config{Languages: cfg.Languages, WorkRoot: cfg.WorkDir, Logger: log})
+	case sandbox.ModeNone:
+		return host.New(ctx, host.Config{Languages: cfg.Languages, WorkRoot: cfg.WorkDir, Logger: log})
+	}
+	return nil, fmt.Errorf("unknown sandbox mode %q", cfg.Sandbox)
+}
+
+// announce logs the mode, the languages and every protection at start, and
+// warns loudly about what is unsafe.
+func announce(log *slog.Logger, cfg *configs.Config, caps sandbox.Capabilities) {
+	log.Info("codeexec starting", "version", buildVersion(), "sandbox", caps.Mode, "transport", cfg.Transport,
+		"max_concurrency", cfg.MaxConcurrency, "timeout", cfg.Timeout, "max_timeout", cfg.MaxTimeout, "memory", cfg.Memory.String())
+	for _, l := range caps.Languages {
+		if l.Available {
+			log.Info("language ready", "language", l.Name, "version", l.Version, "interpreter", l.Interpreter)
+		} else {
+			log.Warn("language unavailable", "language", l.Name, "reason", l.Reason)
+		}
+	}
+	for _, p := range caps.Protections {
+		log.Info("protection", "name", p.Name, "active", p.Active, "detail", p.Detail)
+	}
+	for _, w := range caps.Warnings {
+		log.Warn("!!! " + w + " !!!")
+	}
+	if caps.Mode == sandbox.ModeProcess {
+		log.Warn("process mode is for trusted code on a developer machine or CI; use CODE_EXEC_SANDBOX=docker for untrusted code")
+	}
+}

@@ -1,0 +1,348 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/codeexec/codeexec/configs"
+	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/sandboxtest"
+)
+
+func testConfig(t *testing.T, env ...string) *configs.Config {
+	t.Helper()
+	c, err := configs.Load(append([]string{"CODE_EXEC_MAX_CODE=1k", "CODE_EXEC_MAX_STDIN=2k"}, env...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func newTestServer(t *testing.T, run func(ctx context.Context, req sandbox.Request) (*sandbox.Result, error)) *Server {
+	t.Helper()
+	fake := &sandboxtest.Fake{RunFunc: run, Caps: sandbox.Capabilities{Mode: sandbox.ModeProcess, Languages: []sandbox.LanguageStatus{{Name: "python", Available: true}}}}
+	return New(testConfig(t), fake, Options{Version: "test", Logger: slog.New(slog.DiscardHandler)})
+}
+
+func call(args any) mcp.CallToolRequest {
+	var r mcp.CallToolRequest
+	r.Params.Name = ToolExecute
+	r.Params.Arguments = args
+	return r
+}
+
+func resultText(r *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range r.Content {
+		if tc, ok := c.(mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+func TestDecodeExecuteArgs(t *testing.T) {
+	cfg := testConfig(t)
+	cases := []struct {
+		name string
+		args any
+		want string // substring of the error; "" means valid
+	}{
+		{"valid", map[string]any{"language": "python", "code": "print(1)"}, ""},
+		{"alias", map[string]any{"language": "Py", "code": "print(1)"}, ""},
+		{"raw json", json.RawMessage(`{"language":"bash","code":"echo hi","timeout_seconds":2.5}`), ""},
+		{"nil", nil, "needs arguments"},
+		{"array", []any{"python"}, "must be a JSON object"},
+		{"invalid json", json.RawMessage(`{"language":`), "not valid JSON"},
+		{"missing code", map[string]any{"language": "python"}, `missing required argument "code"`},
+		{"missing language", map[string]any{"code": "x"}, `missing required argument "language"`},
+		{"language number", map[string]any{"language": 3, "code": "x"}, "language must be a string, not a number"},
+		{"code object", map[string]any{"language": "python", "code": map[string]any{}}, "code must be a string, not an object"},
+		{"unknown language", map[string]any{"language": "cobol", "code": "x"}, `"cobol" is not supported here: use one of python, javascript, bash`},
+		{"empty code", map[string]any{"language": "python", "code": "  \n\t"}, "code is empty"},
+		{"code too large", map[string]any{"language": "python", "code": strings.Repeat("#", 1025)}, "over this server's limit of 1024 bytes (CODE_EXEC_MAX_CODE)"},
+		{"nul byte", map[string]any{"language": "python", "code": "print(1)\x00"}, "NUL byte"},
+		{"invalid utf-8", map[string]any{"language": "python", "code": "print('\xff')"}, "not valid UTF-8"},
+		{"stdin number", map[string]any{"language": "python", "code": "x", "stdin": 5}, "stdin must be a string"},
+		{"stdin too large", map[string]any{"language": "python", "code": "x", "stdin": strings.Repeat("a", 2049)}, "CODE_EXEC_MAX_STDIN"},
+		{"extra argument", map[string]any{"language": "python", "code": "x", "sudo": true}, `unknown argument "sudo"`},
+		{"timeout string", map[string]any{"language": "python", "code": "x", "timeout_seconds": "10"}, "timeout_seconds must be a number of seconds, not a string"},
+		{"timeout zero", map[string]any{"language": "python", "code": "x", "timeout_seconds": 0}, "must be above 0"},
+		{"timeout negative", map[string]any{"language": "python", "code": "x", "timeout_seconds": -5}, "must be above 0"},
+		{"timeout over cap", map[string]any{"language": "python", "code": "x", "timeout_seconds": 61}, "above this server's cap of 60 seconds (CODE_EXEC_MAX_TIMEOUT)"},
+		{"timeout absurd", map[string]any{"language": "python", "code": "x", "timeout_seconds": 1e308}, "CODE_EXEC_MAX_TIMEOUT"},
+		{"timeout tiny", map[string]any{"language": "python", "code": "x", "timeout_seconds": 1e-9}, "too short"},
+		{"timeout null is default", map[string]any{"language": "python", "code": "x", "timeout_seconds": nil}, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			a, err := DecodeExecuteArgs(c.args, cfg)
+			if c.want == "" {
+				if err != nil {
+					t.Fatalf("rejected valid arguments: %v", err)
+				}
+				if a.Timeout <= 0 || a.Language == "" {
+					t.Fatalf("decoded %+v", a)
+				}
+				return
+			}
+			var ae *ArgError
+			if !errors.As(err, &ae) {
+				t.Fatalf("error = %v, want an *ArgError", err)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %q does not contain %q", err, c.want)
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error is not one line: %q", err)
+			}
+		})
+	}
+}
+
+func TestDecodeTimeout(t *testing.T) {
+	a, err := DecodeExecuteArgs(map[string]any{"language": "js", "code": "1", "timeout_seconds": 2.5}, testConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Timeout != 2500*time.Millisecond || a.Language != "javascript" {
+		t.Fatalf("decoded %+v", a)
+	}
+	a, _ = DecodeExecuteArgs(map[string]any{"language": "sh", "code": "1"}, testConfig(t))
+	if a.Timeout != 10*time.Second || a.Language != "bash" {
+		t.Fatalf("default timeout not applied: %+v", a)
+	}
+}
+
+func TestExecuteResult(t *testing.T) {
+	var got sandbox.Request
+	s := newTestServer(t, func(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
+		got = req
+		return &sandbox.Result{ExitCode: 3, Stdout: "out\n", Stderr: "err\n", Duration: 12 * time.Millisecond, Sandbox: sandbox.ModeProcess}, nil
+	})
+	res, err := s.handleExecute(context.Background(), call(map[string]any{"language": "python", "code": "x", "stdin": "in", "timeout_seconds": 5}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.IsError {
+		t.Fatalf("a non-zero exit is not an error: %s", resultText(res))
+	}
+	out, ok := res.StructuredContent.(ExecuteOutput)
+	if !ok || out.ExitCode != 3 || out.Stdout != "out\n" || out.Stderr != "err\n" || out.DurationMS != 12 || out.Sandbox != "process" {
+		t.Fatalf("structured content = %+v", res.StructuredContent)
+	}
+	if got.Stdin != "in" || got.Limits.Timeout != 5*time.Second || got.Limits.MemoryBytes != 256<<20 || got.Limits.OutputBytes != 1<<20 {
+		t.Fatalf("runner got %+v", got)
+	}
+	text := resultText(res)
+	if !strings.HasPrefix(text, "stdout:\nout\n\nstderr:\nerr\n\n") || !strings.Contains(text, "Exit code 3") {
+		t.Fatalf("text = %q", text)
+	}
+}
+
+func TestLimitHitsAreErrors(t *testing.T) {
+	cases := []struct {
+		res  sandbox.Result
+		want string
+	}{
+		{sandbox.Result{ExitCode: 137, TimedOut: true}, "Timed out"},
+		{sandbox.Result{ExitCode: 137, OOMKilled: true}, "Out of memory"},
+		{sandbox.Result{ExitCode: 137, Truncated: true}, "Output limit reached"},
+	}
+	for _, c := range cases {
+		s := newTestServer(t, func(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
+			r := c.res
+			r.Sandbox = sandbox.ModeProcess
+			return &r, nil
+		})
+		res, _ := s.handleExecute(context.Background(), call(map[string]any{"language": "python", "code": "x"}))
+		if !res.IsError || !strings.Contains(resultText(res), c.want) || res.StructuredContent == nil {
+			t.Errorf("%s: isError=%v text=%q", c.want, res.IsError, resultText(res))
+		}
+	}
+}
+
+func TestRunnerErrorsAreOneSentence(t *testing.T) {
+	cases := []struct {
+		err  error
+		want string
+	}{
+		{context.Canceled, "cancelled"},
+		{sandbox.ErrClosed, "shutting down"},
+		{fmt.Errorf("%w: engine unreachable", sandbox.ErrSandboxUnavailable), "engine unreachable. The code did not run"},
+		{errors.New("lang: " + sandbox.ErrLanguageUnavailable.Error()), "could not be run"},
+	}
+	for _, c := range cases {
+		s := newTestServer(t, func(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) { return nil, c.err })
+		res, err := s.handleExecute(context.Background(), call(map[string]any{"language": "python", "code": "x"}))
+		if err != nil || !res.IsError || !strings.Contains(resultText(res), c.want) {
+			t.Errorf("%v: err=%v isError=%v text=%q", c.err, err, res.IsError, resultText(res))
+		}
+	}
+}
+
+func TestRejectionDoesNotRun(t *testing.T) {
+	var runs atomic.Int32
+	s := newTestServer(t, func(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
+		runs.Add(1)
+		return &sandbox.Result{}, nil
+	})
+	res, _ := s.handleExecute(context.Background(), call(map[string]any{"language": "cobol", "code": "x"}))
+	if !res.IsError || runs.Load() != 0 {
+		t.Fatalf("isError=%v runs=%d", res.IsError, runs.Load())
+	}
+}
+
+func TestSessionEndCancelsItsRuns(t *testing.T) {
+	s := newTestServer(t, nil)
+	ctx := s.mcp.WithContext(context.Background(), fakeSession{id: "s1"})
+	runCtx, done := s.trackRun(ctx)
+	defer done()
+	other, doneOther := s.trackRun(s.mcp.WithContext(context.Background(), fakeSession{id: "s2"}))
+	defer doneOther()
+	s.cancelSession("s1")
+	if runCtx.Err() == nil {
+		t.Fatal("the run of the ended session was not cancelled")
+	}
+	if other.Err() != nil {
+		t.Fatal("a run of another session was cancelled")
+	}
+}
+
+type fakeSession struct{ id string }
+
+func (f fakeSession) Initialize()                                         {}
+func (f fakeSession) Initialized() bool                                   { return true }
+func (f fakeSession) NotificationChannel() chan<- mcp.JSONRPCNotification { return nil }
+func (f fakeSession) SessionID() string                                   { return f.id }
+
+func TestInfo(t *testing.T) {
+	s := newTestServer(t, nil)
+	res, err := s.handleInfo(context.Background(), mcp.CallToolRequest{})
+	if err != nil || res.IsError {
+		t.Fatalf("sandbox_info failed: %v %s", err, resultText(res))
+	}
+	info := res.StructuredContent.(InfoOutput)
+	if info.Mode != sandbox.ModeProcess || !info.Sandboxed || info.Limits.MaxTimeoutSeconds != 60 || info.Limits.MaxCodeBytes != 1024 || !strings.HasPrefix(info.Approval, "never") {
+		t.Fatalf("info = %+v", info)
+	}
+	var req mcp.CallToolRequest
+	req.Params.Arguments = map[string]any{"verbose": true}
+	res, _ = s.handleInfo(context.Background(), req)
+	if !res.IsError {
+		t.Fatal("sandbox_info accepted arguments")
+	}
+}
+
+func TestToolsDeclareAnnotationsAndSchemas(t *testing.T) {
+	for _, mode := range sandbox.Modes {
+		s := New(testConfig(t), &sandboxtest.Fake{Caps: sandbox.Capabilities{Mode: mode}}, Options{})
+		for _, st := range s.tools() {
+			tool := st.Tool
+			a := tool.Annotations
+			if a.Title == "" || a.ReadOnlyHint == nil || a.DestructiveHint == nil || a.OpenWorldHint == nil || a.IdempotentHint == nil {
+				t.Errorf("%s (%s): annotations not all set: %+v", tool.Name, mode, a)
+			}
+			for _, raw := range []json.RawMessage{tool.RawInputSchema, tool.RawOutputSchema} {
+				var v map[string]any
+				if err := json.Unmarshal(raw, &v); err != nil || v["type"] != "object" {
+					t.Errorf("%s: schema is not an object schema: %v", tool.Name, err)
+				}
+			}
+			if _, err := json.Marshal(tool); err != nil {
+				t.Errorf("%s: %v", tool.Name, err)
+			}
+		}
+	}
+	contained := executeTool(sandbox.ModeDocker).Annotations
+	if *contained.OpenWorldHint || *contained.DestructiveHint {
+		t.Error("docker mode's code_execute claims open-world or destructive")
+	}
+	open := executeTool(sandbox.ModeNone).Annotations
+	if !*open.OpenWorldHint || !*open.DestructiveHint {
+		t.Error("mode none's code_execute does not warn that code reaches the host")
+	}
+}
+
+func TestRequireToken(t *testing.T) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) })
+	h := requireToken(ok, "0123456789abcdef-token")
+	cases := map[string]int{
+		"":                              http.StatusUnauthorized,
+		"Bearer wrong":                  http.StatusUnauthorized,
+		"Bearer 0123456789abcdef-toke":  http.StatusUnauthorized,
+		"Basic 0123456789abcdef-token":  http.StatusUnauthorized,
+		"Bearer 0123456789abcdef-token": http.StatusTeapot,
+	}
+	for header, want := range cases {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodPost, "/mcp", nil)
+		if header != "" {
+			req.Header.Set("Authorization", header)
+		}
+		h.ServeHTTP(rec, req)
+		if rec.Code != want {
+			t.Errorf("Authorization %q: status %d, want %d", header, rec.Code, want)
+		}
+		if want == http.StatusUnauthorized && rec.Header().Get("WWW-Authenticate") == "" {
+			t.Errorf("401 without WWW-Authenticate")
+		}
+	}
+	rec := httptest.NewRecorder()
+	requireToken(ok, "").ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/mcp", nil))
+	if rec.Code != http.StatusTeapot {
+		t.Errorf("without a configured token: status %d, want the handler's", rec.Code)
+	}
+}
+
+func TestLimitBody(t *testing.T) {
+	h := limitBody(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		buf := make([]byte, 64)
+		n := 0
+		for {
+			m, err := r.Body.Read(buf)
+			n += m
+			if err != nil {
+				var mbe *http.MaxBytesError
+				if errors.As(err, &mbe) {
+					w.WriteHeader(http.StatusRequestEntityTooLarge)
+					return
+				}
+				break
+			}
+		}
+		w.WriteHeader(http.StatusOK)
+	}), 16)
+	for body, want := range map[string]int{"small": 200, strings.Repeat("x", 17): 413} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/mcp", strings.NewReader(body)))
+		if rec.Code != want {
+			t.Errorf("body of %d bytes: status %d, want %d", len(body), rec.Code, want)
+		}
+	}
+}
+
+func TestRenderText(t *testing.T) {
+	got := RenderText(ExecuteOutput{Stdout: "18446744073709551616\n", Sandbox: "process", DurationMS: 15}, 10*time.Second, "1m")
+	want := "stdout:\n18446744073709551616\n\nExit code 0 (after 15 ms in the process sandbox)."
+	if got != want {
+		t.Fatalf("RenderText = %q, want %q", got, want)
+	}
+	if got := RenderText(ExecuteOutput{Sandbox: "docker"}, time.Second, "1m"); !strings.HasPrefix(got, "(no output)") {
+		t.Fatalf("no output: %q", got)
+	}
+	if got := RenderText(ExecuteOutput{TimedOut: true, Stdout: "partial", Sandbox: "docker"}, 2*time.Second, "1m"); !strings.Contains(got, "stdout:\npartial\n") || !strings.Contains(got, "2s limit") {
+		t.Fatalf("timeout: %q", got)
+	}
+}

@@ -1,0 +1,340 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
+
+	"github.com/codeexec/codeexec/sandbox"
+)
+
+// Tool names.
+const (
+	ToolExecute = "code_execute"
+	ToolInfo    = "sandbox_info"
+)
+
+// executeInputSchema is the JSON Schema of code_execute's arguments.
+const executeInputSchema = `{
+  "type": "object",
+  "properties": {
+    "language": {
+      "type": "string",
+      "description": "Language of the code: python, javascript or bash (aliases: py, python3, js, node, sh)."
+    },
+    "code": {
+      "type": "string",
+      "description": "The program text. Print what you want to see: only stdout and stderr come back."
+    },
+    "stdin": {
+      "type": "string",
+      "description": "Standard input for the program (optional)."
+    },
+    "timeout_seconds": {
+      "type": "number",
+      "exclusiveMinimum": 0,
+      "description": "Wall-clock limit for this run in seconds (optional; the server's default applies otherwise, and its cap may not be exceeded: see sandbox_info)."
+    }
+  },
+  "required": ["language", "code"],
+  "additionalProperties": false
+}`
+
+// executeOutputSchema is the JSON Schema of code_execute's structuredContent.
+const executeOutputSchema = `{
+  "type": "object",
+  "properties": {
+    "exit_code": {"type": "integer", "description": "Exit status; 128+N when killed by signal N."},
+    "stdout": {"type": "string"},
+    "stderr": {"type": "string"},
+    "timed_out": {"type": "boolean", "description": "The timeout stopped the run."},
+    "oom_killed": {"type": "boolean", "description": "The memory limit stopped the run."},
+    "truncated": {"type": "boolean", "description": "The output cap was reached and the run stopped."},
+    "duration_ms": {"type": "number", "description": "Wall-clock duration of the run in milliseconds."},
+    "sandbox": {"type": "string", "enum": ["docker", "process", "none"], "description": "The sandbox mode that ran the code."},
+    "language": {"type": "string"},
+    "signal": {"type": "string", "description": "The signal that ended the program, if any."}
+  },
+  "required": ["exit_code", "stdout", "stderr", "timed_out", "oom_killed", "truncated", "duration_ms", "sandbox"]
+}`
+
+// infoInputSchema: sandbox_info takes no arguments.
+const infoInputSchema = `{"type": "object", "properties": {}, "additionalProperties": false}`
+
+const infoOutputSchema = `{
+  "type": "object",
+  "properties": {
+    "mode": {"type": "string", "enum": ["docker", "process", "none"]},
+    "sandboxed": {"type": "boolean"},
+    "isolation": {"type": "string"},
+    "warnings": {"type": "array", "items": {"type": "string"}},
+    "languages": {"type": "array", "items": {"type": "object"}},
+    "limits": {"type": "object"},
+    "network": {"type": "string"},
+    "approval": {"type": "string"},
+    "protections": {"type": "array", "items": {"type": "object"}},
+    "version": {"type": "string"}
+  },
+  "required": ["mode", "sandboxed", "languages", "limits", "network", "approval", "protections"]
+}`
+
+// ExecuteOutput is code_execute's structuredContent.
+type ExecuteOutput struct {
+	ExitCode   int     `json:"exit_code"`
+	Stdout     string  `json:"stdout"`
+	Stderr     string  `json:"stderr"`
+	TimedOut   bool    `json:"timed_out"`
+	OOMKilled  bool    `json:"oom_killed"`
+	Truncated  bool    `json:"truncated"`
+	DurationMS float64 `json:"duration_ms"`
+	Sandbox    string  `json:"sandbox"`
+	Language   string  `json:"language"`
+	Signal     string  `json:"signal,omitempty"`
+}
+
+// executeTool declares code_execute. Its hints follow the mode: only docker
+// mode keeps code away from the host's files and the network.
+func executeTool(mode sandbox.Mode) mcp.Tool {
+	contained := mode == sandbox.ModeDocker
+	desc := "Run a short program and return its stdout, stderr and exit code. " +
+		"Languages: python, javascript (Node.js), bash. Each run starts from a clean slate: no state is kept between calls. " +
+		"Print results to stdout. Limits (time, memory, output) apply; call sandbox_info to see them."
+	return mcp.Tool{
+		Name:            ToolExecute,
+		Title:           "Execute code",
+		Description:     desc,
+		RawInputSchema:  json.RawMessage(executeInputSchema),
+		RawOutputSchema: json.RawMessage(executeOutputSchema),
+		Annotations: mcp.ToolAnnotation{
+			Title:           "Execute code",
+			ReadOnlyHint:    mcp.ToBoolPtr(false),
+			DestructiveHint: mcp.ToBoolPtr(!contained),
+			IdempotentHint:  mcp.ToBoolPtr(false),
+			OpenWorldHint:   mcp.ToBoolPtr(!contained),
+		},
+	}
+}
+
+func infoTool() mcp.Tool {
+	return mcp.Tool{
+		Name:            ToolInfo,
+		Title:           "Sandbox information",
+		Description:     "Describe this code-execution server: the sandbox mode in force, the languages and their versions, the limits, the network and approval policies, and which protections are active on this host.",
+		RawInputSchema:  json.RawMessage(infoInputSchema),
+		RawOutputSchema: json.RawMessage(infoOutputSchema),
+		Annotations: mcp.ToolAnnotation{
+			Title:           "Sandbox information",
+			ReadOnlyHint:    mcp.ToBoolPtr(true),
+			DestructiveHint: mcp.ToBoolPtr(false),
+			IdempotentHint:  mcp.ToBoolPtr(true),
+			OpenWorldHint:   mcp.ToBoolPtr(false),
+		},
+	}
+}
+
+// handleExecute is code_execute's handler. Rejections and runs stopped by a
+// limit are tool results with isError; a Go error is never returned for
+// anything the model can fix.
+func (s *Server) handleExecute(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	args, err := DecodeExecuteArgs(req.GetRawArguments(), s.cfg)
+	if err != nil {
+		s.log.Info("request rejected", "tool", ToolExecute, "reason", err.Error())
+		return mcp.NewToolResultError(err.Error()), nil
+	}
+	ctx, done := s.trackRun(ctx)
+	defer done()
+
+	res, err := s.runner.Run(ctx, sandbox.Request{
+		Language: args.Language,
+		Code:     args.Code,
+		Stdin:    args.Stdin,
+		Limits:   s.cfg.Limits(args.Timeout),
+	})
+	if err != nil {
+		msg := runErrorMessage(err, args)
+		s.log.Warn("run failed", "language", args.Language, "err", err)
+		return mcp.NewToolResultError(msg), nil
+	}
+	out := ExecuteOutput{
+		ExitCode:   res.ExitCode,
+		Stdout:     res.Stdout,
+		Stderr:     res.Stderr,
+		TimedOut:   res.TimedOut,
+		OOMKilled:  res.OOMKilled,
+		Truncated:  res.Truncated,
+		DurationMS: float64(res.Duration.Microseconds()) / 1000,
+		Sandbox:    string(res.Sandbox),
+		Language:   args.Language,
+		Signal:     res.Signal,
+	}
+	s.log.Info("run", "language", args.Language, "sandbox", res.Sandbox, "exit_code", res.ExitCode,
+		"duration_ms", out.DurationMS, "limit", res.LimitHit(), "stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr))
+	result := &mcp.CallToolResult{
+		Content:           []mcp.Content{mcp.NewTextContent(RenderText(out, args.Timeout, s.cfg.MaxOutput.String()))},
+		StructuredContent: out,
+		IsError:           res.LimitHit() != "",
+	}
+	return result, nil
+}
+
+// runErrorMessage turns a runner error into one sentence for the model.
+func runErrorMessage(err error, args ExecuteArgs) string {
+	switch {
+	case errors.Is(err, context.Canceled):
+		return "The run was cancelled before it finished, so it was stopped."
+	case errors.Is(err, context.DeadlineExceeded):
+		return "The request's deadline passed before the run could finish, so it was stopped."
+	case errors.Is(err, sandbox.ErrUnknownLanguage), errors.Is(err, sandbox.ErrLanguageUnavailable):
+		return capitalize(err.Error()) + "."
+	case errors.Is(err, sandbox.ErrClosed):
+		return "The server is shutting down and no longer runs code: try again once it is back."
+	case errors.Is(err, sandbox.ErrSandboxUnavailable):
+		return fmt.Sprintf("The sandbox could not run the %s code: %s. The code did not run; this is a server-side problem, so retrying later or telling the operator may help.", args.Language, strings.TrimPrefix(err.Error(), sandbox.ErrSandboxUnavailable.Error()+": "))
+	}
+	return fmt.Sprintf("The code could not be run: %v.", err)
+}
+
+// RenderText is the text content a model reads: stdout, then stderr, then
+// how the run ended.
+func RenderText(o ExecuteOutput, timeout time.Duration, outputCap string) string {
+	var b strings.Builder
+	section := func(name, body string) {
+		if body == "" {
+			return
+		}
+		fmt.Fprintf(&b, "%s:\n%s", name, body)
+		if !strings.HasSuffix(body, "\n") {
+			b.WriteString("\n")
+		}
+		b.WriteString("\n")
+	}
+	section("stdout", o.Stdout)
+	section("stderr", o.Stderr)
+	if o.Stdout == "" && o.Stderr == "" {
+		b.WriteString("(no output)\n\n")
+	}
+	ran := fmt.Sprintf("after %s in the %s sandbox", fmtMillis(o.DurationMS), o.Sandbox)
+	switch {
+	case o.TimedOut:
+		fmt.Fprintf(&b, "Timed out: the run was stopped at its %s limit (%s). Make the code faster or ask for a longer timeout_seconds, within the cap shown by sandbox_info.", timeout, ran)
+	case o.OOMKilled:
+		fmt.Fprintf(&b, "Out of memory: the run was killed at its memory limit (%s). Use less memory, for example by processing data in chunks.", ran)
+	case o.Truncated:
+		fmt.Fprintf(&b, "Output limit reached: the run wrote more than %s and was stopped; the output above is cut (%s). Print less, for example a summary.", outputCap, ran)
+	case o.Signal != "":
+		fmt.Fprintf(&b, "Killed by signal %s, exit code %d (%s).", o.Signal, o.ExitCode, ran)
+	default:
+		fmt.Fprintf(&b, "Exit code %d (%s).", o.ExitCode, ran)
+	}
+	return b.String()
+}
+
+func fmtMillis(ms float64) string {
+	if ms >= 1000 {
+		return fmt.Sprintf("%.2f s", ms/1000)
+	}
+	return fmt.Sprintf("%.0f ms", ms)
+}
+
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// InfoOutput is sandbox_info's structuredContent.
+type InfoOutput struct {
+	Mode        sandbox.Mode             `json:"mode"`
+	Sandboxed   bool                     `json:"sandboxed"`
+	Isolation   string                   `json:"isolation"`
+	Warnings    []string                 `json:"warnings,omitempty"`
+	Languages   []sandbox.LanguageStatus `json:"languages"`
+	Limits      InfoLimits               `json:"limits"`
+	Network     string                   `json:"network"`
+	Approval    string                   `json:"approval"`
+	Protections []sandbox.Protection     `json:"protections"`
+	Version     string                   `json:"version"`
+}
+
+// InfoLimits are the operator's limits as sandbox_info reports them.
+type InfoLimits struct {
+	DefaultTimeoutSeconds float64 `json:"default_timeout_seconds"`
+	MaxTimeoutSeconds     float64 `json:"max_timeout_seconds"`
+	MemoryBytes           int64   `json:"memory_bytes"`
+	CPUs                  float64 `json:"cpus"`
+	Processes             int     `json:"processes"`
+	OpenFiles             int     `json:"open_files"`
+	FileSizeBytes         int64   `json:"file_size_bytes"`
+	MaxOutputBytes        int64   `json:"max_output_bytes"`
+	MaxCodeBytes          int64   `json:"max_code_bytes"`
+	MaxStdinBytes         int64   `json:"max_stdin_bytes"`
+	MaxConcurrency        int     `json:"max_concurrency"`
+}
+
+// Info builds sandbox_info's answer.
+func (s *Server) Info() InfoOutput {
+	caps := s.runner.Capabilities()
+	c := s.cfg
+	network := "not isolated: code can reach the network like any program of the server's user"
+	if caps.Mode == sandbox.ModeDocker {
+		network = "none: each container has no network interface but loopback"
+	}
+	for _, p := range caps.Protections {
+		if p.Name == "network isolation" && p.Active {
+			network = "isolated: " + p.Detail
+		}
+	}
+	return InfoOutput{
+		Mode:      caps.Mode,
+		Sandboxed: caps.Mode != sandbox.ModeNone,
+		Isolation: caps.Isolation,
+		Warnings:  caps.Warnings,
+		Languages: caps.Languages,
+		Limits: InfoLimits{
+			DefaultTimeoutSeconds: c.Timeout.Seconds(),
+			MaxTimeoutSeconds:     c.MaxTimeout.Seconds(),
+			MemoryBytes:           int64(c.Memory),
+			CPUs:                  c.CPUs,
+			Processes:             c.Pids,
+			OpenFiles:             c.OpenFiles,
+			FileSizeBytes:         int64(c.FileSize),
+			MaxOutputBytes:        int64(c.MaxOutput),
+			MaxCodeBytes:          int64(c.MaxCode),
+			MaxStdinBytes:         int64(c.MaxStdin),
+			MaxConcurrency:        c.MaxConcurrency,
+		},
+		Network:     network,
+		Approval:    s.approval,
+		Protections: caps.Protections,
+		Version:     s.version,
+	}
+}
+
+func (s *Server) handleInfo(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	if raw, _ := decodeRaw(req.GetRawArguments()); raw != nil {
+		if m, ok := raw.(map[string]any); !ok || len(m) > 0 {
+			return mcp.NewToolResultError("sandbox_info takes no arguments: call it with {}"), nil
+		}
+	}
+	info := s.Info()
+	text, _ := json.MarshalIndent(info, "", "  ")
+	return &mcp.CallToolResult{
+		Content:           []mcp.Content{mcp.NewTextContent(string(text))},
+		StructuredContent: info,
+	}, nil
+}
+
+// tools returns every tool with its handler.
+func (s *Server) tools() []mcpserver.ServerTool {
+	return []mcpserver.ServerTool{
+		{Tool: executeTool(s.runner.Capabilities().Mode), Handler: s.handleExecute},
+		{Tool: infoTool(), Handler: s.handleInfo},
+	}
+}
