@@ -2,6 +2,8 @@ package configs
 
 import (
 	"bytes"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -120,6 +122,24 @@ func TestIsLoopback(t *testing.T) {
 	for host, want := range map[string]bool{"127.0.0.1": true, "::1": true, "localhost": true, "127.1.2.3": true, "0.0.0.0": false, "": false, "10.0.0.1": false, "example.com": false} {
 		if got := IsLoopback(host); got != want {
 			t.Errorf("IsLoopback(%q) = %v", host, got)
+		}
+	}
+}
+
+// The README's settings table must list every variable with its default.
+func TestReadmeListsEverySetting(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range Settings() {
+		def := "(empty)"
+		if s.Default != "" {
+			def = "`" + s.Default + "`"
+		}
+		row := fmt.Sprintf("| `%s` | %s |", s.Name, def)
+		if !strings.Contains(string(readme), row) {
+			t.Errorf("README.md lacks the row %q", row)
 		}
 	}
 }

@@ -1,0 +1,98 @@
+// Package bench compares the sandbox modes side by side on the same program.
+//
+//	go test ./sandbox/bench -run '^$' -bench . -benchtime 50x
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"testing"
+
+	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/docker"
+	"github.com/codeexec/codeexec/sandbox/host"
+	"github.com/codeexec/codeexec/sandbox/process"
+	"github.com/codeexec/codeexec/sandbox/sandboxtest"
+)
+
+func TestMain(m *testing.M) {
+	process.MaybeRunHelper()
+	os.Exit(m.Run())
+}
+
+const program = "print(2**64)"
+
+// BenchmarkPython runs print(2**64) once per iteration: started directly
+// (the floor), and through each sandbox mode.
+func BenchmarkPython(b *testing.B) {
+	b.Run("bare", func(b *testing.B) {
+		py, err := exec.LookPath("/usr/bin/python3")
+		if err != nil {
+			b.Skip("no /usr/bin/python3")
+		}
+		for b.Loop() {
+			out, err := exec.Command(py, "-c", program).Output()
+			if err != nil || string(out) != "18446744073709551616\n" {
+				b.Fatalf("%q %v", out, err)
+			}
+		}
+	})
+	ctx := context.Background()
+	langs := sandbox.LanguageNames()
+	modes := []struct {
+		name string
+		make func() (sandbox.Runner, error)
+	}{
+		{"none", func() (sandbox.Runner, error) { return host.New(ctx, host.Config{Languages: langs}) }},
+		{"process", func() (sandbox.Runner, error) { return process.New(ctx, process.Config{Languages: langs}) }},
+		{"docker", func() (sandbox.Runner, error) { return docker.New(ctx, docker.Config{Image: dockerImage(), Languages: langs}) }},
+	}
+	for _, m := range modes {
+		b.Run(m.name, func(b *testing.B) {
+			r, err := m.make()
+			if err != nil {
+				if m.name == "docker" && os.Getenv("CODE_EXEC_REQUIRE_DOCKER") != "1" {
+					b.Skipf("docker mode unavailable: %v", err)
+				}
+				b.Fatal(err)
+			}
+			defer r.Close()
+			req := sandboxtest.Req("python", program)
+			for b.Loop() {
+				res, err := r.Run(ctx, req)
+				if err != nil || res.Stdout != "18446744073709551616\n" {
+					b.Fatalf("%+v %v", res, err)
+				}
+			}
+		})
+	}
+}
+
+func dockerImage() string {
+	if img := os.Getenv("CODE_EXEC_DOCKER_IMAGE"); img != "" {
+		return img
+	}
+	return "codeexec-sandbox:latest"
+}
+
+// TestModesAgree makes sure the benchmark measures the same work in every
+// mode: one run of the program per mode, with the same answer.
+func TestModesAgree(t *testing.T) {
+	ctx := context.Background()
+	for _, mk := range []func() (sandbox.Runner, error){
+		func() (sandbox.Runner, error) { return host.New(ctx, host.Config{Languages: []string{"python"}}) },
+		func() (sandbox.Runner, error) { return process.New(ctx, process.Config{Languages: []string{"python"}}) },
+	} {
+		r, err := mk()
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := r.Run(ctx, sandboxtest.Req("python", program))
+		_ = r.Close()
+		if err != nil || res.Stdout != fmt.Sprintln("18446744073709551616") {
+			t.Fatalf("%s: %+v %v", r.Capabilities().Mode, res, err)
+		}
+	}
+}
