@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -155,11 +156,17 @@ func Spawn(ctx context.Context, spec Spec, res *sandbox.Result) error {
 	return nil
 }
 
-// terminate asks the supervisor to kill the run and report.
+// terminate asks the supervisor to kill the run and report (where there is
+// no supervisor, it kills the program's process group).
 func terminate(cmd *exec.Cmd) {
-	if cmd.Process != nil {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
+	if cmd.Process == nil {
+		return
 	}
+	if runtime.GOOS == "linux" {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		return
+	}
+	killGroup(cmd.Process.Pid)
 }
 
 // stopAndWait asks the supervisor to kill everything and waits for it; a
