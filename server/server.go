@@ -151,7 +151,7 @@ func (s *Server) HTTPHandler(transport configs.Transport, baseURL string) (http.
 			mcpserver.WithStreamableHTTPLogger(s.log),
 			mcpserver.WithHeartbeatInterval(15*time.Second),
 		)
-		mux.Handle("/mcp", h)
+		mux.Handle("/mcp", modernNotifications(h))
 		shutdown = h.Shutdown
 	case configs.TransportSSE:
 		h := mcpserver.NewSSEServer(s.mcp,

@@ -1,0 +1,579 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/codeexec/codeexec/sandbox/sandboxtest"
+)
+
+// binPath is the codeexec binary that TestMain builds.
+var binPath string
+
+// testVersion is the version the binary is built with.
+const testVersion = "0.0.0-e2e"
+
+const (
+	secretName  = sandboxtest.SecretName
+	secretValue = sandboxtest.SecretValue
+)
+
+// The transports, as the --transport flag names them.
+const (
+	stdio = "stdio"
+	sse   = "sse"
+	http_ = "http"
+)
+
+var allTransports = []string{stdio, sse, http_}
+
+func TestMain(m *testing.M) { os.Exit(testMain(m)) }
+
+func testMain(m *testing.M) int {
+	// CODE_EXEC_E2E_BINARY runs the suite against a binary built elsewhere
+	// (a release build, say) instead of building one. It must have been
+	// built with -ldflags "-X main.version=0.0.0-e2e" for the snapshot.
+	if bin := os.Getenv("CODE_EXEC_E2E_BINARY"); bin != "" {
+		binPath = bin
+		return m.Run()
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "codeexec-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	// The process sandbox re-executes this binary as its supervisor,
+	// possibly as another user: keep it readable and executable by all.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	binPath = filepath.Join(dir, "codeexec")
+	// A fixed version keeps the tools/list snapshot (whose _meta names the
+	// server's version) independent of VCS stamping.
+	build := exec.Command("go", "build", "-ldflags=-X main.version="+testVersion, "-o", binPath, "./cmd/codeexec")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: building codeexec: %v\n%s", err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+// moduleRoot finds the directory of go.mod.
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", fmt.Errorf("not inside a Go module")
+	}
+	return filepath.Dir(gomod), nil
+}
+
+// lockedBuffer is an io.Writer safe for concurrent use (a process's stderr).
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// serverEnv is a minimal environment for the server: PATH and HOME (for
+// interpreter shims such as pyenv's), the test secret, a private work
+// directory and JSON logs. Callers add or override settings.
+func serverEnv(t *testing.T, extra map[string]string) map[string]string {
+	t.Helper()
+	env := map[string]string{
+		"PATH":                 os.Getenv("PATH"),
+		"HOME":                 os.Getenv("HOME"),
+		secretName:             secretValue,
+		"CODE_EXEC_WORK_DIR":   workDir(t),
+		"CODE_EXEC_LOG_FORMAT": "json",
+		"CODE_EXEC_LOG_LEVEL":  "debug",
+	}
+	for k, v := range extra {
+		env[k] = v
+	}
+	return env
+}
+
+func envList(env map[string]string) []string {
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	return out
+}
+
+// workDir makes a per-test directory for CODE_EXEC_WORK_DIR that the
+// unprivileged user that runs code as root's sandbox can traverse.
+func workDir(t *testing.T) string {
+	t.Helper()
+	d := t.TempDir()
+	for _, p := range []string{filepath.Dir(d), d} {
+		if err := os.Chmod(p, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
+}
+
+// server is a codeexec process started by a test.
+type server struct {
+	t         *testing.T
+	transport string
+	cmd       *exec.Cmd
+	stderr    *lockedBuffer
+	stdout    *lockedBuffer
+	baseURL   string // http://host:port for the sse and http transports
+	workDir   string
+
+	// done is closed when the process has exited and exitCode is set
+	// (HTTP transports only: over stdio the SDK's CommandTransport waits).
+	done     chan struct{}
+	exitCode int
+}
+
+// logTail is the server's stderr for failure messages.
+func (s *server) logTail() string {
+	out := s.stderr.String()
+	if len(out) > 12000 {
+		out = "…" + out[len(out)-12000:]
+	}
+	return out
+}
+
+// startHTTP starts codeexec on an HTTP transport ("sse" or "http") with env,
+// on a free loopback port unless args name an --addr, and waits until
+// /healthz answers. The server is stopped at cleanup.
+func startHTTP(t *testing.T, transport string, env map[string]string, args ...string) *server {
+	t.Helper()
+	argv := []string{"--transport", transport}
+	if !containsArg(args, "--addr") {
+		argv = append(argv, "--addr", "127.0.0.1:0")
+	}
+	argv = append(argv, args...)
+	cmd := exec.Command(binPath, argv...)
+	cmd.Env = envList(env)
+	s := &server{t: t, transport: transport, cmd: cmd, stderr: &lockedBuffer{}, stdout: &lockedBuffer{}, workDir: env["CODE_EXEC_WORK_DIR"], done: make(chan struct{})}
+	cmd.Stderr = s.stderr
+	cmd.Stdout = s.stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting codeexec: %v", err)
+	}
+	go func() {
+		_ = cmd.Wait()
+		s.exitCode = cmd.ProcessState.ExitCode()
+		close(s.done)
+	}()
+	t.Cleanup(func() {
+		s.stop()
+		if out := s.stdout.String(); out != "" {
+			t.Errorf("codeexec (%s) wrote to stdout, which is not for logs: %q", transport, abbrev(out))
+		}
+		if t.Failed() {
+			t.Logf("codeexec (%s) stderr:\n%s", transport, s.logTail())
+		}
+	})
+
+	addr := ""
+	deadline := time.Now().Add(60 * time.Second)
+	for addr == "" {
+		select {
+		case <-s.done:
+			t.Fatalf("codeexec exited with code %d before listening; stderr:\n%s", s.exitCode, s.logTail())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("codeexec did not log its listen address within 60 s; stderr:\n%s", s.logTail())
+		}
+		addr = listenAddr(s.stderr.String())
+		if addr == "" {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	s.baseURL = "http://" + addr
+	for {
+		resp, err := http.Get(s.baseURL + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET /healthz never answered 200 (last error %v); stderr:\n%s", err, s.logTail())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return s
+}
+
+func containsArg(args []string, name string) bool {
+	for _, a := range args {
+		if a == name || strings.HasPrefix(a, name+"=") {
+			return true
+		}
+	}
+	return false
+}
+
+// listenAddr finds the "listening" record in JSON logs.
+func listenAddr(logs string) string {
+	sc := bufio.NewScanner(strings.NewReader(logs))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var rec struct {
+			Msg  string `json:"msg"`
+			Addr string `json:"addr"`
+		}
+		if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Msg == "listening" && rec.Addr != "" {
+			return rec.Addr
+		}
+	}
+	return ""
+}
+
+// stop ends an HTTP server: SIGTERM, then SIGKILL if it lingers.
+func (s *server) stop() {
+	if s.done == nil {
+		return
+	}
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+		return
+	case <-time.After(20 * time.Second):
+	}
+	s.t.Errorf("codeexec did not exit within 20 s of SIGTERM; killing it")
+	_ = s.cmd.Process.Kill()
+	<-s.done
+}
+
+// waitExit waits up to d for an HTTP server to exit and returns its code.
+func (s *server) waitExit(t *testing.T, d time.Duration) int {
+	t.Helper()
+	select {
+	case <-s.done:
+		return s.exitCode
+	case <-time.After(d):
+		t.Fatalf("codeexec did not exit within %s; stderr:\n%s", d, s.logTail())
+		return -1
+	}
+}
+
+// newClient is the go-sdk client every test uses.
+func newClient() *mcp.Client {
+	return mcp.NewClient(&mcp.Implementation{Name: "codeexec-e2e", Version: "1.0.0"}, nil)
+}
+
+// bearerTransport adds an Authorization header to every request.
+type bearerTransport struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}
+
+// connectOpts tune connect.
+type connectOpts struct {
+	protocolVersion string
+	token           string // sent as a bearer token over HTTP
+	// ctx, if set, bounds the session's transport: over SSE, cancelling
+	// it drops the client's event stream, as a client that goes away does.
+	ctx  context.Context
+	args []string
+}
+
+// connect starts codeexec on transport with env and connects the go-sdk
+// client to it. The session and the server end at cleanup.
+func connect(t *testing.T, transport string, env map[string]string, o connectOpts) (*mcp.ClientSession, *server) {
+	t.Helper()
+	// The SSE client's stream lives in the context given to Connect, so
+	// it must last as long as the session: cancel it only at cleanup.
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	var sessOpts *mcp.ClientSessionOptions
+	if o.protocolVersion != "" {
+		sessOpts = &mcp.ClientSessionOptions{ProtocolVersion: o.protocolVersion}
+	}
+	var (
+		s  *server
+		tr mcp.Transport
+	)
+	switch transport {
+	case stdio:
+		cmd := exec.Command(binPath, o.args...)
+		cmd.Env = envList(env)
+		s = &server{t: t, transport: transport, cmd: cmd, stderr: &lockedBuffer{}, workDir: env["CODE_EXEC_WORK_DIR"]}
+		cmd.Stderr = s.stderr
+		tr = &mcp.CommandTransport{Command: cmd, TerminateDuration: 10 * time.Second}
+		t.Cleanup(func() {
+			if cmd.Process != nil {
+				// The session's Close normally ends the server by
+				// closing its stdin; this is the last resort.
+				_ = cmd.Process.Kill()
+			}
+			if t.Failed() {
+				t.Logf("codeexec (stdio) stderr:\n%s", s.logTail())
+			}
+		})
+	case sse, http_:
+		s = startHTTP(t, transport, env, o.args...)
+		return dial(t, s, o), s
+	default:
+		t.Fatalf("unknown transport %q", transport)
+	}
+	cs, err := newClient().Connect(ctx, tr, sessOpts)
+	if err != nil {
+		t.Fatalf("connecting over %s: %v; stderr:\n%s", transport, err, s.logTail())
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs, s
+}
+
+// dialErr opens a new go-sdk session to a running HTTP server.
+func dialErr(t *testing.T, s *server, o connectOpts) (*mcp.ClientSession, error) {
+	t.Helper()
+	parent := o.ctx
+	if parent == nil {
+		parent = context.Background()
+	}
+	ctx, cancel := context.WithCancel(parent)
+	t.Cleanup(cancel)
+	var sessOpts *mcp.ClientSessionOptions
+	if o.protocolVersion != "" {
+		sessOpts = &mcp.ClientSessionOptions{ProtocolVersion: o.protocolVersion}
+	}
+	hc := &http.Client{}
+	if o.token != "" {
+		hc.Transport = bearerTransport{token: o.token, next: http.DefaultTransport}
+	}
+	var tr mcp.Transport
+	if s.transport == sse {
+		tr = &mcp.SSEClientTransport{Endpoint: s.baseURL + "/sse", HTTPClient: hc}
+	} else {
+		tr = &mcp.StreamableClientTransport{Endpoint: s.baseURL + "/mcp", HTTPClient: hc}
+	}
+	cs, err := newClient().Connect(ctx, tr, sessOpts)
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs, nil
+}
+
+// dial is dialErr that fails the test on an error.
+func dial(t *testing.T, s *server, o connectOpts) *mcp.ClientSession {
+	t.Helper()
+	cs, err := dialErr(t, s, o)
+	if err != nil {
+		t.Fatalf("connecting over %s: %v; stderr:\n%s", s.transport, err, s.logTail())
+	}
+	return cs
+}
+
+// execResult is code_execute's structuredContent.
+type execResult struct {
+	ExitCode   int     `json:"exit_code"`
+	Stdout     string  `json:"stdout"`
+	Stderr     string  `json:"stderr"`
+	TimedOut   bool    `json:"timed_out"`
+	OOMKilled  bool    `json:"oom_killed"`
+	Truncated  bool    `json:"truncated"`
+	DurationMS float64 `json:"duration_ms"`
+	Sandbox    string  `json:"sandbox"`
+	Language   string  `json:"language"`
+	Signal     string  `json:"signal"`
+}
+
+// call calls a tool and fails the test on a protocol error.
+func call(t *testing.T, cs *mcp.ClientSession, tool string, args any) *mcp.CallToolResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		t.Fatalf("CallTool(%s, %v): %v", tool, abbrev(fmt.Sprint(args)), err)
+	}
+	return res
+}
+
+// execute calls code_execute and decodes its structuredContent, which it
+// requires.
+func execute(t *testing.T, cs *mcp.ClientSession, args map[string]any) (*mcp.CallToolResult, execResult) {
+	t.Helper()
+	res := call(t, cs, "code_execute", args)
+	if res.StructuredContent == nil {
+		t.Fatalf("code_execute(%v): no structuredContent; isError=%v text=%q", abbrev(fmt.Sprint(args)), res.IsError, text(res))
+	}
+	return res, decodeExec(t, res)
+}
+
+func decodeExec(t *testing.T, res *mcp.CallToolResult) execResult {
+	t.Helper()
+	b, err := json.Marshal(res.StructuredContent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out execResult
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("structuredContent %s: %v", b, err)
+	}
+	return out
+}
+
+// text is the concatenated text content of a result.
+func text(res *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+// checkExample runs the documented example and checks its answer.
+func checkExample(t *testing.T, cs *mcp.ClientSession, wantSandbox string) {
+	t.Helper()
+	res, out := execute(t, cs, map[string]any{"language": "python", "code": "print(2**64)"})
+	if res.IsError || out.ExitCode != 0 || out.Stdout != "18446744073709551616\n" || out.Sandbox != wantSandbox {
+		t.Fatalf("example: isError=%v exit=%d stdout=%q stderr=%q sandbox=%q, want isError=false exit=0 stdout=%q sandbox=%q",
+			res.IsError, out.ExitCode, out.Stdout, out.Stderr, out.Sandbox, "18446744073709551616\n", wantSandbox)
+	}
+	if !strings.Contains(text(res), "18446744073709551616") {
+		t.Fatalf("example: the text content does not show stdout: %q", text(res))
+	}
+}
+
+func abbrev(s string) string {
+	if len(s) > 120 {
+		return s[:120] + "…"
+	}
+	return s
+}
+
+// marker is a unique sleep(1) argument that identifies one test's processes.
+func marker() string { return sandboxtest.Marker() }
+
+// alive reports whether a live (not zombie) process has marker in its
+// command line.
+func alive(marker string) bool {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !strings.Contains(string(b), marker) {
+			continue
+		}
+		if !zombie(e.Name()) {
+			return true
+		}
+	}
+	return false
+}
+
+// zombie reports whether /proc/pid is a zombie (or gone).
+func zombie(pid string) bool {
+	st, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+	if err != nil {
+		return true
+	}
+	s := string(st)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 {
+		s = s[i+1:]
+	}
+	f := strings.Fields(s)
+	return len(f) > 0 && (f[0] == "Z" || f[0] == "X")
+}
+
+// waitAlive waits up to d for a process with marker to appear.
+func waitAlive(t *testing.T, marker string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !alive(marker) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no process with marker %s appeared within %s", marker, d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitGone waits up to d for every process with marker to end.
+func waitGone(t *testing.T, marker string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for alive(marker) {
+		if time.Now().After(deadline) {
+			t.Fatalf("a process with marker %s is still alive %s after the run should have been killed", marker, d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func jsonMarshal(v any) ([]byte, error)   { return json.Marshal(v) }
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// execCommand is exec.Command (named for the tests that drive raw stdio).
+func execCommand(name string, args ...string) *exec.Cmd { return exec.Command(name, args...) }
+
+// os_PATH is the test's PATH, for the server.
+func os_PATH() string { return os.Getenv("PATH") }
+
+// globRunDirs lists what the server left in its work directory: the
+// codeexec-* work root (removed at exit) may exist while it runs, but no
+// run-* directory inside it once runs are over.
+func globRunDirs(dir string) ([]string, error) {
+	return filepath.Glob(filepath.Join(dir, "codeexec-*", "run-*"))
+}
