@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
+	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
@@ -15,20 +17,51 @@ import (
 
 // containerSpec says what a locked-down container runs and within which limits.
 type containerSpec struct {
-	role   string   // value of LabelRole
-	cmd    []string // replaces the image's entrypoint and command
-	limits sandbox.Limits
+	role     string   // value of LabelRole
+	cmd      []string // replaces the image's entrypoint and command
+	limits   sandbox.Limits
+	deadline time.Time // after it, the container is a leftover anyone may remove
+	framed   bool      // cmd is the run supervisor (runCommand), whose output is framed
+	nonce    string    // the supervisor's trailer nonce when framed
 }
 
 // session is a started, locked-down container whose stdin, stdout and
-// stderr are attached and whose exit is being waited for. It has not been
-// given any input yet, so a pool could hold sessions ready for use.
+// stderr are attached, whose output is being read and whose exit is being
+// waited for. Until a run gives it input it can wait in the pool.
 type session struct {
-	id     string
-	attach client.HijackedResponse
-	exited chan waitResult // receives the exit status once
-	stop   context.CancelFunc
+	id       string
+	lang     string // language of a run container; "" for the probe
+	limits   sandbox.Limits
+	deadline time.Time
+	created  time.Time
+	attach   client.HijackedResponse
+	out      *streams
+
+	exitedC chan struct{} // closed once the engine answered the wait
+	exit    waitResult    // valid once exitedC is closed
+	stop    context.CancelFunc
+
+	readC chan struct{} // closed once the output stream ended
+
+	takeOnce sync.Once
+	takenC   chan struct{} // closed when the session leaves the pool
 }
+
+// broken reports, without blocking, whether the container has stopped or
+// its streams have ended (either way it can serve no run).
+func (s *session) broken() bool {
+	select {
+	case <-s.exitedC:
+		return true
+	case <-s.readC:
+		return true
+	default:
+		return false
+	}
+}
+
+// take marks the session as gone from the pool (its watcher stops).
+func (s *session) take() { s.takeOnce.Do(func() { close(s.takenC) }) }
 
 // containerEnv is the whole environment of a sandboxed program: nothing of
 // the server's own environment is ever added.
@@ -44,14 +77,11 @@ var containerEnv = []string{
 // still run the program file, which is given to them as an argument.
 const tmpfsOptions = "rw,nosuid,nodev,noexec,mode=1777"
 
-// configs builds the container and host configuration of a locked-down
-// container. Only API 1.41 features are used.
-func (r *Runner) configs(spec containerSpec, now time.Time) (*container.Config, *container.HostConfig) {
-	lim := spec.limits
-	deadline := now.Add(noTimeoutDeadline)
-	if lim.Timeout > 0 {
-		deadline = now.Add(lim.Timeout + leftoverGrace)
-	}
+// configs builds the configuration of a locked-down container. The host
+// configuration, which holds every isolation setting, comes from hostConfig
+// alone, so a warm container and a cold one are locked down identically.
+// Only API 1.41 features are used.
+func (r *Runner) configs(spec containerSpec) (*container.Config, *container.HostConfig) {
 	cfg := &container.Config{
 		Image:        r.cfg.Image,
 		User:         r.user,
@@ -63,16 +93,25 @@ func (r *Runner) configs(spec containerSpec, now time.Time) (*container.Config, 
 		AttachStdout: true,
 		AttachStderr: true,
 		OpenStdin:    true,
-		StdinOnce:    true,
-		Tty:          false,
+		// StdinOnce closes the container's stdin when the attach stream
+		// that was open at start goes away. A warm container's bootstrap
+		// then reads end-of-file and the container exits, so a crashed
+		// server leaves only stopped containers behind.
+		StdinOnce: true,
+		Tty:       false,
 		Labels: map[string]string{
 			LabelManaged:  "true",
 			LabelInstance: r.instance,
-			LabelDeadline: strconv.FormatInt(deadline.Unix(), 10),
+			LabelDeadline: strconv.FormatInt(spec.deadline.Unix(), 10),
 			LabelRole:     spec.role,
 		},
 	}
+	return cfg, r.hostConfig(spec.limits)
+}
 
+// hostConfig is the locked-down host configuration of every container with
+// the given limits.
+func (r *Runner) hostConfig(lim sandbox.Limits) *container.HostConfig {
 	tmpfs := tmpfsOptions
 	if lim.FileSizeBytes > 0 {
 		tmpfs += ",size=" + strconv.FormatInt(lim.FileSizeBytes, 10)
@@ -112,14 +151,49 @@ func (r *Runner) configs(spec containerSpec, now time.Time) (*container.Config, 
 	if lim.FileSizeBytes > 0 {
 		res.Ulimits = append(res.Ulimits, &container.Ulimit{Name: "fsize", Soft: lim.FileSizeBytes, Hard: lim.FileSizeBytes})
 	}
-	return cfg, host
+	return host
+}
+
+// runSpec is the specification of a run container of lang, warm or cold.
+// Only its role and deadline labels differ between the two.
+func (r *Runner) runSpec(lang string, lim sandbox.Limits, role string, deadline time.Time) containerSpec {
+	nonce := trailerTag + newNonce()
+	return containerSpec{
+		role:     role,
+		cmd:      runCommand(lang, r.interps[lang], nonce),
+		limits:   containerLimits(lim),
+		deadline: deadline,
+		framed:   true,
+		nonce:    nonce,
+	}
+}
+
+// runDeadline is the deadline label of a cold run container.
+func runDeadline(now time.Time, timeout time.Duration) time.Time {
+	if timeout > 0 {
+		return now.Add(timeout + leftoverGrace)
+	}
+	return now.Add(noTimeoutDeadline)
+}
+
+// containerLimits keeps the limits that are part of a container's
+// configuration (the timeout and the output cap are enforced by the server).
+func containerLimits(l sandbox.Limits) sandbox.Limits {
+	return sandbox.Limits{
+		MemoryBytes:   l.MemoryBytes,
+		CPUs:          l.CPUs,
+		Processes:     l.Processes,
+		OpenFiles:     l.OpenFiles,
+		FileSizeBytes: l.FileSizeBytes,
+	}
 }
 
 // start creates a locked-down container, attaches to its streams, starts
-// waiting for its exit and starts it. ctx bounds the setup only; the
-// session lives until discard. On error nothing is left on the engine.
-func (r *Runner) start(ctx context.Context, spec containerSpec) (*session, error) {
-	cfg, host := r.configs(spec, time.Now())
+// reading its output and waiting for its exit, and starts it. ctx bounds the
+// setup only; the session lives until discard. On error nothing is left on
+// the engine.
+func (r *Runner) start(ctx context.Context, spec containerSpec, lang string) (*session, error) {
+	cfg, host := r.configs(spec)
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engineTimeout)
 	defer cancel()
 
@@ -146,7 +220,14 @@ func (r *Runner) start(ctx context.Context, spec containerSpec) (*session, error
 	if err != nil {
 		return fail("attaching to the container", err)
 	}
-	s := &session{id: id, attach: att.HijackedResponse, exited: make(chan waitResult, 1)}
+	s := &session{
+		id: id, lang: lang, limits: spec.limits, deadline: spec.deadline, created: time.Now(),
+		attach:  att.HijackedResponse,
+		out:     newStreams(spec.framed, spec.nonce),
+		exitedC: make(chan struct{}),
+		readC:   make(chan struct{}),
+		takenC:  make(chan struct{}),
+	}
 
 	// Wait for the next exit before starting, so that a fast exit is not
 	// missed. The wait lives until the session is discarded.
@@ -157,10 +238,19 @@ func (r *Runner) start(ctx context.Context, spec containerSpec) (*session, error
 		select {
 		case w := <-wr.Result:
 			code, err := exitStatus(w)
-			s.exited <- waitResult{code: code, err: err}
+			s.exit = waitResult{code: code, err: err}
 		case err := <-wr.Error:
-			s.exited <- waitResult{code: -1, err: err}
+			s.exit = waitResult{code: -1, err: err}
 		}
+		close(s.exitedC)
+	}()
+	go func() {
+		_, err := stdcopy.StdCopy(streamWriter{s.out, 0}, streamWriter{s.out, 1}, s.attach.Reader)
+		if err != nil {
+			r.log.Debug("reading container output", "id", shortID(id), "err", err)
+		}
+		s.out.end()
+		close(s.readC)
 	}()
 
 	if _, err := r.cli.ContainerStart(opCtx, id, client.ContainerStartOptions{}); err != nil {
@@ -193,11 +283,23 @@ func (r *Runner) inspectState(id string) (*container.State, error) {
 }
 
 // discard releases a session: it closes the streams, stops waiting, and
-// kills and removes the container.
+// kills and removes the container. It blocks until the engine has removed
+// it; see release for the asynchronous form.
 func (r *Runner) discard(s *session) {
 	s.attach.Close()
 	s.stop()
 	if err := r.remove(s.id); err != nil {
 		r.log.Warn("could not remove a container; the reaper will retry", "id", shortID(s.id), "err", err)
 	}
+}
+
+// release discards a session in the background. Close waits for every
+// release to finish, so no container outlives the Runner.
+func (r *Runner) release(s *session) {
+	s.take()
+	r.removals.Add(1)
+	go func() {
+		defer r.removals.Done()
+		r.discard(s)
+	}()
 }

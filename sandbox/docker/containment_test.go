@@ -2,8 +2,6 @@ package docker
 
 import (
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"strings"
 	"testing"
@@ -252,8 +250,8 @@ echo started`, marker)))
 		if sandboxtest.ProcessesAlive(t, marker) {
 			t.Fatalf("a detached process outlived its run (marker %s)", marker)
 		}
-		if n := instanceContainers(t, cli, r.instance); n != 0 {
-			t.Fatalf("%d containers remain after the run", n)
+		if left := lingering(t, r, cli, 10*time.Second); len(left) != 0 {
+			t.Fatalf("%d containers remain 10 s after the run", len(left))
 		}
 	})
 
@@ -288,23 +286,4 @@ except OSError as e:
 			t.Errorf("want 7 denied operations:\n%s", out)
 		}
 	})
-}
-
-// BenchmarkDockerPython measures one complete run of print(2**64): create,
-// start, feed, collect and remove a container.
-//
-//	go test ./sandbox/docker/ -run '^$' -bench DockerPython -benchtime 20x
-func BenchmarkDockerPython(b *testing.B) {
-	r, _ := newRunner(b, Config{Languages: []string{"python"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	req := sandboxtest.Req("python", "print(2**64)")
-	b.ResetTimer()
-	for b.Loop() {
-		res, err := r.Run(b.Context(), req)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if res.Stdout != "18446744073709551616\n" {
-			b.Fatalf("stdout %q", res.Stdout)
-		}
-	}
 }

@@ -10,17 +10,24 @@
 //
 // The program text and its standard input reach the container over the
 // attached stdin stream, never through the filesystem of the host or the
-// image: a small bootstrap (POSIX sh and GNU head, both in the image) reads a
-// header line and exactly as many bytes of code as the header announces into
-// /tmp, then execs the interpreter, whose standard input is the rest of the
-// stream. Because a container is language-agnostic until it receives its
-// header, containers can later be started ahead of time (a warm pool) without
-// changing how a run is fed and collected: see start and exchange.
+// image. PID 1 of a run container is a small supervisor whose only child is
+// the language's interpreter, already loaded and blocked reading the program;
+// when the program exits, the supervisor writes a trailer with its exit
+// status, so the result comes back without asking the engine (see
+// bootstrap.go).
+//
+// Because a run container needs nothing of its request until the program is
+// written to it, containers can be created and started ahead of demand: with
+// Config.PoolSize > 0 a warm pool keeps that many per language (see pool.go).
+// A warm container is configured exactly like a cold one, serves exactly one
+// run and is then removed.
 //
 // Every container carries the label io.codeexec.managed=true, the id of the
-// Runner that made it, and a deadline after which it is certainly a leftover.
-// New and a background reaper remove leftovers whose deadline has passed (for
-// example those of a crashed server); nothing without the label is touched.
+// Runner that made it, its role and a deadline after which it is certainly a
+// leftover. New and a background reaper remove leftovers: containers whose
+// deadline has passed, and pool containers that have stopped (a warm
+// container stops by itself when the server that attached to it goes away);
+// nothing without the label is touched.
 package docker
 
 import (
@@ -60,8 +67,16 @@ const (
 	// LabelDeadline holds the Unix time (seconds) after which the container
 	// is a leftover that any codeexec may remove.
 	LabelDeadline = "io.codeexec.deadline"
-	// LabelRole says what the container is for: "run" or "probe".
+	// LabelRole says what the container is for: "run" (created for a
+	// request), "pool" (created ahead of demand) or "probe".
 	LabelRole = "io.codeexec.role"
+)
+
+// The values of LabelRole.
+const (
+	roleRun   = "run"
+	rolePool  = "pool"
+	roleProbe = "probe"
 )
 
 const (
@@ -93,6 +108,15 @@ type Config struct {
 	Languages []string
 	// Logger receives operational messages; nil discards them.
 	Logger *slog.Logger
+	// PoolSize is how many warm containers to keep per enabled language
+	// (CODE_EXEC_DOCKER_POOL_SIZE); 0 creates every container on demand.
+	PoolSize int
+	// PoolLimits are the limits the server asks for (only the container's
+	// own limits matter: memory, CPUs, processes, open files, file size).
+	// Warm containers are created with them, and a request with other
+	// container limits runs cold. The zero value means "the limits of the
+	// first request"; the pool then fills after that request.
+	PoolLimits sandbox.Limits
 }
 
 // Runner runs each request in a fresh container on a Docker Engine.
@@ -108,13 +132,17 @@ type Runner struct {
 	uid      string // uid code runs as, from the probe
 	engine   engineFacts
 	interps  map[string]sandbox.Interpreter
-	boot     string // bootstrap script, built from interps
 	caps     sandbox.Capabilities
 
-	mu     sync.Mutex
-	closed bool
-	live   map[string]struct{} // containers created and not yet removed
-	runs   sync.WaitGroup      // Run calls in flight
+	pool *pool
+
+	mu       sync.Mutex
+	closed   bool
+	live     map[string]struct{} // containers created and not yet removed
+	runs     sync.WaitGroup      // Run calls in flight
+	removals sync.WaitGroup      // background releases in flight
+
+	onRun func(id string, warm bool) // tests: which container served a run
 
 	done       chan struct{} // closed by Close
 	reaperDone chan struct{}
@@ -161,6 +189,9 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	if cfg.Languages == nil {
 		cfg.Languages = sandbox.LanguageNames()
 	}
+	if cfg.PoolSize < 0 {
+		cfg.PoolSize = 0
+	}
 	for _, l := range cfg.Languages {
 		if _, ok := sandbox.Languages[l]; !ok {
 			return nil, fmt.Errorf("docker: %w %q in the enabled languages", sandbox.ErrUnknownLanguage, l)
@@ -203,11 +234,11 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		_ = cli.Close()
 		return nil, err
 	}
-	r.boot = bootstrapScript(r.interps)
 	r.caps = r.capabilities(statuses)
+	r.pool = newPool(r, cfg.PoolSize, cfg.PoolLimits)
 	go r.reap()
 	log.Info("docker sandbox ready", "engine", r.engine.serverVersion, "api", r.engine.apiVersion,
-		"image", cfg.Image, "runtime", r.engine.runtime, "instance", r.instance)
+		"image", cfg.Image, "runtime", r.engine.runtime, "instance", r.instance, "pool_size", cfg.PoolSize)
 	return r, nil
 }
 
@@ -298,7 +329,8 @@ func isRootUser(u string) bool {
 func (r *Runner) Capabilities() sandbox.Capabilities { return r.caps }
 
 // Close stops every run still in flight, kills and removes every container
-// this Runner still has, and closes the engine client. It is safe to call
+// this Runner still has (warm ones included, and waits for the removals of
+// finished runs), and closes the engine client. It is safe to call
 // more than once; later calls return the first call's result.
 func (r *Runner) Close() error {
 	r.closeOnce.Do(func() {
@@ -317,6 +349,10 @@ func (r *Runner) Close() error {
 		case <-time.After(2 * cleanupTimeout):
 			r.log.Warn("runs did not finish in time while closing")
 		}
+		// The pool releases its warm containers and stops refilling; then
+		// every release still in flight finishes.
+		r.pool.close()
+		r.removals.Wait()
 
 		r.mu.Lock()
 		ids := make([]string, 0, len(r.live))
@@ -329,6 +365,11 @@ func (r *Runner) Close() error {
 			if err := r.remove(id); err != nil {
 				errs = append(errs, err)
 			}
+		}
+		// A container whose create answer was lost (the engine was slow and
+		// the call timed out) is known only to the engine: ask it.
+		if err := r.removeOwn(); err != nil {
+			errs = append(errs, err)
 		}
 		if err := r.cli.Close(); err != nil {
 			errs = append(errs, err)
@@ -353,9 +394,35 @@ func (r *Runner) remove(id string) error {
 	return nil
 }
 
+// removeOwn removes whatever containers of this Runner the engine still has.
+func (r *Runner) removeOwn() error {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	list, err := r.cli.ContainerList(ctx, client.ContainerListOptions{
+		All:     true,
+		Filters: make(client.Filters).Add("label", LabelInstance+"="+r.instance),
+	})
+	if err != nil {
+		return fmt.Errorf("docker: listing this server's containers: %w", err)
+	}
+	var errs []error
+	for _, c := range list.Items {
+		if c.Labels[LabelManaged] != "true" {
+			continue
+		}
+		if err := r.remove(c.ID); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // removeLeftovers removes every codeexec container whose deadline is before
-// now (or that has no readable deadline), whichever instance made it. It
-// returns how many it removed.
+// now (or that has no readable deadline), whichever instance made it, and
+// every pool container of another instance that is no longer running (a warm
+// container exits by itself when its server's attach stream goes away, so
+// this finds a crashed server's pool at once; a running one may belong to a
+// live server and waits for its deadline). It returns how many it removed.
 func (r *Runner) removeLeftovers(ctx context.Context, now time.Time) (int, error) {
 	lctx, cancel := context.WithTimeout(ctx, engineTimeout)
 	defer cancel()
@@ -372,7 +439,7 @@ func (r *Runner) removeLeftovers(ctx context.Context, now time.Time) (int, error
 		if c.Labels[LabelManaged] != "true" { // belt and braces: never touch others
 			continue
 		}
-		if dl, err := strconv.ParseInt(c.Labels[LabelDeadline], 10, 64); err == nil && now.Before(time.Unix(dl, 0)) {
+		if !isLeftover(c.Labels, c.State, time.Unix(c.Created, 0), r.instance, now) {
 			continue // may belong to a live codeexec
 		}
 		if err := r.remove(c.ID); err != nil {
@@ -383,6 +450,28 @@ func (r *Runner) removeLeftovers(ctx context.Context, now time.Time) (int, error
 		n++
 	}
 	return n, errors.Join(errs...)
+}
+
+// poolCreatedGrace is how long a pool container may stay created but not
+// started before another codeexec takes it for a leftover.
+const poolCreatedGrace = time.Minute
+
+// isLeftover decides whether a labelled container is certainly not in use.
+func isLeftover(labels map[string]string, state container.ContainerState, created time.Time, self string, now time.Time) bool {
+	dl, err := strconv.ParseInt(labels[LabelDeadline], 10, 64)
+	if err != nil || !now.Before(time.Unix(dl, 0)) {
+		return true
+	}
+	if labels[LabelRole] != rolePool || labels[LabelInstance] == self {
+		return false
+	}
+	switch state {
+	case container.StateExited, container.StateDead:
+		return true
+	case container.StateCreated:
+		return now.Sub(created) > poolCreatedGrace
+	}
+	return false
 }
 
 // reap removes leftovers periodically until Close.
@@ -424,6 +513,13 @@ func (r *Runner) beginRun() error {
 	}
 	r.runs.Add(1)
 	return nil
+}
+
+// newNonce returns 128 random bits in hex.
+func newNonce() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 func newInstanceID() string {

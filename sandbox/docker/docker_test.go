@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,9 +27,14 @@ import (
 // Without an engine or the image they skip, unless CODE_EXEC_REQUIRE_DOCKER=1,
 // in which case they fail.
 
-// TestMain checks, after every test, that no codeexec container is left on
-// the engine.
+// TestMain checks, after every test, that no container of a Runner these
+// tests made is left on the engine. (Other programs, such as the e2e tests,
+// may be using the same engine at the same time: their containers are not
+// looked at.)
 func TestMain(m *testing.M) {
+	if os.Getenv(crashHelperEnv) == "1" {
+		crashHelper()
+	}
 	code := m.Run()
 	if cli, ok := engineForMain(); ok {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -42,6 +49,24 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
+}
+
+var (
+	testInstancesMu sync.Mutex
+	testInstances   = map[string]bool{"crashed-test": true, "live-test": true}
+)
+
+// noteInstance records a Runner id made by these tests.
+func noteInstance(id string) {
+	testInstancesMu.Lock()
+	defer testInstancesMu.Unlock()
+	testInstances[id] = true
+}
+
+func isTestInstance(id string) bool {
+	testInstancesMu.Lock()
+	defer testInstancesMu.Unlock()
+	return testInstances[id]
 }
 
 func engineForMain() (*client.Client, bool) {
@@ -123,6 +148,12 @@ func newRunner(t testing.TB, cfg Config) (*Runner, *client.Client) {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
+	noteInstance(r.instance)
+	rec := &served{}
+	servedMu.Lock()
+	servedBy[r] = rec
+	servedMu.Unlock()
+	r.onRun = rec.add
 	t.Cleanup(func() {
 		if err := r.Close(); err != nil {
 			t.Errorf("Close: %v", err)
@@ -146,13 +177,74 @@ func instanceContainers(t testing.TB, cli *client.Client, instance string) int {
 	return len(list.Items)
 }
 
+// served records which containers served the runs of a Runner.
+type served struct {
+	mu   sync.Mutex
+	ids  []string
+	warm []bool
+}
+
+// servedBy maps each test Runner to its record; newRunner fills it before
+// the Runner is shared.
+var (
+	servedMu sync.Mutex
+	servedBy = map[*Runner]*served{}
+)
+
+func servedOf(r *Runner) *served {
+	servedMu.Lock()
+	defer servedMu.Unlock()
+	return servedBy[r]
+}
+
+func (s *served) add(id string, warm bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ids = append(s.ids, id)
+	s.warm = append(s.warm, warm)
+}
+
+func (s *served) list() ([]string, []bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.ids), slices.Clone(s.warm)
+}
+
 // alive reports processes with marker on the host's /proc (the engine is
-// local, so container processes are visible there) and containers of the
-// runner still on the engine.
+// local, so container processes are visible there), and containers that
+// served a run of the runner and are still on the engine after 10 s (they
+// are removed in the background once the run has returned; their
+// processes are killed before it returns).
 func alive(r *Runner, cli *client.Client) func(t *testing.T, marker string) bool {
 	return func(t *testing.T, marker string) bool {
 		t.Helper()
-		return sandboxtest.ProcessesAlive(t, marker) || instanceContainers(t, cli, r.instance) > 0
+		return sandboxtest.ProcessesAlive(t, marker) || len(lingering(t, r, cli, 10*time.Second)) > 0
+	}
+}
+
+// lingering returns the containers that served runs of r and are still on
+// the engine after waiting up to wait for them to go.
+func lingering(t testing.TB, r *Runner, cli *client.Client, wait time.Duration) []string {
+	t.Helper()
+	ids, _ := servedOf(r).list()
+	deadline := time.Now().Add(wait)
+	for {
+		var left []string
+		for _, id := range ids {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			_, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+			cancel()
+			if err == nil {
+				left = append(left, id)
+			} else if !cerrdefs.IsNotFound(err) {
+				t.Fatalf("inspect: %v", err)
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		ids = left
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -28,6 +28,7 @@ var probeLimits = sandbox.Limits{
 func probeScript(enabled []string) string {
 	var b strings.Builder
 	b.WriteString("echo \"@@uid $(id -u)\"\n")
+	b.WriteString("if env --default-signal=INT,QUIT true >/dev/null 2>&1; then echo '@@envsig'; fi\n")
 	for _, name := range sandbox.LanguageNames() {
 		if !slices.Contains(enabled, name) {
 			continue
@@ -45,11 +46,12 @@ func probeScript(enabled []string) string {
 // languages and the uid code runs as. It sets r.interps and returns the
 // status of every known language.
 func (r *Runner) probe(ctx context.Context) ([]sandbox.LanguageStatus, error) {
-	s, err := r.start(ctx, containerSpec{role: "probe", cmd: []string{"/bin/sh", "-c", probeScript(r.cfg.Languages)}, limits: probeLimits})
+	spec := containerSpec{role: roleProbe, cmd: []string{"/bin/sh", "-c", probeScript(r.cfg.Languages)}, limits: probeLimits, deadline: runDeadline(time.Now(), probeLimits.Timeout)}
+	s, err := r.start(ctx, spec, "")
 	if err != nil {
 		return nil, fmt.Errorf("docker: probing the interpreters in %s: %w", r.cfg.Image, err)
 	}
-	res, err := r.exchange(ctx, s, strings.NewReader(""), probeLimits)
+	res, err, _ := r.exchange(ctx, s, strings.NewReader(""), probeLimits, false)
 	r.discard(s)
 	if err != nil {
 		return nil, fmt.Errorf("docker: probing the interpreters in %s: %w", r.cfg.Image, err)
@@ -71,10 +73,13 @@ func (r *Runner) parseProbe(out string) ([]sandbox.LanguageStatus, error) {
 	got := map[string]*found{}
 	var cur *found
 	uid := ""
+	envsig := false
 	for _, line := range strings.Split(out, "\n") {
 		switch {
 		case strings.HasPrefix(line, "@@uid "):
 			uid = strings.TrimSpace(strings.TrimPrefix(line, "@@uid "))
+		case line == "@@envsig":
+			envsig = true
 		case strings.HasPrefix(line, "@@begin "):
 			cur = &found{}
 			got[strings.TrimPrefix(line, "@@begin ")] = cur
@@ -93,6 +98,9 @@ func (r *Runner) parseProbe(out string) ([]sandbox.LanguageStatus, error) {
 		return nil, fmt.Errorf("docker: %w: the probe container of %s printed no uid", sandbox.ErrSandboxUnavailable, r.cfg.Image)
 	}
 	r.uid = uid
+	if !envsig {
+		return nil, fmt.Errorf("docker: %w: the image %s lacks env --default-signal (GNU coreutils 8.31 or newer), which the run supervisor needs; rebuild it with %s", sandbox.ErrSandboxUnavailable, r.cfg.Image, BuildCommand)
+	}
 
 	var statuses []sandbox.LanguageStatus
 	for _, name := range sandbox.LanguageNames() {
@@ -127,7 +135,8 @@ func (r *Runner) capabilities(langs []sandbox.LanguageStatus) sandbox.Capabiliti
 	e := r.engine
 	nonRoot := r.uid != "0"
 	ps := []sandbox.Protection{
-		{Name: "fresh container per run", Active: true, Detail: "each run gets a new container from " + r.cfg.Image + ", removed after the run; leftovers are found by the label " + LabelManaged + " and removed"},
+		{Name: "fresh container per run", Active: true, Detail: "each run gets a new container from " + r.cfg.Image + " that has run nothing before, removed after the run; leftovers are found by the label " + LabelManaged + " and removed"},
+		{Name: "warm pool", Active: r.cfg.PoolSize > 0, Detail: poolDetail(r.cfg.PoolSize)},
 		{Name: "network", Active: true, Detail: "network mode none: only a loopback interface, no route to the host, the internet or DNS"},
 		{Name: "read-only root filesystem", Active: true, Detail: "the image's filesystem cannot be written"},
 		{Name: "size-capped /tmp", Active: true, Detail: "/tmp is a tmpfs (" + tmpfsOptions + ") sized by the file size limit; /dev/shm is capped at the same size or 64 MiB"},
@@ -190,4 +199,12 @@ func enforcedDetail(ok bool, what string) string {
 		return what
 	}
 	return "not enforced: the engine reports no cgroup support for it"
+}
+
+func poolDetail(size int) string {
+	if size <= 0 {
+		return "off (CODE_EXEC_DOCKER_POOL_SIZE=0): each run waits for its container to be created and started"
+	}
+	return fmt.Sprintf("%d containers per language are created and started ahead of demand, locked down exactly like the others, "+
+		"with the interpreter loaded and waiting for a program; each serves one run and is then removed", size)
 }

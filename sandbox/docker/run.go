@@ -10,8 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/moby/moby/api/pkg/stdcopy"
-
 	"github.com/codeexec/codeexec/sandbox"
 )
 
@@ -19,8 +17,11 @@ import (
 // container has stopped.
 const drainTimeout = 5 * time.Second
 
-// Run runs req in a fresh container and removes the container before it
-// returns, whatever happened.
+// Run runs req in a container of its own and removes the container after
+// it returns, whatever happened. With a pool, the container is a warm one
+// that was created and started ahead of time and has never run anything;
+// when none is ready, or the warm one turns out broken before it took the
+// program, a container is created for the run (cold) at once.
 //
 // A program that ran is a Result with a nil error, whatever its exit code;
 // the timeout, the memory limit and the output cap are reported in the
@@ -46,45 +47,67 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("docker: run not started: %w", err)
 	}
+	input := func() io.Reader {
+		return io.MultiReader(
+			strings.NewReader(programHeader(lang, len(req.Code))),
+			strings.NewReader(req.Code),
+			strings.NewReader(req.Stdin),
+		)
+	}
 
-	s, err := r.start(ctx, containerSpec{role: "run", cmd: bootstrapCommand(r.boot), limits: req.Limits})
+	if s := r.pool.take(lang, req.Limits); s != nil {
+		r.observe(s.id, true)
+		res, err, fault := r.exchange(ctx, s, input(), req.Limits, true)
+		r.release(s)
+		if !fault {
+			return res, err
+		}
+		r.log.Info("a warm container broke before it took the program; running it in a new container", "id", shortID(s.id), "err", err)
+	}
+
+	s, err := r.start(ctx, r.runSpec(lang, req.Limits, roleRun, runDeadline(time.Now(), req.Limits.Timeout)), lang)
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			return nil, fmt.Errorf("docker: run cancelled while starting (%v): %w", err, cerr)
 		}
 		return nil, err
 	}
-	defer r.discard(s)
-	input := io.MultiReader(
-		strings.NewReader(bootstrapHeader(lang, len(req.Code))),
-		strings.NewReader(req.Code),
-		strings.NewReader(req.Stdin),
-	)
-	return r.exchange(ctx, s, input, req.Limits)
+	r.observe(s.id, false)
+	defer r.release(s)
+	res, err, _ := r.exchange(ctx, s, input(), req.Limits, false)
+	return res, err
+}
+
+// observe tells a test which container served a run.
+func (r *Runner) observe(id string, warm bool) {
+	if r.onRun != nil {
+		r.onRun(id, warm)
+	}
 }
 
 // exchange feeds input to a started session, collects its output within
-// the limits, and returns once the container has stopped and its output is
-// drained. It kills the container on timeout, on output overflow, when ctx
-// ends and when the Runner closes. The caller discards the session.
-func (r *Runner) exchange(ctx context.Context, s *session, input io.Reader, lim sandbox.Limits) (*sandbox.Result, error) {
+// the limits, and returns once the program has ended: as soon as the
+// supervisor's trailer has arrived on both streams, or else once the
+// container has stopped and its output is drained. It kills the container on
+// timeout, on output overflow, when ctx ends and when the Runner closes. The
+// timeout starts when the input is handed over. The caller releases the
+// session.
+//
+// fault is set when a warm session (warm) ended before its bootstrap took
+// the program: the program never ran, and the run may be retried elsewhere.
+func (r *Runner) exchange(ctx context.Context, s *session, input io.Reader, lim sandbox.Limits, warm bool) (res *sandbox.Result, err error, fault bool) {
 	overflow := make(chan struct{})
 	var overflowOnce sync.Once
 	out := sandbox.NewOutput(lim.OutputBytes, func() { overflowOnce.Do(func() { close(overflow) }) })
+	s.out.attach(out)
 
 	started := time.Now()
-	wrote := make(chan error, 1)
 	go func() {
-		_, err := io.Copy(s.attach.Conn, input)
-		if cerr := s.attach.CloseWrite(); err == nil {
-			err = cerr
-		}
-		wrote <- err
-	}()
-	read := make(chan error, 1)
-	go func() {
-		_, err := stdcopy.StdCopy(out.Stdout(), out.Stderr(), s.attach.Reader)
-		read <- err
+		// A write error means the container or its stream went away; the
+		// exit or the end of the stream says the rest. The copy ends at the
+		// latest when the session is released and its stream closed.
+		_, _ = io.Copy(s.attach.Conn, input)
+		_ = s.attach.CloseWrite()
 	}()
 	var timeout <-chan time.Time
 	if lim.Timeout > 0 {
@@ -93,15 +116,17 @@ func (r *Runner) exchange(ctx context.Context, s *session, input io.Reader, lim 
 		timeout = t.C
 	}
 
-	res := &sandbox.Result{Sandbox: sandbox.ModeDocker, ExitCode: -1}
+	res = &sandbox.Result{Sandbox: sandbox.ModeDocker, ExitCode: -1}
 	var (
-		w      waitResult
-		exited bool
-		killed bool
-		runErr error
+		finished bool // the trailer arrived
+		exited   bool
+		killed   bool
+		runErr   error
 	)
 	select {
-	case w = <-s.exited:
+	case <-s.out.done:
+		finished = true
+	case <-s.exitedC:
 		exited = true
 	case <-timeout:
 		res.TimedOut = true
@@ -112,58 +137,105 @@ func (r *Runner) exchange(ctx context.Context, s *session, input io.Reader, lim 
 	case <-r.done:
 		runErr = fmt.Errorf("docker: %w while the run was in flight", sandbox.ErrClosed)
 	}
+	res.Duration = time.Since(started)
+
+	if finished {
+		status, ooms := s.out.trailer()
+		res.ExitCode = status
+		switch {
+		case status == 0:
+		case ooms >= 0:
+			// An OOM kill is reported only when the program failed: a
+			// program that exited 0 after a child was killed ran to
+			// completion.
+			res.OOMKilled = ooms > 0
+		default:
+			// The container could not read its memory cgroup: ask the
+			// engine once the container has stopped.
+			res.OOMKilled = r.engineOOM(s)
+		}
+		if res.OOMKilled {
+			res.Signal = "killed"
+		}
+		out.Fill(res)
+		return res, nil, false
+	}
+
 	if !exited {
 		killed = true
 		r.kill(s.id)
 		select {
-		case w = <-s.exited:
+		case <-s.exitedC:
 		case <-time.After(cleanupTimeout):
-			w = waitResult{code: -1, err: errors.New("the container did not stop after SIGKILL")}
 		}
 	}
-	res.Duration = time.Since(started)
+	w := waitResult{code: -1, err: errors.New("the container did not stop after SIGKILL")}
+	select {
+	case <-s.exitedC:
+		w = s.exit
+	default:
+	}
 
 	// Output written just before the exit may still be in flight.
 	select {
-	case err := <-read:
-		if err != nil && !killed {
-			r.log.Debug("reading container output", "id", shortID(s.id), "err", err)
-		}
+	case <-s.out.done:
+		finished = !killed
+	case <-s.readC:
 	case <-time.After(drainTimeout):
 		r.log.Warn("container output did not end after the container stopped", "id", shortID(s.id))
-		s.attach.Close()
-		<-read
 	}
-	s.attach.Close() // unblocks a writer whose program never read its stdin
-	<-wrote
 	out.Fill(res)
+	if finished {
+		// The program ended by itself and the trailer came in after the
+		// engine reported the exit.
+		res.ExitCode, _ = s.out.trailer()
+		return r.finishFromEngine(s, res, w, false, runErr)
+	}
+	if warm && runErr == nil && !s.out.wasAcked() {
+		return nil, fmt.Errorf("docker: %w: the warm container %s stopped before it took the program", sandbox.ErrSandboxUnavailable, shortID(s.id)), true
+	}
+	return r.finishFromEngine(s, res, w, killed, runErr)
+}
 
+// finishFromEngine completes a result from the engine's view of the stopped
+// container: the exit code (when the trailer did not give it) and whether
+// the kernel's OOM killer acted.
+func (r *Runner) finishFromEngine(s *session, res *sandbox.Result, w waitResult, killed bool, runErr error) (*sandbox.Result, error, bool) {
 	state, ierr := r.inspectState(s.id)
 	switch {
+	case res.ExitCode >= 0:
 	case w.err == nil:
 		res.ExitCode = int(w.code)
 	case ierr == nil && !state.Running:
 		res.ExitCode = state.ExitCode
 	case runErr == nil:
-		return nil, engineErr("waiting for the program to end", w.err)
+		return nil, engineErr("waiting for the program to end", w.err), false
 	}
 	if ierr != nil {
 		if runErr != nil {
-			return res, runErr
+			return res, runErr, false
 		}
 		// Without the final state nothing can be said about an OOM kill,
 		// and an engine that stops kills its containers (exit 137) on the
 		// way: report the engine, not a result that may be wrong.
-		return nil, engineErr("reading the state of the finished container", ierr)
+		return nil, engineErr("reading the state of the finished container", ierr), false
 	}
-	// The engine records that the kernel's OOM killer acted inside the
-	// container. It is reported only when the program failed: a program
-	// that exited 0 after a child was killed ran to completion. An exit
-	// code of 137 alone is never taken as an OOM kill (timeouts and the
-	// output cap kill with SIGKILL too).
+	// An exit code of 137 alone is never taken as an OOM kill (timeouts
+	// and the output cap kill with SIGKILL too).
 	res.OOMKilled = state.OOMKilled && res.ExitCode != 0
 	if killed || res.OOMKilled {
 		res.Signal = "killed"
 	}
-	return res, runErr
+	return res, runErr, false
+}
+
+// engineOOM asks the engine whether the OOM killer acted in the container,
+// once it has stopped (the engine records it with the exit).
+func (r *Runner) engineOOM(s *session) bool {
+	select {
+	case <-s.exitedC:
+	case <-time.After(cleanupTimeout):
+	}
+	state, err := r.inspectState(s.id)
+	return err == nil && state.OOMKilled
 }

@@ -1,0 +1,286 @@
+// Command codeexec-bench compares codeexec's sandbox modes end to end, the
+// way an agent sees them: it starts several codeexec servers over stdio,
+// connects to each with the official MCP Go SDK client, and calls
+// code_execute on each in turn (round-robin, so that drift of the machine
+// affects every configuration alike). It prints the median, 90th and 99th
+// percentile latency per configuration and language, the ratios docker mode
+// is held to, and the sustained throughput at concurrency 4.
+//
+//	go run ./cmd/codeexec-bench -rounds 200
+//
+// The configurations: bare (the interpreter started directly, e.g.
+// /usr/bin/python3 -c, without codeexec; the servers get PATH=/usr/bin:/bin so
+// that they run the same interpreters), none, process, docker with
+// CODE_EXEC_DOCKER_POOL_SIZE=0 (a container created per run) and docker with
+// the pool (-pool, default 2). Docker configurations are skipped with -docker=false.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+type program struct {
+	lang, code, want string
+	bare             []string // the interpreter started directly
+}
+
+var programs = []program{
+	{"python", "print(2**64)", "18446744073709551616\n", []string{"/usr/bin/python3", "-c"}},
+	{"javascript", "console.log(2n**64n + '')", "18446744073709551616\n", []string{"node", "-e"}},
+	{"bash", "echo $((6*7))", "42\n", []string{"bash", "-c"}},
+}
+
+// target is one configuration under test.
+type target struct {
+	name string
+	env  []string           // for a codeexec server; nil for bare
+	cs   *mcp.ClientSession // nil for bare
+	lat  map[string][]time.Duration
+}
+
+func main() {
+	rounds := flag.Int("rounds", 100, "calls per configuration and language, interleaved round-robin")
+	warmup := flag.Int("warmup", 5, "rounds run first and not counted")
+	pool := flag.Int("pool", 2, "CODE_EXEC_DOCKER_POOL_SIZE of the pooled docker configuration")
+	bin := flag.String("bin", "", "codeexec binary to use (default: build ./cmd/codeexec)")
+	withDocker := flag.Bool("docker", true, "include the docker configurations")
+	tput := flag.Int("throughput", 100, "calls for each throughput measurement at concurrency 4 (0 skips it)")
+	tputPools := flag.String("throughput-pools", "0,2,8", "pool sizes whose throughput at concurrency 4 is measured")
+	flag.Parse()
+	if err := run(*rounds, *warmup, *pool, *bin, *withDocker, *tput, *tputPools); err != nil {
+		fmt.Fprintln(os.Stderr, "codeexec-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(rounds, warmup, pool int, bin string, withDocker bool, tput int, tputPools string) error {
+	ctx := context.Background()
+	if bin == "" {
+		dir, err := os.MkdirTemp("", "codeexec-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		bin = filepath.Join(dir, "codeexec")
+		fmt.Fprintln(os.Stderr, "building ./cmd/codeexec ...")
+		build := exec.Command("go", "build", "-o", bin, "./cmd/codeexec")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			return fmt.Errorf("building codeexec: %w", err)
+		}
+	}
+
+	targets := []*target{
+		{name: "bare"},
+		{name: "none", env: []string{"CODE_EXEC_SANDBOX=none"}},
+		{name: "process", env: []string{"CODE_EXEC_SANDBOX=process"}},
+	}
+	if withDocker {
+		targets = append(targets,
+			&target{name: "docker pool=0", env: []string{"CODE_EXEC_SANDBOX=docker", "CODE_EXEC_DOCKER_POOL_SIZE=0"}},
+			&target{name: fmt.Sprintf("docker pool=%d", pool), env: []string{"CODE_EXEC_SANDBOX=docker", fmt.Sprintf("CODE_EXEC_DOCKER_POOL_SIZE=%d", pool)}})
+	}
+	for _, t := range targets {
+		t.lat = map[string][]time.Duration{}
+		if t.env == nil {
+			continue
+		}
+		cs, err := connect(ctx, bin, t.env)
+		if err != nil {
+			return fmt.Errorf("%s: %w", t.name, err)
+		}
+		defer cs.Close()
+		t.cs = cs
+	}
+	if withDocker {
+		time.Sleep(3 * time.Second) // let the pool fill before the first round
+	}
+
+	fmt.Fprintf(os.Stderr, "%d warm-up and %d measured rounds over %d configurations ...\n", warmup, rounds, len(targets))
+	for round := range warmup + rounds {
+		for _, p := range programs {
+			for _, t := range targets {
+				d, err := t.call(ctx, p)
+				if err != nil {
+					return fmt.Errorf("%s %s: %w", t.name, p.lang, err)
+				}
+				if round >= warmup {
+					t.lat[p.lang] = append(t.lat[p.lang], d)
+				}
+			}
+		}
+	}
+
+	host, _ := os.Hostname()
+	fmt.Printf("codeexec-bench: %d rounds, interleaved; host %s, %d CPUs\n\n", rounds, host, runtime.NumCPU())
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "configuration\tlanguage\tmedian ms\tp90 ms\tp99 ms\t")
+	for _, t := range targets {
+		for _, p := range programs {
+			l := t.lat[p.lang]
+			if len(l) == 0 {
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%.1f\t\n", t.name, p.lang, ms(pct(l, 50)), ms(pct(l, 90)), ms(pct(l, 99)))
+		}
+	}
+	_ = tw.Flush()
+
+	med := func(name, lang string) float64 {
+		for _, t := range targets {
+			if t.name == name {
+				return ms(pct(t.lat[lang], 50))
+			}
+		}
+		return 0
+	}
+	fmt.Println()
+	fmt.Println("ratios (python, print(2**64)):")
+	ratio := func(what string, v, limit float64, atMost bool) {
+		ok := v <= limit
+		cmp := "<="
+		if !atMost {
+			ok, cmp = v >= limit, ">="
+		}
+		verdict := "met"
+		if !ok {
+			verdict = "NOT met"
+		}
+		fmt.Printf("  %-58s %6.2f  (target %s %.2f: %s)\n", what, v, cmp, limit, verdict)
+	}
+	ratio("none median / bare median", med("none", "python")/med("bare", "python"), 1.3, true)
+	if withDocker {
+		pooled := fmt.Sprintf("docker pool=%d", pool)
+		ratio(pooled+" median / process median", med(pooled, "python")/med("process", "python"), 1.0, true)
+		ratio("docker pool=0 median / "+pooled+" median", med("docker pool=0", "python")/med(pooled, "python"), 8, false)
+		for _, t := range targets {
+			if t.name == pooled {
+				l := t.lat["python"]
+				ratio(fmt.Sprintf("%s p90 / median over %d runs", pooled, len(l)), ms(pct(l, 90))/ms(pct(l, 50)), 2, true)
+			}
+		}
+	}
+
+	if withDocker && tput > 0 {
+		fmt.Println()
+		fmt.Printf("throughput at concurrency 4 (python, %d calls, CODE_EXEC_MAX_CONCURRENCY=4):\n", tput)
+		for _, f := range strings.Split(tputPools, ",") {
+			size := strings.TrimSpace(f)
+			cs, err := connect(ctx, bin, []string{"CODE_EXEC_SANDBOX=docker", "CODE_EXEC_DOCKER_POOL_SIZE=" + size, "CODE_EXEC_LANGUAGES=python"})
+			if err != nil {
+				return fmt.Errorf("pool %s: %w", size, err)
+			}
+			time.Sleep(3 * time.Second)
+			rate, lat, err := throughput(ctx, cs, tput, 4)
+			_ = cs.Close()
+			if err != nil {
+				return fmt.Errorf("pool %s: %w", size, err)
+			}
+			fmt.Printf("  pool=%-3s %6.1f runs/s   median %6.1f ms  p90 %6.1f ms\n", size, rate, ms(pct(lat, 50)), ms(pct(lat, 90)))
+		}
+	}
+	return nil
+}
+
+// connect starts a codeexec server over stdio with env added to the
+// benchmark's environment.
+func connect(ctx context.Context, bin string, env []string) (*mcp.ClientSession, error) {
+	cmd := exec.Command(bin)
+	// PATH=/usr/bin:/bin: modes none and process then find the same
+	// /usr/bin/python3 that bare runs (not a pyenv shim or another build).
+	cmd.Env = append(os.Environ(), append([]string{"PATH=/usr/bin:/bin", "CODE_EXEC_LOG_LEVEL=warn", "CODE_EXEC_TRANSPORT=stdio"}, env...)...)
+	cmd.Stderr = io.Discard
+	if os.Getenv("CODEEXEC_BENCH_SERVER_LOGS") == "1" {
+		cmd.Stderr = os.Stderr
+	}
+	client := mcp.NewClient(&mcp.Implementation{Name: "codeexec-bench", Version: "1.0.0"}, nil)
+	return client.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 30 * time.Second}, nil)
+}
+
+// call runs p once and returns the wall time from the request to the answer.
+func (t *target) call(ctx context.Context, p program) (time.Duration, error) {
+	if t.cs == nil {
+		args := append(slices.Clone(p.bare[1:]), p.code)
+		start := time.Now()
+		out, err := exec.CommandContext(ctx, p.bare[0], args...).Output()
+		d := time.Since(start)
+		if err != nil || string(out) != p.want {
+			return d, fmt.Errorf("bare %s: %q %v", p.bare[0], out, err)
+		}
+		return d, nil
+	}
+	return execute(ctx, t.cs, p)
+}
+
+func execute(ctx context.Context, cs *mcp.ClientSession, p program) (time.Duration, error) {
+	start := time.Now()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "code_execute", Arguments: map[string]any{"language": p.lang, "code": p.code}})
+	d := time.Since(start)
+	if err != nil {
+		return d, err
+	}
+	sc, _ := res.StructuredContent.(map[string]any)
+	if res.IsError || sc == nil || sc["stdout"] != p.want {
+		return d, fmt.Errorf("unexpected result: isError=%v %v", res.IsError, res.StructuredContent)
+	}
+	return d, nil
+}
+
+// throughput makes n python calls from c workers and returns calls per second.
+func throughput(ctx context.Context, cs *mcp.ClientSession, n, c int) (float64, []time.Duration, error) {
+	work := make(chan struct{})
+	var (
+		mu   sync.Mutex
+		lat  []time.Duration
+		errs []error
+		wg   sync.WaitGroup
+	)
+	start := time.Now()
+	for range c {
+		wg.Go(func() {
+			for range work {
+				d, err := execute(ctx, cs, programs[0])
+				mu.Lock()
+				lat = append(lat, d)
+				if err != nil {
+					errs = append(errs, err)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for range n {
+		work <- struct{}{}
+	}
+	close(work)
+	wg.Wait()
+	return float64(n) / time.Since(start).Seconds(), lat, errors.Join(errs...)
+}
+
+// pct returns the p-th percentile (nearest rank).
+func pct(l []time.Duration, p float64) time.Duration {
+	if len(l) == 0 {
+		return 0
+	}
+	s := slices.Clone(l)
+	slices.Sort(s)
+	i := int(float64(len(s))*p/100+0.5) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -1,0 +1,112 @@
+package docker
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+
+	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/sandboxtest"
+)
+
+// The benchmarks of docker mode. Each iteration is one complete run of a
+// one-line program: cold creates, starts, feeds, collects and removes a
+// container; warm takes a container from the pool (the timer is stopped
+// while the pool refills, so it measures a run that finds a warm container);
+// back-to-back does not wait, so it measures how fast the pool refills.
+//
+//	CODE_EXEC_REQUIRE_DOCKER=1 go test ./sandbox/docker/ -run '^$' -bench . -benchtime 50x
+
+var benchPrograms = []struct{ lang, code, want string }{
+	{"python", "print(2**64)", "18446744073709551616\n"},
+	{"javascript", "console.log(2n**64n + '')", "18446744073709551616\n"},
+	{"bash", "echo $((6*7))", "42\n"},
+}
+
+func benchRunner(b *testing.B, poolSize int) *Runner {
+	cfg := poolConfig(poolSize)
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	r, _ := newRunner(b, cfg)
+	return r
+}
+
+func benchRun(b *testing.B, r *Runner, req sandbox.Request, want string) {
+	res, err := r.Run(b.Context(), req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if res.Stdout != want {
+		b.Fatalf("stdout %q stderr %q", res.Stdout, res.Stderr)
+	}
+}
+
+func BenchmarkRun(b *testing.B) {
+	for _, mode := range []struct {
+		name string
+		pool int
+	}{{"cold", 0}, {"warm", 2}} {
+		b.Run(mode.name, func(b *testing.B) {
+			r := benchRunner(b, mode.pool)
+			for _, p := range benchPrograms {
+				b.Run(p.lang, func(b *testing.B) {
+					req := sandboxtest.Req(p.lang, p.code)
+					for b.Loop() {
+						if mode.pool > 0 {
+							b.StopTimer()
+							waitWarm(b, r, p.lang, 1)
+							b.StartTimer()
+						}
+						benchRun(b, r, req, p.want)
+					}
+				})
+			}
+		})
+	}
+}
+
+// BenchmarkRunBackToBack runs python without pause on a pool of 2: once the
+// pool is empty, each run takes whichever comes first, a refill or a cold
+// container, so this measures the sustained rate.
+func BenchmarkRunBackToBack(b *testing.B) {
+	r := benchRunner(b, 2)
+	waitWarm(b, r, "python", 2)
+	req := sandboxtest.Req("python", "print(2**64)")
+	b.ResetTimer()
+	for b.Loop() {
+		benchRun(b, r, req, "18446744073709551616\n")
+	}
+}
+
+// BenchmarkRunParallel4 runs python from 4 goroutines at once (the default
+// CODE_EXEC_MAX_CONCURRENCY), cold and with pools of 2 and 8.
+func BenchmarkRunParallel4(b *testing.B) {
+	for _, size := range []int{0, 2, 8} {
+		b.Run(fmt.Sprintf("pool=%d", size), func(b *testing.B) {
+			r := benchRunner(b, size)
+			if size > 0 {
+				waitWarm(b, r, "python", size)
+			}
+			req := sandboxtest.Req("python", "print(2**64)")
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			work := make(chan struct{})
+			for range 4 {
+				wg.Go(func() {
+					for range work {
+						res, err := r.Run(b.Context(), req)
+						if err != nil || res.Stdout != "18446744073709551616\n" {
+							b.Errorf("run: %+v %v", res, err)
+						}
+					}
+				})
+			}
+			for b.Loop() {
+				work <- struct{}{}
+			}
+			close(work)
+			wg.Wait()
+		})
+	}
+}

@@ -1,0 +1,218 @@
+package docker
+
+import (
+	"bytes"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/codeexec/codeexec/sandbox"
+)
+
+// earlyLimit bounds what a container may write before a run takes it.
+const earlyLimit = 64 << 10
+
+// streams receives a container's demultiplexed stdout and stderr from the
+// moment it starts. For a run container (framed) it takes the ready and ack
+// bytes off the front of stdout and the supervisor's trailer off the end of
+// both streams, and passes the program's output to the run's Output once a
+// run has attached one. Until then, output is kept (up to earlyLimit) and
+// handed over on attach, so that a warm container loses nothing a cold one
+// would show. It is safe for concurrent use.
+type streams struct {
+	mu     sync.Mutex
+	framed bool
+	out    *sandbox.Output
+	early  [2]bytes.Buffer // stdout, stderr before a run attached
+
+	state int // stdout of a framed stream: 0 expects ready, 1 expects ack, 2 program output
+	scan  [2]trailerScanner
+
+	ready chan struct{} // closed when the ready byte arrived
+	acked chan struct{} // closed when the ack byte arrived
+	done  chan struct{} // closed when the trailer arrived on both streams
+	bad   string        // a protocol violation, for the log
+
+	status, ooms int // from the trailer; ooms is -1 when the container could not tell
+}
+
+func newStreams(framed bool, nonce string) *streams {
+	st := &streams{framed: framed, ready: make(chan struct{}), acked: make(chan struct{}), done: make(chan struct{})}
+	if framed {
+		for i := range st.scan {
+			st.scan[i].needle = []byte(nonce + " ")
+		}
+	}
+	return st
+}
+
+// attach makes out the destination of the program's output, after what
+// arrived before.
+func (st *streams) attach(out *sandbox.Output) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.out = out
+	if st.early[0].Len() > 0 {
+		_, _ = out.Stdout().Write(st.early[0].Bytes())
+	}
+	if st.early[1].Len() > 0 {
+		_, _ = out.Stderr().Write(st.early[1].Bytes())
+	}
+	st.early[0].Reset()
+	st.early[1].Reset()
+}
+
+// emit passes program output on; the caller holds mu.
+func (st *streams) emit(i int, p []byte) {
+	if len(p) == 0 {
+		return
+	}
+	if st.out == nil {
+		if room := earlyLimit - st.early[i].Len(); room > 0 {
+			st.early[i].Write(p[:min(len(p), room)])
+		}
+		return
+	}
+	if i == 0 {
+		_, _ = st.out.Stdout().Write(p)
+	} else {
+		_, _ = st.out.Stderr().Write(p)
+	}
+}
+
+func (st *streams) write(i int, p []byte) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !st.framed {
+		st.emit(i, p)
+		return
+	}
+	if i == 0 {
+		for st.state < 2 && len(p) > 0 {
+			want, ch := byte(readyMarker), st.ready
+			if st.state == 1 {
+				want, ch = ackMarker, st.acked
+			}
+			if p[0] != want {
+				st.bad = "the container's first output was not its bootstrap's"
+				st.state = 2
+				break
+			}
+			close(ch)
+			st.state++
+			p = p[1:]
+		}
+	}
+	sc := &st.scan[i]
+	if sc.complete {
+		return // the supervisor is done: anything later is a leftover's
+	}
+	line, found := sc.feed(p, func(b []byte) { st.emit(i, b) })
+	if !found {
+		return
+	}
+	if i == 0 {
+		st.status, st.ooms = parseTrailer(line)
+	}
+	if st.scan[0].complete && st.scan[1].complete {
+		close(st.done)
+	}
+}
+
+// end is called once the stream has ended: output held back while looking
+// for a trailer that never came is passed on.
+func (st *streams) end() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for i := range st.scan {
+		if !st.scan[i].complete {
+			st.emit(i, st.scan[i].pend)
+			st.scan[i].pend = nil
+		}
+	}
+}
+
+// trailer returns the exit status and OOM kill count of the trailer; call it
+// after done is closed.
+func (st *streams) trailer() (status, ooms int) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.status, st.ooms
+}
+
+func (st *streams) wasAcked() bool {
+	select {
+	case <-st.acked:
+		return true
+	default:
+		return false
+	}
+}
+
+// parseTrailer reads "<status> <oom kills>"; an unreadable count is -1.
+func parseTrailer(line string) (status, ooms int) {
+	f := strings.Fields(line)
+	status, ooms = -1, -1
+	if len(f) >= 1 {
+		if n, err := strconv.Atoi(f[0]); err == nil {
+			status = n
+		}
+	}
+	if len(f) >= 2 {
+		if n, err := strconv.Atoi(f[1]); err == nil {
+			ooms = n
+		}
+	}
+	return status, ooms
+}
+
+// trailerScanner passes a stream on while looking for needle. It holds back
+// at most len(needle)-1 bytes that might be the start of it; once the needle
+// is found, it collects the rest of the line and stops passing anything on.
+type trailerScanner struct {
+	needle   []byte
+	pend     []byte
+	found    bool
+	line     []byte
+	complete bool
+}
+
+// feed consumes p, passing program output to emit. It returns the trailer
+// line (without the needle and the newline) once it is complete.
+func (sc *trailerScanner) feed(p []byte, emit func([]byte)) (string, bool) {
+	if !sc.found {
+		sc.pend = append(sc.pend, p...)
+		i := bytes.Index(sc.pend, sc.needle)
+		if i < 0 {
+			if keep := len(sc.needle) - 1; len(sc.pend) > keep {
+				emit(sc.pend[:len(sc.pend)-keep])
+				sc.pend = append([]byte(nil), sc.pend[len(sc.pend)-keep:]...)
+			}
+			return "", false
+		}
+		emit(sc.pend[:i])
+		p = sc.pend[i+len(sc.needle):]
+		sc.pend = nil
+		sc.found = true
+	}
+	if j := bytes.IndexByte(p, '\n'); j >= 0 {
+		sc.line = append(sc.line, p[:j]...)
+		sc.complete = true
+		return string(sc.line), true
+	}
+	if len(sc.line)+len(p) <= maxTrailer {
+		sc.line = append(sc.line, p...)
+	}
+	return "", false
+}
+
+// streamWriter is one stream of a streams, for stdcopy.
+type streamWriter struct {
+	st *streams
+	i  int
+}
+
+func (w streamWriter) Write(p []byte) (int, error) {
+	w.st.write(w.i, p)
+	return len(p), nil
+}
