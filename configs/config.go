@@ -19,6 +19,7 @@ import (
 
 	"github.com/caarlos0/env/v11"
 
+	"github.com/codeexec/codeexec/approvals"
 	"github.com/codeexec/codeexec/sandbox"
 )
 
@@ -129,6 +130,17 @@ type Config struct {
 
 	DockerImage   string `env:"DOCKER_IMAGE" envDefault:"codeexec-sandbox:latest" accepted:"an image reference" help:"sandbox image of docker mode (build it with docker/build-sandbox-image.sh)"`
 	DockerRuntime string `env:"DOCKER_RUNTIME" accepted:"a runtime the engine knows, such as runsc" help:"OCI runtime for docker mode containers (for example gVisor's runsc); empty means the engine's default"`
+	// DockerPoolSize defaults to 2: one warm container serves a sequential
+	// agent loop (the next is made while the model thinks), the second
+	// absorbs a pair of calls, and 2 per language costs about 200 MB.
+	DockerPoolSize int `env:"DOCKER_POOL_SIZE" envDefault:"2" accepted:"a whole number from 0 to 64" help:"warm containers docker mode keeps per language, created and started ahead of demand and locked down like any other; each serves one run and is then removed; 0 creates every container on demand"`
+
+	Approval        approvals.Policy `env:"APPROVAL" envDefault:"never" accepted:"never, always or risky" help:"when a person must approve code before it runs: never, always, or risky (only code that the risk check flags: network, subprocesses, deleting or overwriting files, privileges, environment variables or credentials, dynamic code)"`
+	ApprovalTimeout time.Duration    `env:"APPROVAL_TIMEOUT" envDefault:"5m" accepted:"a duration such as 5m (from 1s to 24h)" help:"how long a run waits for a person's approval; no answer in time means denied"`
+	ApprovalElicit  bool             `env:"APPROVAL_ELICIT" envDefault:"true" accepted:"true or false" help:"ask through the MCP client (elicitation) when it supports it; false asks only on the approvals console and CLI (for clients that decline elicitations on the user's behalf)"`
+	AdminAddr       string           `env:"ADMIN_ADDR" envDefault:"127.0.0.1:8081" accepted:"host:port, or off" help:"listen address of the approvals console and its API (started only when CODE_EXEC_APPROVAL is not never); an address other than loopback requires CODE_EXEC_ADMIN_TOKEN; codeexec approvals talks to it"`
+	AdminToken      string           `env:"ADMIN_TOKEN" accepted:"a secret of at least 16 characters" help:"bearer token of the approvals console and CLI; required when CODE_EXEC_ADMIN_ADDR is not loopback" secret:"true"`
+	AuditLog        string           `env:"AUDIT_LOG" accepted:"a file path" help:"append every request, approval decision and run outcome to this JSON Lines file, hash-chained (check it with codeexec audit verify FILE); empty records nothing"`
 
 	LogLevel  string `env:"LOG_LEVEL" envDefault:"info" accepted:"debug, info, warn or error" help:"least severe log level written (to stderr)"`
 	LogFormat string `env:"LOG_FORMAT" envDefault:"text" accepted:"text or json" help:"log format on stderr: text for people, json for machines"`
@@ -227,6 +239,7 @@ func (c *Config) Validate() error {
 	check(c.MaxCode >= 16, "MaxCode", c.MaxCode, "it is too small")
 	check(c.MaxStdin >= 0, "MaxStdin", c.MaxStdin, "it is negative")
 	check(c.MaxConcurrency >= 1 && c.MaxConcurrency <= 1024, "MaxConcurrency", c.MaxConcurrency, "it is out of range")
+	check(c.DockerPoolSize >= 0 && c.DockerPoolSize <= 64, "DockerPoolSize", c.DockerPoolSize, "it is out of range")
 	if len(c.Languages) == 0 {
 		errs = append(errs, invalid("Languages", `""`, "no language is enabled"))
 	}
@@ -239,6 +252,13 @@ func (c *Config) Validate() error {
 	check(c.LogFormat == "text" || c.LogFormat == "json", "LogFormat", c.LogFormat, "unknown format")
 	if c.AuthToken != "" && len(c.AuthToken) < 16 {
 		errs = append(errs, fmt.Errorf("CODE_EXEC_AUTH_TOKEN is too short (%d characters): use at least 16 random characters, for example from `openssl rand -hex 32`", len(c.AuthToken)))
+	}
+	check(c.ApprovalTimeout >= time.Second && c.ApprovalTimeout <= 24*time.Hour, "ApprovalTimeout", c.ApprovalTimeout, "it is out of range")
+	if c.AdminToken != "" && len(c.AdminToken) < 16 {
+		errs = append(errs, fmt.Errorf("CODE_EXEC_ADMIN_TOKEN is too short (%d characters): use at least 16 random characters, for example from `openssl rand -hex 32`", len(c.AdminToken)))
+	}
+	if err := c.ValidateAdmin(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := c.ValidateListen(); err != nil {
 		errs = append(errs, err)
@@ -259,6 +279,27 @@ func (c *Config) ValidateListen() error {
 	}
 	if !IsLoopback(host) && c.AuthToken == "" {
 		return fmt.Errorf("refusing to listen on %s without authentication: CODE_EXEC_ADDR is not a loopback address, so set CODE_EXEC_AUTH_TOKEN (clients then send Authorization: Bearer <token>) or listen on 127.0.0.1", c.Addr)
+	}
+	return nil
+}
+
+// AdminEnabled reports whether the approvals console listens.
+func (c *Config) AdminEnabled() bool {
+	return c.Approval != approvals.PolicyNever && !strings.EqualFold(c.AdminAddr, "off") && c.AdminAddr != ""
+}
+
+// ValidateAdmin checks the approvals console's address: it must parse, and
+// an address beyond loopback requires an admin token.
+func (c *Config) ValidateAdmin() error {
+	if strings.EqualFold(c.AdminAddr, "off") || c.AdminAddr == "" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(c.AdminAddr)
+	if err != nil {
+		return invalid("AdminAddr", c.AdminAddr, err.Error())
+	}
+	if !IsLoopback(host) && c.AdminToken == "" {
+		return fmt.Errorf("refusing to serve the approvals console on %s without authentication: CODE_EXEC_ADMIN_ADDR is not a loopback address, so set CODE_EXEC_ADMIN_TOKEN or use 127.0.0.1", c.AdminAddr)
 	}
 	return nil
 }

@@ -33,6 +33,8 @@ type Server struct {
 	version  string
 	approval string
 	mcp      *mcpserver.MCPServer
+	// approvals is nil unless approvals or the audit log are configured.
+	approvals *Approvals
 
 	mu   sync.Mutex
 	runs map[string]map[*int]context.CancelFunc // session id -> cancel funcs of its runs
@@ -44,7 +46,9 @@ type Options struct {
 	Version string
 	// Approval describes the approval policy in sandbox_info.
 	Approval string
-	Logger   *slog.Logger
+	// Approvals, if not nil, asks people before code runs (see Approvals).
+	Approvals *Approvals
+	Logger    *slog.Logger
 }
 
 // New builds the MCP server around runner. runner should already enforce the
@@ -54,15 +58,21 @@ func New(cfg *configs.Config, runner sandbox.Runner, opts Options) *Server {
 		opts.Logger = slog.Default()
 	}
 	if opts.Approval == "" {
+		opts.Approval = approvalDescription(opts.Approvals)
+	}
+	if opts.Approval == "" {
 		opts.Approval = "never: code runs without asking a person (CODE_EXEC_APPROVAL is not configured)"
 	}
 	if opts.Version == "" {
 		opts.Version = "dev"
 	}
-	s := &Server{cfg: cfg, runner: runner, log: opts.Logger, version: opts.Version, approval: opts.Approval, runs: map[string]map[*int]context.CancelFunc{}}
+	s := &Server{cfg: cfg, runner: runner, log: opts.Logger, version: opts.Version, approval: opts.Approval, approvals: opts.Approvals, runs: map[string]map[*int]context.CancelFunc{}}
 	hooks := &mcpserver.Hooks{}
 	hooks.AddOnUnregisterSession(func(ctx context.Context, session mcpserver.ClientSession) {
 		s.cancelSession(session.SessionID())
+		if s.approvals != nil {
+			s.approvals.Gate.Broker().WithdrawSession(session.SessionID())
+		}
 	})
 	s.mcp = mcpserver.NewMCPServer(Name, opts.Version,
 		mcpserver.WithToolCapabilities(false),
@@ -150,6 +160,7 @@ func (s *Server) HTTPHandler(transport configs.Transport, baseURL string) (http.
 			mcpserver.WithEndpointPath("/mcp"),
 			mcpserver.WithStreamableHTTPLogger(s.log),
 			mcpserver.WithHeartbeatInterval(15*time.Second),
+			mcpserver.WithHTTPContextFunc(withRemoteAddr),
 		)
 		mux.Handle("/mcp", modernNotifications(h))
 		shutdown = h.Shutdown
@@ -158,6 +169,7 @@ func (s *Server) HTTPHandler(transport configs.Transport, baseURL string) (http.
 			mcpserver.WithBaseURL(baseURL),
 			mcpserver.WithKeepAlive(true),
 			mcpserver.WithKeepAliveInterval(15*time.Second),
+			mcpserver.WithSSEContextFunc(withRemoteAddr),
 		)
 		mux.Handle("/sse", h.SSEHandler())
 		mux.Handle("/message", h.MessageHandler())

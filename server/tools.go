@@ -150,12 +150,19 @@ func (s *Server) handleExecute(ctx context.Context, req mcp.CallToolRequest) (*m
 	ctx, done := s.trackRun(ctx)
 	defer done()
 
-	res, err := s.runner.Run(ctx, sandbox.Request{
+	runReq := sandbox.Request{
 		Language: args.Language,
 		Code:     args.Code,
 		Stdin:    args.Stdin,
 		Limits:   s.cfg.Limits(args.Timeout),
-	})
+	}
+	if s.approvals != nil {
+		var stop *mcp.CallToolResult
+		if ctx, stop = s.approve(ctx, req, runReq); stop != nil {
+			return stop, nil
+		}
+	}
+	res, err := s.runner.Run(ctx, runReq)
 	if err != nil {
 		msg := runErrorMessage(err, args)
 		s.log.Warn("run failed", "language", args.Language, "err", err)
@@ -185,6 +192,9 @@ func (s *Server) handleExecute(ctx context.Context, req mcp.CallToolRequest) (*m
 
 // runErrorMessage turns a runner error into one sentence for the model.
 func runErrorMessage(err error, args ExecuteArgs) string {
+	if msg, ok := approvalErrorMessage(err); ok {
+		return msg
+	}
 	switch {
 	case errors.Is(err, context.Canceled):
 		return "The run was cancelled before it finished, so it was stopped."

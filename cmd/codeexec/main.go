@@ -20,6 +20,7 @@ import (
 
 	"github.com/lmittmann/tint"
 
+	"github.com/codeexec/codeexec/approvals"
 	"github.com/codeexec/codeexec/configs"
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/docker"
@@ -52,6 +53,8 @@ func usage(w io.Writer, fs *flag.FlagSet) {
 
 Usage:
   codeexec [flags]
+  codeexec approvals list|approve ID|deny ID   answer pending runs (see CODE_EXEC_APPROVAL)
+  codeexec audit verify FILE                   check a CODE_EXEC_AUDIT_LOG file
 
 Flags:
 `, buildVersion())
@@ -70,6 +73,14 @@ Examples:
 
 // run is main without the process exit, for tests.
 func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "approvals":
+			return server.ApprovalsCommand(args[1:], environ, stdout, stderr)
+		case "audit":
+			return server.AuditCommand(args[1:], stdout, stderr)
+		}
+	}
 	fs := flag.NewFlagSet("codeexec", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	transport := fs.String("transport", "", "transport: stdio, sse or http (overrides CODE_EXEC_TRANSPORT)")
@@ -123,15 +134,33 @@ func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "codeexec: %v\n", err)
 		return 1
 	}
-	limited := sandbox.Limit(runner, cfg.MaxConcurrency)
+	var chain sandbox.Runner = sandbox.Limit(runner, cfg.MaxConcurrency)
 	defer func() {
-		if err := limited.Close(); err != nil {
+		if err := chain.Close(); err != nil {
 			log.Error("cleaning up the sandbox", "err", err)
 		}
 	}()
 	announce(log, cfg, runner.Capabilities())
 
-	srv := server.New(cfg, limited, server.Options{Version: buildVersion(), Logger: log})
+	// Approval is decided before a run takes a slot: Gate(Limit(runner)).
+	appr, err := newApprovals(ctx, cfg, chain, log)
+	if err != nil {
+		log.Error("cannot start approvals", "err", err)
+		fmt.Fprintf(stderr, "codeexec: %v\n", err)
+		return 1
+	}
+	if appr != nil {
+		chain = appr.Gate
+		if audit := appr.Gate.Audit(); audit != nil {
+			defer func() {
+				n, head := audit.Head()
+				log.Info("audit log closed", "path", audit.Path(), "entries", n, "last_hash", head)
+				_ = audit.Close()
+			}()
+		}
+	}
+
+	srv := server.New(cfg, chain, server.Options{Version: buildVersion(), Logger: log, Approvals: appr})
 	switch cfg.Transport {
 	case configs.TransportStdio:
 		err = srv.ServeStdio(ctx, stdin, stdout)
@@ -146,6 +175,50 @@ func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int 
 	}
 	log.Info("shutting down")
 	return 0
+}
+
+// newApprovals builds the approval gate around next, opens the audit log and
+// starts the approvals console, when CODE_EXEC_APPROVAL or
+// CODE_EXEC_AUDIT_LOG ask for them; otherwise it returns nil.
+func newApprovals(ctx context.Context, cfg *configs.Config, next sandbox.Runner, log *slog.Logger) (*server.Approvals, error) {
+	if cfg.Approval == approvals.PolicyNever && cfg.AuditLog == "" {
+		return nil, nil
+	}
+	var audit *approvals.AuditLog
+	if cfg.AuditLog != "" {
+		var err error
+		if audit, err = approvals.OpenAudit(cfg.AuditLog); err != nil {
+			return nil, fmt.Errorf("CODE_EXEC_AUDIT_LOG: %w", err)
+		}
+		n, head := audit.Head()
+		log.Info("audit log", "path", cfg.AuditLog, "entries", n, "last_hash", head)
+	}
+	consoleURL := ""
+	var ln net.Listener
+	if cfg.AdminEnabled() {
+		var err error
+		if ln, err = net.Listen("tcp", cfg.AdminAddr); err != nil {
+			_ = audit.Close()
+			return nil, fmt.Errorf("cannot serve the approvals console on CODE_EXEC_ADMIN_ADDR=%s: %w (choose another address, or off)", cfg.AdminAddr, err)
+		}
+		consoleURL = "http://" + ln.Addr().String() + "/"
+	}
+	gate := approvals.NewGate(next, approvals.GateConfig{
+		Policy: cfg.Approval, Timeout: cfg.ApprovalTimeout, Audit: audit, OutOfBand: ln != nil, Logger: log,
+	})
+	if ln != nil {
+		admin := server.NewAdmin(gate, cfg.AdminToken, log)
+		go func() {
+			if err := admin.Serve(ctx, ln); err != nil {
+				log.Error("approvals console stopped", "err", err)
+			}
+		}()
+		log.Info("approvals console", "url", consoleURL, "token", cfg.AdminToken != "")
+	}
+	if cfg.Approval != approvals.PolicyNever {
+		log.Info("approvals", "policy", cfg.Approval, "timeout", cfg.ApprovalTimeout, "elicitation", cfg.ApprovalElicit, "console", consoleURL != "")
+	}
+	return &server.Approvals{Gate: gate, Signer: approvals.NewSigner(nil), Elicit: cfg.ApprovalElicit, ConsoleURL: consoleURL}, nil
 }
 
 func newLogger(cfg *configs.Config, w io.Writer) *slog.Logger {
@@ -166,7 +239,8 @@ func newLogger(cfg *configs.Config, w io.Writer) *slog.Logger {
 func newRunner(ctx context.Context, cfg *configs.Config, log *slog.Logger) (sandbox.Runner, error) {
 	switch cfg.Sandbox {
 	case sandbox.ModeDocker:
-		return docker.New(ctx, docker.Config{Image: cfg.DockerImage, Runtime: cfg.DockerRuntime, Languages: cfg.Languages, Logger: log})
+		return docker.New(ctx, docker.Config{Image: cfg.DockerImage, Runtime: cfg.DockerRuntime, Languages: cfg.Languages, Logger: log,
+			PoolSize: cfg.DockerPoolSize, PoolLimits: cfg.Limits(cfg.Timeout)})
 	case sandbox.ModeProcess:
 		return process.New(ctx, process.Config{Languages: cfg.Languages, WorkRoot: cfg.WorkDir, Logger: log})
 	case sandbox.ModeNone:

@@ -1,0 +1,264 @@
+package approvals
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"sync"
+	"time"
+)
+
+// Event names the kind of an audit entry.
+type Event string
+
+// The audit events.
+const (
+	// EventRequest: a code_execute request arrived (with its code).
+	EventRequest Event = "request"
+	// EventDecision: the approval decision for a request (also when the
+	// policy needed none).
+	EventDecision Event = "decision"
+	// EventRun: how an approved run ended, or why it could not run.
+	EventRun Event = "run"
+)
+
+// Entry is one line of the audit log. Seq, Time, Prev and Hash are set by
+// the AuditLog; the other fields depend on Event.
+type Entry struct {
+	Seq   int64     `json:"seq"`
+	Time  time.Time `json:"time"`
+	Event Event     `json:"event"`
+	// ID identifies the request; every entry of one request has the same ID.
+	ID string `json:"id"`
+	// CodeSHA256 is the hash of the request (language, code, stdin, timeout)
+	// that was asked for, decided on, or run.
+	CodeSHA256 string `json:"code_sha256,omitempty"`
+
+	// request
+	Language  string     `json:"language,omitempty"`
+	Code      string     `json:"code,omitempty"`
+	StdinSize *int       `json:"stdin_bytes,omitempty"`
+	TimeoutMS *int64     `json:"timeout_ms,omitempty"`
+	Policy    Policy     `json:"policy,omitempty"`
+	Reasons   []string   `json:"reasons,omitempty"`
+	Requester *Requester `json:"requester,omitempty"`
+
+	// decision
+	Outcome Outcome `json:"outcome,omitempty"`
+	By      string  `json:"by,omitempty"`
+	Via     Via     `json:"via,omitempty"`
+	Note    string  `json:"note,omitempty"`
+
+	// run
+	ExitCode   *int     `json:"exit_code,omitempty"`
+	DurationMS *float64 `json:"duration_ms,omitempty"`
+	LimitHit   string   `json:"limit,omitempty"`
+	Signal     string   `json:"signal,omitempty"`
+	Sandbox    string   `json:"sandbox,omitempty"`
+	Error      string   `json:"error,omitempty"`
+
+	// Prev is the Hash of the previous entry ("" for the first).
+	Prev string `json:"prev"`
+	// Hash is the SHA-256 of this line up to the "hash" key (see Verify).
+	// It must stay the last field.
+	Hash string `json:"hash"`
+}
+
+// AuditLog appends entries to a JSON Lines file. Each entry is written with
+// one write and synced to disk before Append returns, so that an answered
+// request survives a crash. Each entry carries the hash of the previous one,
+// so that Verify detects a changed, removed or reordered entry.
+//
+// An AuditLog is safe for concurrent use. A nil *AuditLog discards entries.
+type AuditLog struct {
+	mu   sync.Mutex
+	f    *os.File
+	path string
+	seq  int64
+	prev string
+	now  func() time.Time
+}
+
+// OpenAudit opens (creating if needed, mode 0600) the audit log at path and
+// continues its hash chain. It refuses a file whose last line is incomplete
+// or does not verify, since appending would hide the damage; run
+// `codeexec audit verify` to see what is wrong. Close the log when done.
+func OpenAudit(path string) (*AuditLog, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening the audit log: %w", err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("reading the audit log: %w", err)
+	}
+	sum, err := Verify(f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("the audit log %s does not verify, so codeexec will not append to it (move it aside to start a new one): %w", path, err)
+	}
+	return &AuditLog{f: f, path: path, seq: sum.Entries, prev: sum.LastHash, now: time.Now}, nil
+}
+
+// Path returns the file the log writes to.
+func (l *AuditLog) Path() string {
+	if l == nil {
+		return ""
+	}
+	return l.path
+}
+
+// Append sets e's Seq, Time (if zero), Prev and Hash, and writes it. It
+// returns only once the entry is on disk.
+func (l *AuditLog) Append(e Entry) error {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f == nil {
+		return errors.New("audit log closed")
+	}
+	e.Seq = l.seq + 1
+	if e.Time.IsZero() {
+		e.Time = l.now().UTC()
+	}
+	e.Prev = l.prev
+	line, hash, err := seal(e)
+	if err != nil {
+		return fmt.Errorf("encoding an audit entry: %w", err)
+	}
+	if _, err := l.f.Write(line); err != nil {
+		return fmt.Errorf("writing the audit log: %w", err)
+	}
+	if err := l.f.Sync(); err != nil {
+		return fmt.Errorf("syncing the audit log: %w", err)
+	}
+	l.seq, l.prev = e.Seq, hash
+	return nil
+}
+
+// Head returns the number of entries and the hash of the last one: keep it
+// somewhere else to detect that entries were cut from the end.
+func (l *AuditLog) Head() (int64, string) {
+	if l == nil {
+		return 0, ""
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.seq, l.prev
+}
+
+// Close closes the file; later Appends fail. It is safe to call twice.
+func (l *AuditLog) Close() error {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f == nil {
+		return nil
+	}
+	err := l.f.Close()
+	l.f = nil
+	return err
+}
+
+// seal encodes e with its hash as the last field and returns the line
+// (with its newline) and the hash.
+func seal(e Entry) ([]byte, string, error) {
+	e.Hash = ""
+	b, err := json.Marshal(e)
+	if err != nil {
+		return nil, "", err
+	}
+	// b ends with `,"hash":""}`: hash what comes before `,"hash"`.
+	body, ok := bytes.CutSuffix(b, []byte(`,"hash":""}`))
+	if !ok {
+		return nil, "", errors.New("hash is not the last field")
+	}
+	sum := sha256.Sum256(body)
+	h := hex.EncodeToString(sum[:])
+	line := make([]byte, 0, len(b)+len(h)+1)
+	line = append(line, body...)
+	line = append(line, `,"hash":"`...)
+	line = append(line, h...)
+	line = append(line, "\"}\n"...)
+	return line, h, nil
+}
+
+// VerifySummary describes a log that verified.
+type VerifySummary struct {
+	Entries  int64
+	LastHash string
+}
+
+// ErrTampered is wrapped by Verify's errors: the log was changed, cut or
+// reordered after it was written.
+var ErrTampered = errors.New("audit log tampered with")
+
+var hashSuffix = regexp.MustCompile(`,"hash":"([0-9a-f]{64})"}$`)
+
+// Verify reads a whole audit log and checks every line: its own hash, the
+// previous entry's hash it carries, and its sequence number. It returns an
+// error wrapping ErrTampered that names the first bad line. An empty log
+// verifies. Removing entries from the end of a log cannot be detected from
+// the log alone: compare the last hash (logged by the server) too.
+func Verify(r io.Reader) (VerifySummary, error) {
+	var sum VerifySummary
+	br := bufio.NewReader(r)
+	for lineNo := 1; ; lineNo++ {
+		line, err := br.ReadBytes('\n')
+		if len(line) == 0 && err == io.EOF {
+			return sum, nil
+		}
+		if err != nil && err != io.EOF {
+			return sum, fmt.Errorf("reading line %d: %w", lineNo, err)
+		}
+		if !bytes.HasSuffix(line, []byte("\n")) {
+			return sum, fmt.Errorf("%w: line %d is incomplete (no newline at the end)", ErrTampered, lineNo)
+		}
+		line = bytes.TrimSuffix(line, []byte("\n"))
+		m := hashSuffix.FindSubmatchIndex(line)
+		if m == nil {
+			return sum, fmt.Errorf("%w: line %d has no hash at its end", ErrTampered, lineNo)
+		}
+		body := line[:m[0]]
+		got := sha256.Sum256(body)
+		want := string(line[m[2]:m[3]])
+		if hex.EncodeToString(got[:]) != want {
+			return sum, fmt.Errorf("%w: line %d was changed (its hash does not match its content)", ErrTampered, lineNo)
+		}
+		var e struct {
+			Seq  int64  `json:"seq"`
+			Prev string `json:"prev"`
+		}
+		if err := json.Unmarshal(append(append([]byte(nil), body...), '}'), &e); err != nil {
+			return sum, fmt.Errorf("%w: line %d is not a JSON object: %v", ErrTampered, lineNo, err)
+		}
+		if e.Prev != sum.LastHash {
+			return sum, fmt.Errorf("%w: line %d (seq %d) does not follow the entry before it: an entry was removed, inserted or moved", ErrTampered, lineNo, e.Seq)
+		}
+		if e.Seq != sum.Entries+1 {
+			return sum, fmt.Errorf("%w: line %d has seq %d, want %d", ErrTampered, lineNo, e.Seq, sum.Entries+1)
+		}
+		sum.Entries, sum.LastHash = e.Seq, want
+	}
+}
+
+// VerifyFile verifies the audit log at path (see Verify).
+func VerifyFile(path string) (VerifySummary, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return VerifySummary{}, err
+	}
+	defer f.Close()
+	return Verify(f)
+}

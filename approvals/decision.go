@@ -1,0 +1,233 @@
+package approvals
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/codeexec/codeexec/sandbox"
+)
+
+// Outcome is how an approval request ended.
+type Outcome string
+
+// The outcomes. Only OutcomeApproved and OutcomeNotRequired let code run.
+const (
+	OutcomeApproved    Outcome = "approved"
+	OutcomeNotRequired Outcome = "not_required"
+	OutcomeDenied      Outcome = "denied"
+	// OutcomeCancelled: the approver closed the question without answering.
+	OutcomeCancelled Outcome = "cancelled"
+	// OutcomeTimedOut: nobody answered within the approval timeout.
+	OutcomeTimedOut Outcome = "timed_out"
+	// OutcomeWithdrawn: the client went away or gave up while waiting.
+	OutcomeWithdrawn Outcome = "withdrawn"
+	// OutcomeExpired: an approval came back after its state expired.
+	OutcomeExpired Outcome = "expired"
+	// OutcomeReplayed: an approval's single-use state was used again.
+	OutcomeReplayed Outcome = "replayed"
+	// OutcomeForged: an approval's state was not issued by this server, or
+	// was issued for other code.
+	OutcomeForged Outcome = "forged"
+	// OutcomeUnavailable: approval is required but no way to ask a person
+	// is available.
+	OutcomeUnavailable Outcome = "unavailable"
+)
+
+// Allows reports whether code may run.
+func (o Outcome) Allows() bool { return o == OutcomeApproved || o == OutcomeNotRequired }
+
+// Via is how a decision was made.
+type Via string
+
+// The ways a decision is made.
+const (
+	ViaPolicy      Via = "policy"
+	ViaElicitation Via = "elicitation"
+	ViaConsole     Via = "console"
+	ViaCLI         Via = "cli"
+	ViaTimeout     Via = "timeout"
+	ViaClient      Via = "client"
+	ViaServer      Via = "server"
+)
+
+// Requester says who asked for a run.
+type Requester struct {
+	// Client is the MCP client's name and version, as it announced them.
+	Client string `json:"client,omitempty"`
+	// Session is the MCP session id, if any.
+	Session string `json:"session,omitempty"`
+	// Transport is stdio, sse or http.
+	Transport string `json:"transport,omitempty"`
+	// Remote is the peer address over HTTP transports.
+	Remote string `json:"remote,omitempty"`
+}
+
+// String is a short description for people.
+func (r Requester) String() string {
+	s := r.Client
+	if s == "" {
+		s = "an unnamed MCP client"
+	}
+	if r.Transport != "" {
+		s += " over " + r.Transport
+	}
+	if r.Remote != "" {
+		s += " from " + r.Remote
+	}
+	if r.Session != "" {
+		s += " (session " + shortID(r.Session) + ")"
+	}
+	return s
+}
+
+func shortID(s string) string {
+	if len(s) > 12 {
+		return s[:12] + "…"
+	}
+	return s
+}
+
+// Ask is what an approver is shown: one run waiting for a decision.
+type Ask struct {
+	ID         string    `json:"id"`
+	Language   string    `json:"language"`
+	Code       string    `json:"code"`
+	StdinBytes int       `json:"stdin_bytes"`
+	TimeoutMS  int64     `json:"timeout_ms"`
+	CodeSHA256 string    `json:"code_sha256"`
+	Reasons    []string  `json:"reasons"`
+	Requester  Requester `json:"requester"`
+	Created    time.Time `json:"created"`
+	Deadline   time.Time `json:"deadline"`
+}
+
+// Decision is the answer to an Ask.
+type Decision struct {
+	ID      string  `json:"id"`
+	Outcome Outcome `json:"outcome"`
+	// By names who decided: a person's name as the console or CLI gave it,
+	// the client for elicitation, or "codeexec" for the server itself.
+	By  string    `json:"by"`
+	Via Via       `json:"via"`
+	At  time.Time `json:"at"`
+	// CodeSHA256 is the request hash the decision is for.
+	CodeSHA256 string `json:"code_sha256"`
+	// Note is an optional reason (for example why a person denied).
+	Note string `json:"note,omitempty"`
+}
+
+// ErrNotApproved is wrapped by the error a Gate returns when code did not
+// run because it was not approved; use errors.As with *DeniedError for the
+// decision.
+var ErrNotApproved = errors.New("not approved")
+
+// DeniedError is the error of a run that was not approved.
+type DeniedError struct{ Decision Decision }
+
+func (e *DeniedError) Error() string { return "approval " + string(e.Decision.Outcome) }
+
+// Unwrap lets errors.Is(err, ErrNotApproved) hold.
+func (e *DeniedError) Unwrap() error { return ErrNotApproved }
+
+// Sentence is one sentence for the model that says what happened and what to do.
+func (e *DeniedError) Sentence() string {
+	d := e.Decision
+	by := d.By
+	if by == "" {
+		by = "the approver"
+	}
+	switch d.Outcome {
+	case OutcomeDenied:
+		s := fmt.Sprintf("The code did not run: %s denied approval (via %s)", by, d.Via)
+		if d.Note != "" {
+			s += ": " + d.Note
+		}
+		return s + "."
+	case OutcomeCancelled:
+		return "The code did not run: the approval request was cancelled without an answer, which counts as a denial."
+	case OutcomeTimedOut:
+		return "The code did not run: nobody approved it before the approval timeout (CODE_EXEC_APPROVAL_TIMEOUT), which counts as a denial."
+	case OutcomeWithdrawn:
+		return "The code did not run: the request was withdrawn before anyone approved it."
+	case OutcomeExpired:
+		return "The code did not run: the approval arrived after it expired; call code_execute again to ask anew."
+	case OutcomeReplayed:
+		return "The code did not run: this approval was already used once, and an approval is good for one run only."
+	case OutcomeForged:
+		return "The code did not run: the approval was not issued by this server for this exact code, so it was rejected."
+	case OutcomeUnavailable:
+		return "The code did not run: it needs a person's approval, but this client cannot show approval requests and no approvals console is configured (CODE_EXEC_ADMIN_ADDR)."
+	}
+	return fmt.Sprintf("The code did not run: approval %s.", d.Outcome)
+}
+
+// HashRequest is the hash an approval is bound to: language, code, stdin
+// and timeout, each length-prefixed so that no two requests share a hash.
+func HashRequest(req sandbox.Request) string {
+	h := sha256.New()
+	field := func(s string) {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	field("codeexec-request-v1")
+	field(req.Language)
+	field(req.Code)
+	field(req.Stdin)
+	field(req.Limits.Timeout.String())
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// newID returns a random request id (12 hex digits).
+func newID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+type ctxKey int
+
+const (
+	requesterKey ctxKey = iota
+	decisionKey
+	waitKey
+)
+
+// WithRequester returns a context that tells the Gate who asks.
+func WithRequester(ctx context.Context, r Requester) context.Context {
+	return context.WithValue(ctx, requesterKey, r)
+}
+
+// RequesterFrom returns the Requester in ctx, if any.
+func RequesterFrom(ctx context.Context) Requester {
+	r, _ := ctx.Value(requesterKey).(Requester)
+	return r
+}
+
+// WithDecision returns a context that carries a decision already made for
+// the request (for example through MCP elicitation), so that the Gate does
+// not ask again. The Gate uses it only when its CodeSHA256 matches the request.
+func WithDecision(ctx context.Context, d Decision) context.Context {
+	return context.WithValue(ctx, decisionKey, d)
+}
+
+// WaitFunc is called while a run waits for a person: at once, then every
+// few seconds, with what is waiting and how long is left.
+type WaitFunc func(a Ask, waited, left time.Duration)
+
+// WithWaitFunc returns a context whose Gate calls f while the run waits.
+func WithWaitFunc(ctx context.Context, f WaitFunc) context.Context {
+	return context.WithValue(ctx, waitKey, f)
+}
+
+func waitFuncFrom(ctx context.Context) WaitFunc {
+	f, _ := ctx.Value(waitKey).(WaitFunc)
+	return f
+}

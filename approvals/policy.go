@@ -1,0 +1,68 @@
+// Package approvals decides whether a person must approve a run before it
+// starts, asks them, and keeps a tamper-evident record of every request,
+// decision and outcome.
+//
+// The pieces:
+//   - Policy (never, always, risky) and Assess, a per-language risk check
+//     whose reasons are shown to the approver. The risk check is a triage
+//     aid, not a security boundary: code can hide what it does.
+//   - Broker, the pending requests that the approvals console and the
+//     codeexec approvals CLI list and answer; it is also an Approver.
+//   - Gate, a sandbox.Runner that asks an Approver before it calls the next
+//     Runner, and records everything in an AuditLog.
+//   - Signer, which binds an approval that round-trips through an MCP client
+//     (elicitation) to the exact request that was shown, once, until it expires.
+//   - AuditLog and Verify: an append-only JSON Lines log whose entries carry
+//     the hash of the previous one.
+package approvals
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Policy says which runs need a person's approval. Its values are the
+// accepted values of CODE_EXEC_APPROVAL.
+type Policy string
+
+// The policies.
+const (
+	// PolicyNever runs everything without asking (the default).
+	PolicyNever Policy = "never"
+	// PolicyAlways asks before every run.
+	PolicyAlways Policy = "always"
+	// PolicyRisky asks only when the risk check flags the code.
+	PolicyRisky Policy = "risky"
+)
+
+// ParsePolicy returns the Policy named s, or an error that lists the accepted values.
+func ParsePolicy(s string) (Policy, error) {
+	switch p := Policy(strings.ToLower(strings.TrimSpace(s))); p {
+	case PolicyNever, PolicyAlways, PolicyRisky:
+		return p, nil
+	}
+	return "", fmt.Errorf("unknown approval policy %q (accepted: never, always, risky)", s)
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler so that configuration
+// parsing rejects an unknown policy.
+func (p *Policy) UnmarshalText(b []byte) error {
+	v, err := ParsePolicy(string(b))
+	if err != nil {
+		return err
+	}
+	*p = v
+	return nil
+}
+
+// Requires reports whether a run whose risk check found findings needs a
+// person's approval under p. An unknown policy requires approval (fail closed).
+func (p Policy) Requires(findings []Finding) bool {
+	switch p {
+	case PolicyNever:
+		return false
+	case PolicyRisky:
+		return len(findings) > 0
+	}
+	return true
+}

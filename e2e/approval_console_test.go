@@ -1,0 +1,158 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+const chromiumPath = "/usr/bin/chromium"
+
+// browser starts headless Chromium (Debian's package) for chromedp, or
+// skips the test when it is missing, unless CODE_EXEC_REQUIRE_BROWSER=1.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	if _, err := os.Stat(chromiumPath); err != nil {
+		if os.Getenv("CODE_EXEC_REQUIRE_BROWSER") == "1" {
+			t.Fatalf("%s is missing and CODE_EXEC_REQUIRE_BROWSER=1: install it with apt-get install -y chromium", chromiumPath)
+		}
+		t.Skipf("skipping the console browser test: %s is missing (apt-get install -y chromium; set CODE_EXEC_REQUIRE_BROWSER=1 to make this a failure)", chromiumPath)
+	}
+	// Chromium may still write to its profile for a moment after it is
+	// told to quit, so the profile is removed with retries, not t.TempDir.
+	profile, err := os.MkdirTemp("", "codeexec-e2e-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for i := 0; i < 50; i++ {
+			if os.RemoveAll(profile) == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Errorf("could not remove the chromium profile %s", profile)
+	})
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromiumPath),
+		chromedp.UserDataDir(profile),
+		chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("no-first-run", true),
+		chromedp.Flag("no-default-browser-check", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.WindowSize(1100, 900),
+	}
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelC := chromedp.NewContext(actx)
+	ctx, cancelT := context.WithTimeout(ctx, 2*time.Minute)
+	t.Cleanup(func() { cancelT(); cancelC(); cancelA() })
+	if err := chromedp.Run(ctx); err != nil {
+		t.Fatalf("starting chromium: %v", err)
+	}
+	return ctx
+}
+
+// TestApprovalConsoleBrowser: the console in headless Chromium lists a
+// pending run with its code, reasons and requester, shows attacker-
+// controlled code as text, and approves and denies with one click.
+func TestApprovalConsoleBrowser(t *testing.T) {
+	t.Parallel()
+	ctx := browser(t)
+	a := approvalConnect(t, approvalOpts{})
+	args := func(code string) *mcp.CallToolParams {
+		return &mcp.CallToolParams{Name: "code_execute", Arguments: map[string]any{"language": "python", "code": code}}
+	}
+
+	// A realistic request, approved with one click (and photographed for the README).
+	code := "import os, urllib.request\n\ntoken = os.environ.get(\"GITHUB_TOKEN\", \"\")\nreq = urllib.request.Request(\"https://api.github.com/user\", headers={\"Authorization\": \"token \" + token})\nprint(\"console approved\")\n"
+	ch := callAsync(a.cs, args(code))
+	a.waitPending(t, 1)
+	var shown string
+	err := chromedp.Run(ctx,
+		chromedp.Navigate(a.console),
+		chromedp.WaitVisible(`li.ask button.approve`, chromedp.ByQuery),
+		chromedp.SendKeys(`#who`, "e2e-browser", chromedp.ByQuery),
+		chromedp.Text(`li.ask code`, &shown, chromedp.ByQuery),
+	)
+	if err != nil {
+		t.Fatalf("loading the console: %v", err)
+	}
+	if strings.TrimSpace(shown) != strings.TrimSpace(code) {
+		t.Fatalf("the console shows %q, want the code %q", shown, code)
+	}
+	var page string
+	_ = chromedp.Run(ctx, chromedp.Text(`li.ask`, &page, chromedp.ByQuery))
+	for _, w := range []string{"codeexec-e2e-approvals 1.0.0", "network access", "reads environment variables or credentials"} {
+		if !strings.Contains(page, w) {
+			t.Errorf("the console entry does not show %q:\n%s", w, page)
+		}
+	}
+	if os.Getenv("CODE_EXEC_UPDATE_SCREENSHOT") == "1" {
+		var png []byte
+		if err := chromedp.Run(ctx, chromedp.FullScreenshot(&png, 100)); err != nil {
+			t.Fatal(err)
+		}
+		root, _ := moduleRoot()
+		if err := os.WriteFile(filepath.Join(root, "approvals", "testdata", "console.png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := chromedp.Run(ctx,
+		chromedp.Click(`li.ask button.approve`, chromedp.ByQuery),
+		chromedp.WaitNotPresent(`li.ask`, chromedp.ByQuery),
+	); err != nil {
+		t.Fatalf("clicking Approve: %v", err)
+	}
+	ans := <-ch
+	if ans.err != nil || ans.res.IsError {
+		t.Fatalf("approved run: %v %q", ans.err, text(ans.res))
+	}
+
+	// Attacker-controlled code is shown as text, never as markup; Deny.
+	xss := "print(1) # </code></pre><img src=x onerror=\"document.title='pwned'\"><script>document.title='pwned'</script>"
+	ch = callAsync(a.cs, args(xss))
+	a.waitPending(t, 1)
+	var (
+		nodes int
+		title string
+	)
+	err = chromedp.Run(ctx,
+		chromedp.WaitVisible(`li.ask button.deny`, chromedp.ByQuery),
+		chromedp.Text(`li.ask code`, &shown, chromedp.ByQuery),
+		chromedp.Evaluate(`document.querySelectorAll("li.ask img, li.ask script").length`, &nodes),
+		chromedp.Title(&title),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(shown) != xss || nodes != 0 || title == "pwned" {
+		t.Fatalf("the console rendered code as markup: shown %q, %d img/script nodes, title %q", shown, nodes, title)
+	}
+	if err := chromedp.Run(ctx,
+		chromedp.Click(`li.ask button.deny`, chromedp.ByQuery),
+		chromedp.WaitNotPresent(`li.ask`, chromedp.ByQuery),
+	); err != nil {
+		t.Fatalf("clicking Deny: %v", err)
+	}
+	ans = <-ch
+	wantDenied(t, ans.res, ans.err, "e2e-browser", "console")
+
+	log := a.auditLog(t)
+	for _, w := range []string{`"outcome":"approved","by":"e2e-browser (console from 127.0.0.1`, `"outcome":"denied","by":"e2e-browser (console from 127.0.0.1`} {
+		if !strings.Contains(log, w) {
+			t.Errorf("audit log lacks %s:\n%s", w, log)
+		}
+	}
+}

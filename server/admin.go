@@ -1,0 +1,265 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/codeexec/codeexec/approvals"
+	"github.com/codeexec/codeexec/configs"
+)
+
+// The approvals console: a static page whose script renders everything with
+// textContent (never as HTML), served with a strict Content-Security-Policy.
+var (
+	//go:embed approval_console.html
+	consoleHTML []byte
+	//go:embed approval_console.js
+	consoleJS []byte
+	//go:embed approval_console.css
+	consoleCSS []byte
+)
+
+// AdminHeader must be sent (with any value) on every state-changing admin
+// request. A browser cannot send a custom header cross-origin without a
+// CORS preflight, which the admin listener never grants: this stops CSRF.
+const AdminHeader = "X-Codeexec-Admin"
+
+// Admin serves the approvals console (GET /) and its JSON API to list and
+// answer pending requests, for people in a browser and for
+// `codeexec approvals`:
+//
+//	GET  /api/pending[?since=V&wait=1]  the pending requests (long-poll while the version is V)
+//	POST /api/requests/{id}/approve     body {"by": "name", "note": "..."} (optional)
+//	POST /api/requests/{id}/deny
+//
+// With a token, every API call needs "Authorization: Bearer <token>";
+// without one, only requests whose Host is a loopback name are served
+// (against DNS rebinding).
+type Admin struct {
+	gate  *approvals.Gate
+	token string
+	log   *slog.Logger
+	// LongPoll bounds how long GET /api/pending?wait=1 waits (25s if 0).
+	LongPoll time.Duration
+}
+
+// NewAdmin returns the admin handler for gate. An empty token is only safe
+// on a loopback listener (configs.Config.Validate enforces that).
+func NewAdmin(gate *approvals.Gate, token string, log *slog.Logger) *Admin {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Admin{gate: gate, token: token, log: log}
+}
+
+// PendingList is the answer of GET /api/pending.
+type PendingList struct {
+	Version        uint64          `json:"version"`
+	Policy         string          `json:"policy"`
+	TimeoutSeconds float64         `json:"timeout_seconds"`
+	Pending        []approvals.Ask `json:"pending"`
+	Now            time.Time       `json:"now"`
+}
+
+// Answer is the body of POST /api/requests/{id}/approve and /deny.
+type Answer struct {
+	By   string `json:"by,omitempty"`
+	Note string `json:"note,omitempty"`
+}
+
+// Handler returns the console and API.
+func (a *Admin) Handler() http.Handler {
+	mux := http.NewServeMux()
+	static := func(body []byte, ctype string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", ctype)
+			_, _ = w.Write(body)
+		}
+	}
+	mux.HandleFunc("GET /{$}", static(consoleHTML, "text/html; charset=utf-8"))
+	mux.HandleFunc("GET /console.js", static(consoleJS, "text/javascript; charset=utf-8"))
+	mux.HandleFunc("GET /console.css", static(consoleCSS, "text/css; charset=utf-8"))
+	mux.HandleFunc("GET /healthz", static([]byte("ok\n"), "text/plain; charset=utf-8"))
+	mux.Handle("GET /api/pending", a.api(a.pending))
+	mux.Handle("POST /api/requests/{id}/{action}", a.api(a.answer))
+	return secureHeaders(a.checkHost(mux))
+}
+
+func secureHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Cache-Control", "no-store")
+		h.Set("Cross-Origin-Opener-Policy", "same-origin")
+		h.Set("Cross-Origin-Resource-Policy", "same-origin")
+		next.ServeHTTP(w, r)
+	})
+}
+
+// checkHost refuses, when no token protects the listener, a Host that is
+// not a loopback name: a page elsewhere that rebinds its DNS name to
+// 127.0.0.1 must not reach the console.
+func (a *Admin) checkHost(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if a.token == "" {
+			host := r.Host
+			if h, _, err := net.SplitHostPort(host); err == nil {
+				host = h
+			}
+			if !configs.IsLoopback(strings.Trim(host, "[]")) {
+				http.Error(w, "403 forbidden: the approvals console answers only on a loopback host name without CODE_EXEC_ADMIN_TOKEN", http.StatusForbidden)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// api authenticates, checks the origin of state-changing requests, and
+// writes JSON.
+func (a *Admin) api(h func(r *http.Request) (int, any)) http.Handler {
+	want := sha256.Sum256([]byte(a.token))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if a.token != "" {
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
+			if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="codeexec-admin"`)
+				writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "send Authorization: Bearer <CODE_EXEC_ADMIN_TOKEN>"})
+				return
+			}
+		}
+		if r.Method != http.MethodGet {
+			if r.Header.Get(AdminHeader) == "" {
+				writeJSON(w, http.StatusForbidden, map[string]string{"error": "missing the " + AdminHeader + " header"})
+				return
+			}
+			if o := r.Header.Get("Origin"); o != "" && o != "null" {
+				u, err := url.Parse(o)
+				if err != nil || u.Host != r.Host {
+					writeJSON(w, http.StatusForbidden, map[string]string{"error": "cross-origin request refused"})
+					return
+				}
+			}
+			if s := r.Header.Get("Sec-Fetch-Site"); s != "" && s != "same-origin" && s != "none" {
+				writeJSON(w, http.StatusForbidden, map[string]string{"error": "cross-site request refused"})
+				return
+			}
+		}
+		code, body := h(r)
+		writeJSON(w, code, body)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func (a *Admin) pending(r *http.Request) (int, any) {
+	b := a.gate.Broker()
+	var (
+		asks []approvals.Ask
+		v    uint64
+	)
+	since, err := strconv.ParseUint(r.URL.Query().Get("since"), 10, 64)
+	if r.URL.Query().Get("wait") != "" && err == nil {
+		d := a.LongPoll
+		if d <= 0 {
+			d = 25 * time.Second
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), d)
+		defer cancel()
+		asks, v = b.Changes(ctx, since)
+	} else {
+		asks, v = b.Pending()
+	}
+	return http.StatusOK, PendingList{Version: v, Policy: string(a.gate.Policy()), TimeoutSeconds: a.gate.Timeout().Seconds(), Pending: asks, Now: time.Now().UTC()}
+}
+
+func (a *Admin) answer(r *http.Request) (int, any) {
+	id := r.PathValue("id")
+	var outcome approvals.Outcome
+	switch r.PathValue("action") {
+	case "approve":
+		outcome = approvals.OutcomeApproved
+	case "deny":
+		outcome = approvals.OutcomeDenied
+	default:
+		return http.StatusNotFound, map[string]string{"error": "use approve or deny"}
+	}
+	var ans Answer
+	if r.ContentLength != 0 {
+		if err := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 64<<10)).Decode(&ans); err != nil {
+			return http.StatusBadRequest, map[string]string{"error": "the body must be JSON like {\"by\": \"name\", \"note\": \"why\"}"}
+		}
+	}
+	via := approvals.ViaConsole
+	if strings.EqualFold(r.Header.Get(AdminHeader), "cli") {
+		via = approvals.ViaCLI
+	}
+	by := strings.TrimSpace(ans.By)
+	if len(by) > 100 {
+		by = by[:100]
+	}
+	if by == "" {
+		by = "an operator"
+	}
+	by += " (" + string(via) + " from " + r.RemoteAddr + ")"
+	d, err := a.gate.Broker().Decide(approvals.Decision{ID: id, Outcome: outcome, By: by, Via: via, Note: truncate(ans.Note, 500)})
+	switch {
+	case errors.Is(err, approvals.ErrUnknownRequest):
+		return http.StatusNotFound, map[string]string{"error": fmt.Sprintf("no pending request %q (it was answered, withdrawn or timed out)", id)}
+	case errors.Is(err, approvals.ErrAlreadyDecided):
+		return http.StatusConflict, map[string]any{"error": "already decided: the first answer stands", "decision": d}
+	case err != nil:
+		return http.StatusInternalServerError, map[string]string{"error": err.Error()}
+	}
+	a.log.Info("approval answered", "id", id, "outcome", outcome, "by", by)
+	return http.StatusOK, map[string]any{"decision": d}
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// Serve serves the console on ln until ctx ends.
+func (a *Admin) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           a.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	errCh := make(chan error, 1)
+	go func() { errCh <- srv.Serve(ln) }()
+	select {
+	case err := <-errCh:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		_ = srv.Close()
+	}
+	return nil
+}

@@ -1,0 +1,263 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/user"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/codeexec/codeexec/approvals"
+)
+
+// AdminClient talks to the admin listener of a running codeexec (the API
+// that the approvals console uses).
+type AdminClient struct {
+	// BaseURL is http://host:port of CODE_EXEC_ADMIN_ADDR.
+	BaseURL string
+	// Token is CODE_EXEC_ADMIN_TOKEN ("" when the listener has none).
+	Token string
+	HTTP  *http.Client
+}
+
+func (c *AdminClient) do(ctx context.Context, method, path string, body any, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.BaseURL, "/")+path, rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set(AdminHeader, "cli")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = &http.Client{Timeout: 30 * time.Second}
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("cannot reach the approvals console at %s (is codeexec running with CODE_EXEC_APPROVAL set, and is CODE_EXEC_ADMIN_ADDR the same?): %w", c.BaseURL, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error string `json:"error"`
+		}
+		_ = json.Unmarshal(raw, &e)
+		if e.Error == "" {
+			e.Error = strings.TrimSpace(string(raw))
+		}
+		return &AdminError{Status: resp.StatusCode, Msg: e.Error}
+	}
+	return json.Unmarshal(raw, out)
+}
+
+// AdminError is an error answer of the admin API.
+type AdminError struct {
+	Status int
+	Msg    string
+}
+
+func (e *AdminError) Error() string { return fmt.Sprintf("%s (HTTP %d)", e.Msg, e.Status) }
+
+// Pending lists the requests waiting for approval.
+func (c *AdminClient) Pending(ctx context.Context) (PendingList, error) {
+	var out PendingList
+	err := c.do(ctx, http.MethodGet, "/api/pending", nil, &out)
+	return out, err
+}
+
+// Answer approves (approve true) or denies request id.
+func (c *AdminClient) Answer(ctx context.Context, id string, approve bool, a Answer) (approvals.Decision, error) {
+	action := "deny"
+	if approve {
+		action = "approve"
+	}
+	var out struct {
+		Decision approvals.Decision `json:"decision"`
+	}
+	err := c.do(ctx, http.MethodPost, "/api/requests/"+id+"/"+action, a, &out)
+	return out.Decision, err
+}
+
+// adminBaseURL is the console's URL from the environment.
+func adminBaseURL(env map[string]string) string {
+	addr := env["CODE_EXEC_ADMIN_ADDR"]
+	if addr == "" {
+		addr = "127.0.0.1:8081"
+	}
+	if strings.HasPrefix(addr, "http://") || strings.HasPrefix(addr, "https://") {
+		return addr
+	}
+	if strings.HasPrefix(addr, ":") {
+		addr = "127.0.0.1" + addr
+	}
+	addr = strings.Replace(addr, "0.0.0.0:", "127.0.0.1:", 1)
+	return "http://" + addr
+}
+
+func defaultApprover() string {
+	name := os.Getenv("USER")
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	}
+	if h, err := os.Hostname(); err == nil {
+		name += "@" + h
+	}
+	return name
+}
+
+// ApprovalsCommand runs `codeexec approvals list|approve|deny` with args
+// (after "approvals") and returns the exit status: 0 done, 1 failed, 2 usage.
+func ApprovalsCommand(args, environ []string, stdout, stderr io.Writer) int {
+	env := map[string]string{}
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	usage := func() {
+		fmt.Fprint(stderr, `Usage:
+  codeexec approvals list [--json]
+  codeexec approvals approve [--by NAME] [--note TEXT] ID
+  codeexec approvals deny    [--by NAME] [--note TEXT] ID
+
+Talks to the approvals console of a running codeexec at CODE_EXEC_ADMIN_ADDR
+(default 127.0.0.1:8081), with CODE_EXEC_ADMIN_TOKEN if it needs one.
+`)
+	}
+	if len(args) == 0 {
+		usage()
+		return 2
+	}
+	fs := flag.NewFlagSet("codeexec approvals "+args[0], flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	asJSON := fs.Bool("json", false, "print JSON")
+	by := fs.String("by", defaultApprover(), "who decides (recorded in the audit log)")
+	note := fs.String("note", "", "why (recorded in the audit log)")
+	addr := fs.String("addr", "", "admin address (overrides CODE_EXEC_ADMIN_ADDR)")
+	if err := fs.Parse(args[1:]); err != nil {
+		fmt.Fprintf(stderr, "codeexec approvals: %v\n", err)
+		usage()
+		return 2
+	}
+	if *addr != "" {
+		env["CODE_EXEC_ADMIN_ADDR"] = *addr
+	}
+	c := &AdminClient{BaseURL: adminBaseURL(env), Token: env["CODE_EXEC_ADMIN_TOKEN"]}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	switch args[0] {
+	case "list", "ls":
+		if fs.NArg() != 0 {
+			usage()
+			return 2
+		}
+		list, err := c.Pending(ctx)
+		if err != nil {
+			fmt.Fprintf(stderr, "codeexec approvals: %v\n", err)
+			return 1
+		}
+		if *asJSON {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			_ = enc.Encode(list.Pending)
+			return 0
+		}
+		if len(list.Pending) == 0 {
+			fmt.Fprintln(stdout, "No run is waiting for approval.")
+			return 0
+		}
+		for _, a := range list.Pending {
+			tw := tabwriter.NewWriter(stdout, 0, 0, 1, ' ', 0)
+			fmt.Fprintf(tw, "request\t%s\n", a.ID)
+			fmt.Fprintf(tw, "language\t%s\n", a.Language)
+			fmt.Fprintf(tw, "requester\t%s\n", a.Requester.String())
+			fmt.Fprintf(tw, "denied in\t%s\n", time.Until(a.Deadline).Round(time.Second))
+			fmt.Fprintf(tw, "sha256\t%s\n", a.CodeSHA256)
+			if len(a.Reasons) == 0 {
+				fmt.Fprintf(tw, "reasons\t(the risk check flagged nothing)\n")
+			}
+			for i, r := range a.Reasons {
+				label := ""
+				if i == 0 {
+					label = "reasons"
+				}
+				fmt.Fprintf(tw, "%s\t%s\n", label, sanitize(r))
+			}
+			_ = tw.Flush()
+			fmt.Fprintln(stdout, "code:")
+			for _, line := range strings.Split(strings.TrimRight(a.Code, "\n"), "\n") {
+				fmt.Fprintln(stdout, "  | "+sanitize(line))
+			}
+			fmt.Fprintf(stdout, "\n  codeexec approvals approve %s    codeexec approvals deny %s\n\n", a.ID, a.ID)
+		}
+		return 0
+	case "approve", "deny":
+		if fs.NArg() != 1 {
+			fmt.Fprintf(stderr, "codeexec approvals %s: give exactly one request id (see codeexec approvals list)\n", args[0])
+			return 2
+		}
+		d, err := c.Answer(ctx, fs.Arg(0), args[0] == "approve", Answer{By: *by, Note: *note})
+		if err != nil {
+			var ae *AdminError
+			if errors.As(err, &ae) && ae.Status == http.StatusConflict {
+				fmt.Fprintf(stderr, "codeexec approvals: request %s was already decided; the first answer stands\n", fs.Arg(0))
+				return 1
+			}
+			fmt.Fprintf(stderr, "codeexec approvals: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "%s: %s by %s\n", d.ID, d.Outcome, d.By)
+		return 0
+	}
+	fmt.Fprintf(stderr, "codeexec approvals: unknown command %q\n", args[0])
+	usage()
+	return 2
+}
+
+// sanitize keeps terminal control characters in attacker-controlled code
+// from acting on the operator's terminal.
+func sanitize(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '\t' {
+			return r
+		}
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return '�'
+		}
+		return r
+	}, s)
+}
+
+// AuditCommand runs `codeexec audit verify FILE` with args (after "audit")
+// and returns the exit status: 0 intact, 1 tampered or unreadable, 2 usage.
+func AuditCommand(args []string, stdout, stderr io.Writer) int {
+	if len(args) != 2 || args[0] != "verify" {
+		fmt.Fprintln(stderr, "Usage: codeexec audit verify FILE")
+		return 2
+	}
+	sum, err := approvals.VerifyFile(args[1])
+	if err != nil {
+		fmt.Fprintf(stderr, "codeexec audit verify: %s: %v\n", args[1], err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: intact, %d entries, last hash %s\n", args[1], sum.Entries, sum.LastHash)
+	return 0
+}

@@ -1,0 +1,242 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/codeexec/codeexec/approvals"
+	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/sandboxtest"
+)
+
+const testAdminToken = "0123456789abcdef-admin"
+
+// adminFixture is a Gate with an audit log, served by an Admin on a
+// loopback httptest server.
+type adminFixture struct {
+	gate  *approvals.Gate
+	srv   *httptest.Server
+	audit string
+}
+
+func newAdminFixture(t *testing.T, token string) adminFixture {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	log, err := approvals.OpenAudit(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { log.Close() })
+	gate := approvals.NewGate(&sandboxtest.Fake{Caps: sandbox.Capabilities{Mode: sandbox.ModeProcess}},
+		approvals.GateConfig{Policy: approvals.PolicyAlways, Timeout: time.Minute, Audit: log, OutOfBand: true, WaitInterval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(func() { gate.Close() })
+	admin := NewAdmin(gate, token, slog.New(slog.DiscardHandler))
+	admin.LongPoll = 2 * time.Second
+	srv := httptest.NewServer(admin.Handler())
+	t.Cleanup(srv.Close)
+	return adminFixture{gate: gate, srv: srv, audit: path}
+}
+
+// startRun starts a run that waits for approval and returns its result channel
+// once the request is pending.
+func (f adminFixture) startRun(t *testing.T, code string) (approvals.Ask, chan error) {
+	t.Helper()
+	errc := make(chan error, 1)
+	ctx := approvals.WithRequester(context.Background(), approvals.Requester{Client: "test-client 1.0", Transport: "stdio"})
+	go func() {
+		_, err := f.gate.Run(ctx, sandbox.Request{Language: "python", Code: code, Limits: sandbox.Limits{Timeout: time.Second}})
+		errc <- err
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if asks, _ := f.gate.Broker().Pending(); len(asks) > 0 {
+			return asks[0], errc
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatal("the run never became pending")
+	return approvals.Ask{}, nil
+}
+
+func doReq(t *testing.T, method, url string, hdr map[string]string, body string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	for k, v := range hdr {
+		if strings.EqualFold(k, "host") {
+			req.Host = v
+			continue
+		}
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	b.ReadFrom(resp.Body)
+	return resp, b.String()
+}
+
+func TestAdminConsoleHeaders(t *testing.T) {
+	t.Parallel()
+	f := newAdminFixture(t, "")
+	resp, body := doReq(t, "GET", f.srv.URL+"/", nil, "")
+	if resp.StatusCode != 200 || !strings.Contains(body, "codeexec approvals") {
+		t.Fatalf("GET / = %d %q", resp.StatusCode, body)
+	}
+	csp := resp.Header.Get("Content-Security-Policy")
+	for _, want := range []string{"frame-ancestors 'none'", "script-src 'self'", "default-src 'none'"} {
+		if !strings.Contains(csp, want) {
+			t.Errorf("CSP %q lacks %q", csp, want)
+		}
+	}
+	if resp.Header.Get("X-Frame-Options") != "DENY" || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+		t.Errorf("missing anti-framing or nosniff headers: %v", resp.Header)
+	}
+	if strings.Contains(body, "<script>") || strings.Contains(string(consoleJS), "innerHTML") {
+		t.Error("the console must not use inline scripts or innerHTML")
+	}
+	// DNS rebinding: a non-loopback Host is refused when there is no token.
+	if resp, _ := doReq(t, "GET", f.srv.URL+"/api/pending", map[string]string{"Host": "evil.example:8081"}, ""); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a foreign Host got %d, want 403", resp.StatusCode)
+	}
+}
+
+func TestAdminApproveAndDeny(t *testing.T) {
+	t.Parallel()
+	f := newAdminFixture(t, testAdminToken)
+	auth := map[string]string{"Authorization": "Bearer " + testAdminToken}
+	ask, errc := f.startRun(t, "print('<img src=x onerror=alert(1)>')")
+
+	// Without the token: 401.
+	if resp, _ := doReq(t, "GET", f.srv.URL+"/api/pending", nil, ""); resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("no token: %d", resp.StatusCode)
+	}
+	if resp, _ := doReq(t, "GET", f.srv.URL+"/api/pending", map[string]string{"Authorization": "Bearer wrong-token-xxxxxxxx"}, ""); resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("wrong token: %d", resp.StatusCode)
+	}
+	// The list shows the code, reasons and requester.
+	resp, body := doReq(t, "GET", f.srv.URL+"/api/pending", auth, "")
+	var list PendingList
+	if err := json.Unmarshal([]byte(body), &list); err != nil || resp.StatusCode != 200 || len(list.Pending) != 1 {
+		t.Fatalf("GET /api/pending = %d %s", resp.StatusCode, body)
+	}
+	if got := list.Pending[0]; got.ID != ask.ID || got.Code != ask.Code || got.Requester.Client != "test-client 1.0" || got.Language != "python" {
+		t.Fatalf("pending entry = %+v", got)
+	}
+	approveURL := f.srv.URL + "/api/requests/" + ask.ID + "/approve"
+	// CSRF: no custom header, or a foreign origin, is refused.
+	if resp, _ := doReq(t, "POST", approveURL, auth, ""); resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("POST without %s: %d", AdminHeader, resp.StatusCode)
+	}
+	hdr := map[string]string{"Authorization": auth["Authorization"], AdminHeader: "console", "Origin": "http://evil.example"}
+	if resp, _ := doReq(t, "POST", approveURL, hdr, ""); resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("cross-origin POST: %d", resp.StatusCode)
+	}
+	select {
+	case err := <-errc:
+		t.Fatalf("the run ended before anyone approved it: %v", err)
+	default:
+	}
+	// Approve.
+	hdr["Origin"] = f.srv.URL
+	resp, body = doReq(t, "POST", approveURL, hdr, `{"by":"alice"}`)
+	if resp.StatusCode != 200 || !strings.Contains(body, `"outcome":"approved"`) {
+		t.Fatalf("approve = %d %s", resp.StatusCode, body)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("approved run: %v", err)
+	}
+	// A second answer is refused: the first stands.
+	if resp, _ := doReq(t, "POST", f.srv.URL+"/api/requests/"+ask.ID+"/deny", hdr, ""); resp.StatusCode != http.StatusConflict {
+		t.Fatalf("second answer: %d, want 409", resp.StatusCode)
+	}
+
+	// Deny another.
+	ask2, errc2 := f.startRun(t, "print(2)")
+	resp, body = doReq(t, "POST", f.srv.URL+"/api/requests/"+ask2.ID+"/deny", hdr, `{"by":"bob","note":"no"}`)
+	if resp.StatusCode != 200 || !strings.Contains(body, `"outcome":"denied"`) {
+		t.Fatalf("deny = %d %s", resp.StatusCode, body)
+	}
+	var de *approvals.DeniedError
+	if err := <-errc2; !errors.As(err, &de) || !strings.Contains(de.Sentence(), "bob") {
+		t.Fatalf("denied run: %v", err)
+	}
+	log, _ := os.ReadFile(f.audit)
+	if !strings.Contains(string(log), `"by":"alice (console from 127.0.0.1:`) || !strings.Contains(string(log), `"outcome":"denied","by":"bob (console`) {
+		t.Fatalf("audit log does not say who decided:\n%s", log)
+	}
+}
+
+func TestApprovalsCLI(t *testing.T) {
+	t.Parallel()
+	f := newAdminFixture(t, testAdminToken)
+	env := []string{"CODE_EXEC_ADMIN_ADDR=" + strings.TrimPrefix(f.srv.URL, "http://"), "CODE_EXEC_ADMIN_TOKEN=" + testAdminToken}
+	run := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := ApprovalsCommand(args, env, &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	if code, out, _ := run("list"); code != 0 || !strings.Contains(out, "No run is waiting") {
+		t.Fatalf("list (empty) = %d %q", code, out)
+	}
+	ask, errc := f.startRun(t, "import socket\nprint('\x1b[2J')")
+	code, out, _ := run("list")
+	if code != 0 || !strings.Contains(out, ask.ID) || !strings.Contains(out, "import socket") || !strings.Contains(out, "test-client 1.0") || strings.Contains(out, "\x1b") {
+		t.Fatalf("list = %d %q", code, out)
+	}
+	if code, out, _ := run("list", "--json"); code != 0 || !strings.Contains(out, `"id": "`+ask.ID+`"`) {
+		t.Fatalf("list --json = %d %q", code, out)
+	}
+	if code, out, errs := run("approve", "--by", "carol", ask.ID); code != 0 || !strings.Contains(out, "approved by carol (cli") {
+		t.Fatalf("approve = %d %q %q", code, out, errs)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := run("deny", ask.ID); code != 1 || !strings.Contains(errs, "already decided") {
+		t.Fatalf("deny after approve = %d %q", code, errs)
+	}
+	ask2, errc2 := f.startRun(t, "print(3)")
+	if code, out, _ := run("deny", ask2.ID); code != 0 || !strings.Contains(out, "denied") {
+		t.Fatalf("deny = %d %q", code, out)
+	}
+	if err := <-errc2; !errors.Is(err, approvals.ErrNotApproved) {
+		t.Fatalf("denied run: %v", err)
+	}
+	if code, _, errs := run("approve", "nope"); code != 1 || !strings.Contains(errs, "no pending request") {
+		t.Fatalf("approve unknown = %d %q", code, errs)
+	}
+	if code, _, _ := run("approve"); code != 2 {
+		t.Fatalf("approve without id = %d, want 2", code)
+	}
+	// Wrong token.
+	env[1] = "CODE_EXEC_ADMIN_TOKEN=wrong-token-0123456789"
+	if code, _, errs := run("list"); code != 1 || !strings.Contains(errs, "401") {
+		t.Fatalf("wrong token = %d %q", code, errs)
+	}
+
+	// codeexec audit verify on the log these decisions wrote, then tampered.
+	var out2, errb bytes.Buffer
+	if code := AuditCommand([]string{"verify", f.audit}, &out2, &errb); code != 0 || !strings.Contains(out2.String(), "intact") {
+		t.Fatalf("audit verify = %d %q %q", code, out2.String(), errb.String())
+	}
+	b, _ := os.ReadFile(f.audit)
+	tampered := filepath.Join(t.TempDir(), "tampered.jsonl")
+	os.WriteFile(tampered, bytes.Replace(b, []byte(`"outcome":"denied"`), []byte(`"outcome":"approved"`), 1), 0o600)
+	errb.Reset()
+	if code := AuditCommand([]string{"verify", tampered}, &out2, &errb); code != 1 || !strings.Contains(errb.String(), "was changed") {
+		t.Fatalf("audit verify (tampered) = %d %q", code, errb.String())
+	}
+}

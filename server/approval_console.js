@@ -1,0 +1,140 @@
+// codeexec approvals console. Everything from the server (code, reasons,
+// requester) is attacker-controlled: it is only ever set with textContent.
+"use strict";
+(function () {
+  const $ = (id) => document.getElementById(id);
+  const tokenKey = "codeexec-admin-token";
+  const whoKey = "codeexec-approver";
+  let token = sessionStorage.getItem(tokenKey) || "";
+  let version = "";
+  let asks = [];
+
+  // A token may come in the URL fragment (#token=...), which never reaches a server log.
+  const frag = new URLSearchParams(location.hash.slice(1));
+  if (frag.get("token")) {
+    token = frag.get("token");
+    sessionStorage.setItem(tokenKey, token);
+    history.replaceState(null, "", location.pathname);
+  }
+  $("who").value = localStorage.getItem(whoKey) || "";
+  $("who").addEventListener("change", () => localStorage.setItem(whoKey, $("who").value));
+  $("login").addEventListener("submit", (e) => {
+    e.preventDefault();
+    token = $("token").value.trim();
+    sessionStorage.setItem(tokenKey, token);
+    $("login").hidden = true;
+    version = "";
+    poll();
+  });
+
+  function headers() {
+    const h = { "X-Codeexec-Admin": "console" };
+    if (token) h["Authorization"] = "Bearer " + token;
+    return h;
+  }
+
+  function el(tag, cls, text) {
+    const e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+
+  function left(deadline) {
+    const s = Math.max(0, Math.round((new Date(deadline) - Date.now()) / 1000));
+    return s >= 60 ? Math.floor(s / 60) + " min " + (s % 60) + " s" : s + " s";
+  }
+
+  function render() {
+    const list = $("pending");
+    list.replaceChildren();
+    $("empty").hidden = asks.length > 0;
+    for (const a of asks) {
+      const li = el("li", "ask");
+      li.dataset.id = a.id;
+      li.append(el("h2", null, a.language + " — request " + a.id));
+      const r = a.requester || {};
+      let from = r.client || "an unnamed MCP client";
+      if (r.transport) from += " over " + r.transport;
+      if (r.remote) from += " from " + r.remote;
+      if (r.session) from += " (session " + r.session + ")";
+      li.append(el("p", "meta", "Requested by " + from));
+      li.append(el("p", "meta deadline", "Denied automatically in " + left(a.deadline) + " · " + a.code.length + " characters" +
+        (a.stdin_bytes ? " · " + a.stdin_bytes + " bytes of stdin" : "") + " · timeout " + (a.timeout_ms / 1000) + " s · sha256 " + a.code_sha256.slice(0, 16) + "…"));
+      if (a.reasons && a.reasons.length) {
+        const ul = el("ul", "reasons");
+        for (const reason of a.reasons) ul.append(el("li", null, reason));
+        li.append(ul);
+      } else {
+        li.append(el("p", "noreasons", "The risk check flagged nothing."));
+      }
+      const pre = el("pre");
+      pre.append(el("code", "code", a.code));
+      li.append(pre);
+      const actions = el("div", "actions");
+      const approve = el("button", "approve", "Approve");
+      const deny = el("button", "deny", "Deny");
+      approve.type = deny.type = "button";
+      approve.addEventListener("click", () => answer(a.id, "approve", li));
+      deny.addEventListener("click", () => answer(a.id, "deny", li));
+      actions.append(approve, deny);
+      li.append(actions);
+      list.append(li);
+    }
+  }
+
+  async function answer(id, action, li) {
+    for (const b of li.querySelectorAll("button")) b.disabled = true;
+    try {
+      const resp = await fetch("/api/requests/" + encodeURIComponent(id) + "/" + action, {
+        method: "POST",
+        headers: Object.assign({ "Content-Type": "application/json" }, headers()),
+        body: JSON.stringify({ by: $("who").value.trim() }),
+        credentials: "omit",
+      });
+      const body = await resp.json().catch(() => ({}));
+      if (!resp.ok) {
+        $("status").textContent = "Could not " + action + " " + id + ": " + (body.error || resp.status);
+      } else {
+        $("status").textContent = (action === "approve" ? "Approved " : "Denied ") + id + ".";
+        asks = asks.filter((a) => a.id !== id);
+        render();
+      }
+    } catch (e) {
+      $("status").textContent = "Could not reach codeexec: " + e;
+    }
+    for (const b of li.querySelectorAll("button")) b.disabled = false;
+  }
+
+  async function poll() {
+    for (;;) {
+      try {
+        const q = version === "" ? "" : "?wait=1&since=" + encodeURIComponent(version);
+        const resp = await fetch("/api/pending" + q, { headers: headers(), credentials: "omit", cache: "no-store" });
+        if (resp.status === 401) {
+          $("status").textContent = "This console needs the admin token.";
+          $("login").hidden = false;
+          return;
+        }
+        if (!resp.ok) throw new Error("HTTP " + resp.status);
+        const body = await resp.json();
+        version = String(body.version);
+        asks = body.pending || [];
+        $("status").textContent = "Live · policy " + body.policy + " · " + asks.length + " waiting";
+        render();
+      } catch (e) {
+        $("status").textContent = "Disconnected (" + e.message + "); retrying…";
+        version = "";
+        await new Promise((r) => setTimeout(r, 2000));
+      }
+    }
+  }
+
+  setInterval(() => {
+    for (const li of document.querySelectorAll("li.ask")) {
+      const a = asks.find((x) => x.id === li.dataset.id);
+      if (a) li.querySelector(".deadline").textContent = li.querySelector(".deadline").textContent.replace(/^Denied automatically in [^·]*/, "Denied automatically in " + left(a.deadline) + " ");
+    }
+  }, 1000);
+  poll();
+})();
