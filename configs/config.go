@@ -127,6 +127,9 @@ type Config struct {
 	Languages      []string `env:"LANGUAGES" envDefault:"python,javascript,bash" envSeparator:"," accepted:"a comma-separated list of python, javascript, bash" help:"languages that may run"`
 	WorkDir        string   `env:"WORK_DIR" accepted:"a directory path" help:"where process and none modes make run directories (default: the system temporary directory)"`
 
+	ProcessDisable []string `env:"PROCESS_DISABLE" envSeparator:"," accepted:"a comma-separated list of user, pid, network, ipc, uts, mount, landlock" help:"process mode: kernel isolation features to turn off (for example network, for code that must reach the network)"`
+	ProcessStrict  bool     `env:"PROCESS_STRICT" envDefault:"false" accepted:"true or false" help:"process mode: refuse to start unless every kernel isolation feature is active on this host"`
+
 	DockerImage   string `env:"DOCKER_IMAGE" envDefault:"codeexec-sandbox:latest" accepted:"an image reference" help:"sandbox image of docker mode (build it with docker/build-sandbox-image.sh)"`
 	DockerRuntime string `env:"DOCKER_RUNTIME" accepted:"a runtime the engine knows, such as runsc" help:"OCI runtime for docker mode containers (for example gVisor's runsc); empty means the engine's default"`
 
@@ -233,6 +236,12 @@ func (c *Config) Validate() error {
 	for _, l := range c.Languages {
 		if _, ok := sandbox.Languages[l]; !ok {
 			errs = append(errs, invalid("Languages", l, "unknown language"))
+		}
+	}
+	for _, f := range c.ProcessDisable {
+		f = strings.ToLower(strings.TrimSpace(f))
+		if f != "" && !slices.Contains([]string{"user", "pid", "network", "ipc", "uts", "mount", "landlock"}, f) {
+			errs = append(errs, invalid("ProcessDisable", f, "unknown feature"))
 		}
 	}
 	check(slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel), "LogLevel", c.LogLevel, "unknown level")

@@ -168,7 +168,11 @@ func newRunner(ctx context.Context, cfg *configs.Config, log *slog.Logger) (sand
 	case sandbox.ModeDocker:
 		return docker.New(ctx, docker.Config{Image: cfg.DockerImage, Runtime: cfg.DockerRuntime, Languages: cfg.Languages, Logger: log})
 	case sandbox.ModeProcess:
-		return process.New(ctx, process.Config{Languages: cfg.Languages, WorkRoot: cfg.WorkDir, Logger: log})
+		disable, err := process.ParseFeatures(cfg.ProcessDisable)
+		if err != nil {
+			return nil, err
+		}
+		return process.New(ctx, process.Config{Languages: cfg.Languages, WorkRoot: cfg.WorkDir, Logger: log, Disable: disable, Strict: cfg.ProcessStrict})
 	case sandbox.ModeNone:
 		return host.New(ctx, host.Config{Languages: cfg.Languages, WorkRoot: cfg.WorkDir, Logger: log})
 	}
