@@ -252,7 +252,20 @@ func (c *Config) Validate() error {
 	if err := c.ValidateListen(); err != nil {
 		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	return joinOneLine(errs)
+}
+
+// joinOneLine joins errors into one line, so that a start-up failure is one
+// line however many settings are wrong.
+func joinOneLine(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
+		msgs[i] = e.Error()
+	}
+	return errors.New(strings.Join(msgs, "; "))
 }
 
 // ValidateListen checks the listen address of the HTTP transports: it must

@@ -49,6 +49,7 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 		{[]string{"CODE_EXEC_TRANSPORT=sse", "CODE_EXEC_ADDR=:8080"}, []string{"CODE_EXEC_AUTH_TOKEN"}},
 		{[]string{"CODE_EXEC_AUTH_TOKEN=short"}, []string{"CODE_EXEC_AUTH_TOKEN", "too short"}},
 		{[]string{"CODE_EXEC_TRANSPORT=http", "CODE_EXEC_ADDR=nonsense"}, []string{"CODE_EXEC_ADDR"}},
+		{[]string{"CODE_EXEC_MEMORY=1m", "CODE_EXEC_PIDS=1"}, []string{"CODE_EXEC_MEMORY", "CODE_EXEC_PIDS", "; "}},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.env, " "), func(t *testing.T) {

@@ -38,6 +38,7 @@ type Runner struct {
 	interp    map[string]sandbox.Interpreter
 	caps      sandbox.Capabilities
 	root      string
+	workRoot  *WorkRoot
 	cred      *Credential
 	log       *slog.Logger
 	mu        sync.Mutex
@@ -66,18 +67,19 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	root, err := makeWorkRoot(cfg.WorkRoot)
+	wr, err := NewWorkRoot(cfg.WorkRoot, "codeexec-", 0o711, log)
 	if err != nil {
 		return nil, err
 	}
+	root := wr.Dir
 	interp, langs := sandbox.ResolveInterpreters(ctx, cfg.Languages, MinimalPath)
-	r := &Runner{interp: interp, root: root, log: log}
+	r := &Runner{interp: interp, root: root, workRoot: wr, log: log}
 	if os.Geteuid() == 0 && runtime.GOOS == "linux" {
 		r.cred = &Credential{UID: SandboxUID, GID: SandboxUID}
 	}
 	if os.Geteuid() == 0 {
 		if err := checkTraversable(root); err != nil {
-			_ = os.RemoveAll(root)
+			_ = wr.Remove()
 			return nil, fmt.Errorf("process mode: the sandbox user (uid %d) cannot reach the work root: %w; set CODE_EXEC_WORK_DIR to a directory whose parents are world-searchable", SandboxUID, err)
 		}
 	}
@@ -95,7 +97,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 			}
 		}
 		if len(missing) > 0 {
-			_ = os.RemoveAll(root)
+			_ = wr.Remove()
 			return nil, fmt.Errorf("%w: CODE_EXEC_PROCESS_STRICT=true but these protections are unavailable: %s", sandbox.ErrSandboxUnavailable, strings.Join(missing, "; "))
 		}
 	}
@@ -109,24 +111,6 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		log.Warn("could not make the server non-dumpable; code running as the same user may read its environment", "err", err)
 	}
 	return r, nil
-}
-
-// makeWorkRoot creates the directory that holds the run directories. It is
-// private to the server, but traversable so that a run directory owned by
-// the sandbox user can be its working directory.
-func makeWorkRoot(base string) (string, error) {
-	if base == "" {
-		base = os.TempDir()
-	}
-	dir, err := os.MkdirTemp(base, "codeexec-")
-	if err != nil {
-		return "", fmt.Errorf("creating the work root in %s: %w", base, err)
-	}
-	if err := os.Chmod(dir, 0o711); err != nil {
-		_ = os.RemoveAll(dir)
-		return "", fmt.Errorf("creating the work root: %w", err)
-	}
-	return dir, nil
 }
 
 // checkTraversable reports a parent of dir that others cannot search.
@@ -358,5 +342,5 @@ func (r *Runner) Close() error {
 	r.mu.Unlock()
 	r.cancelAll()
 	r.runs.Wait()
-	return RemoveAll(r.root)
+	return r.workRoot.Remove()
 }
