@@ -128,6 +128,9 @@ type Config struct {
 	Languages      []string `env:"LANGUAGES" envDefault:"python,javascript,bash" envSeparator:"," accepted:"a comma-separated list of python, javascript, bash" help:"languages that may run"`
 	WorkDir        string   `env:"WORK_DIR" accepted:"a directory path" help:"where process and none modes make run directories (default: the system temporary directory)"`
 
+	ProcessDisable []string `env:"PROCESS_DISABLE" envSeparator:"," accepted:"a comma-separated list of user, pid, network, ipc, uts, mount, landlock" help:"process mode: kernel isolation features to turn off (for example network, for code that must reach the network)"`
+	ProcessStrict  bool     `env:"PROCESS_STRICT" envDefault:"false" accepted:"true or false" help:"process mode: refuse to start unless every kernel isolation feature is active on this host"`
+
 	DockerImage   string `env:"DOCKER_IMAGE" envDefault:"codeexec-sandbox:latest" accepted:"an image reference" help:"sandbox image of docker mode (build it with docker/build-sandbox-image.sh)"`
 	DockerRuntime string `env:"DOCKER_RUNTIME" accepted:"a runtime the engine knows, such as runsc" help:"OCI runtime for docker mode containers (for example gVisor's runsc); empty means the engine's default"`
 	// DockerPoolSize defaults to 2: one warm container serves a sequential
@@ -248,6 +251,12 @@ func (c *Config) Validate() error {
 			errs = append(errs, invalid("Languages", l, "unknown language"))
 		}
 	}
+	for _, f := range c.ProcessDisable {
+		f = strings.ToLower(strings.TrimSpace(f))
+		if f != "" && !slices.Contains([]string{"user", "pid", "network", "ipc", "uts", "mount", "landlock"}, f) {
+			errs = append(errs, invalid("ProcessDisable", f, "unknown feature"))
+		}
+	}
 	check(slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel), "LogLevel", c.LogLevel, "unknown level")
 	check(c.LogFormat == "text" || c.LogFormat == "json", "LogFormat", c.LogFormat, "unknown format")
 	if c.AuthToken != "" && len(c.AuthToken) < 16 {
@@ -263,7 +272,20 @@ func (c *Config) Validate() error {
 	if err := c.ValidateListen(); err != nil {
 		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	return joinOneLine(errs)
+}
+
+// joinOneLine joins errors into one line, so that a start-up failure is one
+// line however many settings are wrong.
+func joinOneLine(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
+		msgs[i] = e.Error()
+	}
+	return errors.New(strings.Join(msgs, "; "))
 }
 
 // ValidateListen checks the listen address of the HTTP transports: it must

@@ -42,11 +42,14 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 		{[]string{"CODE_EXEC_LANGUAGES=python,cobol"}, []string{"CODE_EXEC_LANGUAGES", "cobol"}},
 		{[]string{"CODE_EXEC_TIMEOUT=-1s"}, []string{"CODE_EXEC_TIMEOUT", "positive"}},
 		{[]string{"CODE_EXEC_TIMEOUT=2m"}, []string{"CODE_EXEC_TIMEOUT", "CODE_EXEC_MAX_TIMEOUT"}},
+		{[]string{"CODE_EXEC_PROCESS_DISABLE=network,seccomp"}, []string{"CODE_EXEC_PROCESS_DISABLE", "seccomp"}},
+		{[]string{"CODE_EXEC_PROCESS_STRICT=maybe"}, []string{"CODE_EXEC_PROCESS_STRICT", "true or false"}},
 		{[]string{"CODE_EXEC_LOG_LEVEL=loud"}, []string{"CODE_EXEC_LOG_LEVEL", "debug, info, warn or error"}},
 		{[]string{"CODE_EXEC_TRANSPORT=http", "CODE_EXEC_ADDR=0.0.0.0:8080"}, []string{"CODE_EXEC_AUTH_TOKEN", "refusing"}},
 		{[]string{"CODE_EXEC_TRANSPORT=sse", "CODE_EXEC_ADDR=:8080"}, []string{"CODE_EXEC_AUTH_TOKEN"}},
 		{[]string{"CODE_EXEC_AUTH_TOKEN=short"}, []string{"CODE_EXEC_AUTH_TOKEN", "too short"}},
 		{[]string{"CODE_EXEC_TRANSPORT=http", "CODE_EXEC_ADDR=nonsense"}, []string{"CODE_EXEC_ADDR"}},
+		{[]string{"CODE_EXEC_MEMORY=1m", "CODE_EXEC_PIDS=1"}, []string{"CODE_EXEC_MEMORY", "CODE_EXEC_PIDS", "; "}},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.env, " "), func(t *testing.T) {

@@ -104,9 +104,14 @@ func toolNames(res *mcp.ListToolsResult) []string {
 // TestToolsSnapshot: the tools are an API; this fails when tools/list, as
 // the go-sdk client sees it in process mode, changes. Regenerate with
 // go test ./e2e/ -run TestToolsSnapshot -update.
+//
+// code_execute's openWorld and destructive hints follow the isolation active
+// on the host, so the snapshot is taken with process mode's kernel isolation
+// turned off, the same on every host; TestHintsFollowIsolation covers the
+// other side.
 func TestToolsSnapshot(t *testing.T) {
 	t.Parallel()
-	cs, _ := connect(t, stdio, serverEnv(t, nil), connectOpts{})
+	cs, _ := connect(t, stdio, serverEnv(t, map[string]string{"CODE_EXEC_PROCESS_DISABLE": "user,pid,network,ipc,uts,mount,landlock"}), connectOpts{})
 	got, err := json.MarshalIndent(listTools(t, cs), "", "  ")
 	if err != nil {
 		t.Fatal(err)
@@ -125,6 +130,43 @@ func TestToolsSnapshot(t *testing.T) {
 	}
 	if !bytes.Equal(got, want) {
 		t.Errorf("tools/list changed; if that is intended, run go test ./e2e/ -run TestToolsSnapshot -update and review the diff.\n%s", lineDiff(string(want), string(got)))
+	}
+}
+
+// TestHintsFollowIsolation: with its network and filesystem isolated,
+// process mode's code_execute is neither open-world nor destructive.
+func TestHintsFollowIsolation(t *testing.T) {
+	t.Parallel()
+	cs, _ := connect(t, stdio, serverEnv(t, nil), connectOpts{})
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "sandbox_info", Arguments: map[string]any{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(res.StructuredContent)
+	var info struct {
+		Protections []struct {
+			Name   string `json:"name"`
+			Active bool   `json:"active"`
+		} `json:"protections"`
+	}
+	if err := json.Unmarshal(raw, &info); err != nil {
+		t.Fatal(err)
+	}
+	active := map[string]bool{}
+	for _, p := range info.Protections {
+		active[p.Name] = p.Active
+	}
+	for _, tool := range listTools(t, cs).Tools {
+		if tool.Name != "code_execute" {
+			continue
+		}
+		a := tool.Annotations
+		if a.OpenWorldHint == nil || *a.OpenWorldHint != !active["network isolation"] {
+			t.Errorf("openWorldHint = %v with network isolation active = %v", a.OpenWorldHint, active["network isolation"])
+		}
+		if a.DestructiveHint == nil || *a.DestructiveHint != !active["filesystem isolation"] {
+			t.Errorf("destructiveHint = %v with filesystem isolation active = %v", a.DestructiveHint, active["filesystem isolation"])
+		}
 	}
 }
 

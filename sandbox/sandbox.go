@@ -184,6 +184,16 @@ func (c Capabilities) Language(name string) (LanguageStatus, bool) {
 	return LanguageStatus{}, false
 }
 
+// Active reports whether the protection called name is listed and active.
+func (c Capabilities) Active(name string) bool {
+	for _, p := range c.Protections {
+		if p.Name == name {
+			return p.Active
+		}
+	}
+	return false
+}
+
 // Sentinel errors. Runners wrap them so that callers can test with errors.Is.
 var (
 	// ErrUnknownLanguage: the language is not one codeexec knows.

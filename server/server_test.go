@@ -265,13 +265,19 @@ func TestToolsDeclareAnnotationsAndSchemas(t *testing.T) {
 			}
 		}
 	}
-	contained := executeTool(sandbox.ModeDocker).Annotations
+	contained := executeTool(sandbox.Capabilities{Mode: sandbox.ModeDocker}).Annotations
 	if *contained.OpenWorldHint || *contained.DestructiveHint {
 		t.Error("docker mode's code_execute claims open-world or destructive")
 	}
-	open := executeTool(sandbox.ModeNone).Annotations
+	open := executeTool(sandbox.Capabilities{Mode: sandbox.ModeNone}).Annotations
 	if !*open.OpenWorldHint || !*open.DestructiveHint {
 		t.Error("mode none's code_execute does not warn that code reaches the host")
+	}
+	isolated := executeTool(sandbox.Capabilities{Mode: sandbox.ModeProcess, Protections: []sandbox.Protection{
+		{Name: "network isolation", Active: true}, {Name: "filesystem isolation", Active: false},
+	}}).Annotations
+	if *isolated.OpenWorldHint || !*isolated.DestructiveHint {
+		t.Error("process mode's hints do not follow its protections")
 	}
 }
 

@@ -98,10 +98,14 @@ type ExecuteOutput struct {
 	Signal     string  `json:"signal,omitempty"`
 }
 
-// executeTool declares code_execute. Its hints follow the mode: only docker
-// mode keeps code away from the host's files and the network.
-func executeTool(mode sandbox.Mode) mcp.Tool {
-	contained := mode == sandbox.ModeDocker
+// executeTool declares code_execute. Its hints follow the protections in
+// force: code is kept from the network in docker mode and wherever the
+// network is isolated, and from the host's files in docker mode and wherever
+// the filesystem is isolated.
+func executeTool(caps sandbox.Capabilities) mcp.Tool {
+	docker := caps.Mode == sandbox.ModeDocker
+	openWorld := !docker && !caps.Active("network isolation")
+	destructive := !docker && !caps.Active("filesystem isolation")
 	desc := "Run a short program and return its stdout, stderr and exit code. " +
 		"Languages: python, javascript (Node.js), bash. Each run starts from a clean slate: no state is kept between calls. " +
 		"Print results to stdout. Limits (time, memory, output) apply; call sandbox_info to see them."
@@ -114,9 +118,9 @@ func executeTool(mode sandbox.Mode) mcp.Tool {
 		Annotations: mcp.ToolAnnotation{
 			Title:           "Execute code",
 			ReadOnlyHint:    mcp.ToBoolPtr(false),
-			DestructiveHint: mcp.ToBoolPtr(!contained),
+			DestructiveHint: mcp.ToBoolPtr(destructive),
 			IdempotentHint:  mcp.ToBoolPtr(false),
-			OpenWorldHint:   mcp.ToBoolPtr(!contained),
+			OpenWorldHint:   mcp.ToBoolPtr(openWorld),
 		},
 	}
 }
@@ -296,10 +300,8 @@ func (s *Server) Info() InfoOutput {
 	if caps.Mode == sandbox.ModeDocker {
 		network = "none: each container has no network interface but loopback"
 	}
-	for _, p := range caps.Protections {
-		if p.Name == "network isolation" && p.Active {
-			network = "isolated: " + p.Detail
-		}
+	if caps.Mode != sandbox.ModeDocker && caps.Active("network isolation") {
+		network = "isolated: each run has its own network namespace with only a loopback interface"
 	}
 	return InfoOutput{
 		Mode:      caps.Mode,
@@ -344,7 +346,7 @@ func (s *Server) handleInfo(ctx context.Context, req mcp.CallToolRequest) (*mcp.
 // tools returns every tool with its handler.
 func (s *Server) tools() []mcpserver.ServerTool {
 	return []mcpserver.ServerTool{
-		{Tool: executeTool(s.runner.Capabilities().Mode), Handler: s.handleExecute},
+		{Tool: executeTool(s.runner.Capabilities()), Handler: s.handleExecute},
 		{Tool: infoTool(), Handler: s.handleInfo},
 	}
 }

@@ -242,7 +242,11 @@ func newRunner(ctx context.Context, cfg *configs.Config, log *slog.Logger) (sand
 		return docker.New(ctx, docker.Config{Image: cfg.DockerImage, Runtime: cfg.DockerRuntime, Languages: cfg.Languages, Logger: log,
 			PoolSize: cfg.DockerPoolSize, PoolLimits: cfg.Limits(cfg.Timeout)})
 	case sandbox.ModeProcess:
-		return process.New(ctx, process.Config{Languages: cfg.Languages, WorkRoot: cfg.WorkDir, Logger: log})
+		disable, err := process.ParseFeatures(cfg.ProcessDisable)
+		if err != nil {
+			return nil, err
+		}
+		return process.New(ctx, process.Config{Languages: cfg.Languages, WorkRoot: cfg.WorkDir, Logger: log, Disable: disable, Strict: cfg.ProcessStrict})
 	case sandbox.ModeNone:
 		return host.New(ctx, host.Config{Languages: cfg.Languages, WorkRoot: cfg.WorkDir, Logger: log})
 	}

@@ -47,7 +47,12 @@ func BenchmarkPython(b *testing.B) {
 	}{
 		{"none", func() (sandbox.Runner, error) { return host.New(ctx, host.Config{Languages: langs}) }},
 		{"process", func() (sandbox.Runner, error) { return process.New(ctx, process.Config{Languages: langs}) }},
-		{"docker", func() (sandbox.Runner, error) { return docker.New(ctx, docker.Config{Image: dockerImage(), Languages: langs}) }},
+		{"process-without-isolation", func() (sandbox.Runner, error) {
+			return process.New(ctx, process.Config{Languages: langs, Disable: process.Features})
+		}},
+		{"docker", func() (sandbox.Runner, error) {
+			return docker.New(ctx, docker.Config{Image: dockerImage(), Languages: langs})
+		}},
 	}
 	for _, m := range modes {
 		b.Run(m.name, func(b *testing.B) {

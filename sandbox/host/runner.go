@@ -31,10 +31,11 @@ type Config struct {
 
 // Runner runs code without isolation.
 type Runner struct {
-	interp map[string]sandbox.Interpreter
-	caps   sandbox.Capabilities
-	root   string
-	log    *slog.Logger
+	interp   map[string]sandbox.Interpreter
+	caps     sandbox.Capabilities
+	root     string
+	workRoot *process.WorkRoot
+	log      *slog.Logger
 
 	mu      sync.Mutex
 	closed  bool
@@ -51,16 +52,13 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	base := cfg.WorkRoot
-	if base == "" {
-		base = os.TempDir()
-	}
-	root, err := os.MkdirTemp(base, "codeexec-none-")
+	wr, err := process.NewWorkRoot(cfg.WorkRoot, "codeexec-none-", 0o700, log)
 	if err != nil {
-		return nil, fmt.Errorf("creating the work root in %s: %w", base, err)
+		return nil, err
 	}
+	root := wr.Dir
 	interp, langs := sandbox.ResolveInterpreters(ctx, cfg.Languages, "")
-	r := &Runner{interp: interp, root: root, log: log}
+	r := &Runner{interp: interp, root: root, workRoot: wr, log: log}
 	r.baseCtx, r.cancel = context.WithCancel(context.Background())
 	r.caps = sandbox.Capabilities{
 		Mode:      sandbox.ModeNone,
@@ -138,5 +136,5 @@ func (r *Runner) Close() error {
 	r.mu.Unlock()
 	r.cancel()
 	r.runs.Wait()
-	return process.RemoveAll(r.root)
+	return r.workRoot.Remove()
 }

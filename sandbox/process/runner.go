@@ -25,6 +25,12 @@ type Config struct {
 	WorkRoot string
 	// Logger receives diagnostics; nil means slog.Default().
 	Logger *slog.Logger
+	// Disable turns kernel isolation features off (CODE_EXEC_PROCESS_DISABLE),
+	// for example "network" for code that must reach the network.
+	Disable []Feature
+	// Strict refuses to start unless every isolation feature is active
+	// (CODE_EXEC_PROCESS_STRICT).
+	Strict bool
 }
 
 // Runner runs code as supervised child processes.
@@ -32,6 +38,7 @@ type Runner struct {
 	interp    map[string]sandbox.Interpreter
 	caps      sandbox.Capabilities
 	root      string
+	workRoot  *WorkRoot
 	cred      *Credential
 	log       *slog.Logger
 	mu        sync.Mutex
@@ -39,6 +46,11 @@ type Runner struct {
 	runs      sync.WaitGroup
 	cancelAll context.CancelFunc
 	baseCtx   context.Context
+	// iso is the isolation every run gets (RootDir is filled per run).
+	iso Isolation
+	// features says, for each isolation feature, whether it is active and
+	// why not.
+	features []sandbox.Protection
 }
 
 var _ sandbox.Runner = (*Runner)(nil)
@@ -55,25 +67,43 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	root, err := makeWorkRoot(cfg.WorkRoot)
+	wr, err := NewWorkRoot(cfg.WorkRoot, "codeexec-", 0o711, log)
 	if err != nil {
 		return nil, err
 	}
+	root := wr.Dir
 	interp, langs := sandbox.ResolveInterpreters(ctx, cfg.Languages, MinimalPath)
-	r := &Runner{interp: interp, root: root, log: log}
+	r := &Runner{interp: interp, root: root, workRoot: wr, log: log}
 	if os.Geteuid() == 0 && runtime.GOOS == "linux" {
 		r.cred = &Credential{UID: SandboxUID, GID: SandboxUID}
 	}
-	if r.cred != nil {
+	if os.Geteuid() == 0 {
 		if err := checkTraversable(root); err != nil {
-			_ = os.RemoveAll(root)
+			_ = wr.Remove()
 			return nil, fmt.Errorf("process mode: the sandbox user (uid %d) cannot reach the work root: %w; set CODE_EXEC_WORK_DIR to a directory whose parents are world-searchable", SandboxUID, err)
 		}
 	}
 	r.baseCtx, r.cancelAll = context.WithCancel(context.Background())
+	r.iso, r.features = r.probeIsolation(ctx, cfg.Disable)
+	if r.iso.User && r.cred != nil {
+		// A user namespace maps the run to uid 65534 on the host already.
+		r.cred = nil
+	}
+	if cfg.Strict {
+		var missing []string
+		for _, f := range r.features {
+			if !f.Active {
+				missing = append(missing, f.Name+" ("+f.Detail+")")
+			}
+		}
+		if len(missing) > 0 {
+			_ = wr.Remove()
+			return nil, fmt.Errorf("%w: CODE_EXEC_PROCESS_STRICT=true but these protections are unavailable: %s", sandbox.ErrSandboxUnavailable, strings.Join(missing, "; "))
+		}
+	}
 	r.caps = sandbox.Capabilities{
 		Mode:        sandbox.ModeProcess,
-		Isolation:   "child process: scrubbed environment, resource limits, own process group, fresh work directory",
+		Isolation:   r.isolationSummary(),
 		Languages:   langs,
 		Protections: r.protections(),
 	}
@@ -81,24 +111,6 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		log.Warn("could not make the server non-dumpable; code running as the same user may read its environment", "err", err)
 	}
 	return r, nil
-}
-
-// makeWorkRoot creates the directory that holds the run directories. It is
-// private to the server, but traversable so that a run directory owned by
-// the sandbox user can be its working directory.
-func makeWorkRoot(base string) (string, error) {
-	if base == "" {
-		base = os.TempDir()
-	}
-	dir, err := os.MkdirTemp(base, "codeexec-")
-	if err != nil {
-		return "", fmt.Errorf("creating the work root in %s: %w", base, err)
-	}
-	if err := os.Chmod(dir, 0o711); err != nil {
-		_ = os.RemoveAll(dir)
-		return "", fmt.Errorf("creating the work root: %w", err)
-	}
-	return dir, nil
 }
 
 // checkTraversable reports a parent of dir that others cannot search.
@@ -128,16 +140,57 @@ func (r *Runner) protections() []sandbox.Protection {
 		{Name: "resource limits (rlimits)", Active: onLinux, Detail: ifElse(onLinux, "CPU time, data and address space, open files, file size, processes, no core files", "needs Linux in this version")},
 		{Name: "no-new-privileges", Active: onLinux, Detail: ifElse(onLinux, "setuid binaries cannot raise privileges", "needs Linux")},
 	}
-	if r.cred != nil {
+	switch {
+	case r.iso.User:
+		p = append(p, sandbox.Protection{Name: "unprivileged user", Active: true, Detail: fmt.Sprintf("code runs as uid %d on the host, with no capability", r.iso.UID)})
+	case r.cred != nil:
 		p = append(p, sandbox.Protection{Name: "unprivileged user", Active: true, Detail: fmt.Sprintf("code runs as uid %d, not as root", r.cred.UID)})
-	} else {
-		p = append(p, sandbox.Protection{Name: "unprivileged user", Active: false, Detail: fmt.Sprintf("the server is not root, so code runs as the server's own user (uid %d); the server is made non-dumpable so that user's code cannot read its environment", os.Geteuid())})
+	default:
+		p = append(p, sandbox.Protection{Name: "unprivileged user", Active: false, Detail: fmt.Sprintf("the server is not root and has no user namespace, so code runs as the server's own user (uid %d); the server is made non-dumpable so that code cannot read its environment", os.Geteuid())})
 	}
-	p = append(p,
-		sandbox.Protection{Name: "network isolation", Active: false, Detail: "process mode does not isolate the network in this version; use docker mode for untrusted code"},
-		sandbox.Protection{Name: "filesystem isolation", Active: false, Detail: "code can read what its user can read; use docker mode for untrusted code"},
-	)
-	return p
+	p = append(p, r.features...)
+	net := sandbox.Protection{Name: "network isolation", Active: r.iso.Network, Detail: "no network but an isolated loopback"}
+	if !r.iso.Network {
+		net.Detail = "code can reach the network like any program of its user (" + featureStatus(r.features, FeatureNetwork) + ")"
+	}
+	fs := sandbox.Protection{Name: "filesystem isolation", Active: r.iso.Mount || r.iso.Landlock, Detail: "only system directories (read-only) and the run directory are visible"}
+	if !fs.Active {
+		fs.Detail = "code can read what its user can read (" + featureStatus(r.features, FeatureMount) + ")"
+	}
+	return append(p, net, fs)
+}
+
+// featureStatus is the detail recorded for feature f.
+func featureStatus(ps []sandbox.Protection, f Feature) string {
+	for _, p := range ps {
+		if p.Name == protectionName(f) {
+			return p.Detail
+		}
+	}
+	return "unavailable"
+}
+
+// protectionName is how sandbox_info names an isolation feature.
+func protectionName(f Feature) string {
+	if f == FeatureLandlock {
+		return "landlock"
+	}
+	return string(f) + " namespace"
+}
+
+// isolationSummary says in one line what separates a run from the host.
+func (r *Runner) isolationSummary() string {
+	var on []string
+	for _, f := range Features {
+		if r.iso.Has(f) {
+			on = append(on, protectionName(f))
+		}
+	}
+	s := "child process: scrubbed environment, resource limits, own process group, fresh work directory"
+	if len(on) > 0 {
+		s += "; kernel isolation: " + strings.Join(on, ", ")
+	}
+	return s
 }
 
 func ifElse(c bool, a, b string) string {
@@ -184,13 +237,22 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	if err := os.WriteFile(file, []byte(req.Code), 0o644); err != nil {
 		return nil, fmt.Errorf("%w: writing the program: %v", sandbox.ErrSandboxUnavailable, err)
 	}
-	if r.cred != nil {
-		if err := os.Chown(dir, int(r.cred.UID), int(r.cred.GID)); err != nil {
+	if uid, gid, ok := r.runOwner(); ok {
+		if err := os.Chown(dir, uid, gid); err != nil {
 			return nil, fmt.Errorf("%w: handing the run directory to the sandbox user: %v", sandbox.ErrSandboxUnavailable, err)
 		}
 	}
+	iso := r.iso
+	if iso.Mount {
+		if iso.RootDir, err = r.makeRootDir(); err != nil {
+			return nil, err
+		}
+		defer func() { _ = RemoveAll(iso.RootDir) }()
+	}
+	iso.TmpBytes = req.Limits.FileSizeBytes
 	res := &sandbox.Result{Sandbox: sandbox.ModeProcess}
 	err = Spawn(ctx, Spec{
+		Isolation:         iso,
 		Path:              in.Path,
 		Args:              append(append([]string{}, spec.Args...), file),
 		Env:               MinimalEnv(dir),
@@ -206,6 +268,33 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		return res, err
 	}
 	return res, nil
+}
+
+// runOwner is the host user that owns a run directory, when it is not the
+// server's own.
+func (r *Runner) runOwner() (uid, gid int, ok bool) {
+	switch {
+	case r.iso.User && r.iso.UID != os.Geteuid():
+		return r.iso.UID, r.iso.GID, true
+	case r.cred != nil:
+		return int(r.cred.UID), int(r.cred.GID), true
+	}
+	return 0, 0, false
+}
+
+// makeRootDir makes the empty directory on which a run's minimal root is
+// mounted (inside the run's own mount namespace only).
+func (r *Runner) makeRootDir() (string, error) {
+	dir, err := os.MkdirTemp(r.root, "root-")
+	if err != nil {
+		return "", fmt.Errorf("%w: creating the root directory: %v", sandbox.ErrSandboxUnavailable, err)
+	}
+	if r.iso.User {
+		if err := os.Chown(dir, r.iso.UID, r.iso.GID); err != nil {
+			return "", fmt.Errorf("%w: %v", sandbox.ErrSandboxUnavailable, err)
+		}
+	}
+	return dir, nil
 }
 
 // AddressSpaceExtra is the address space a language's interpreter reserves
@@ -253,5 +342,5 @@ func (r *Runner) Close() error {
 	r.mu.Unlock()
 	r.cancelAll()
 	r.runs.Wait()
-	return RemoveAll(r.root)
+	return r.workRoot.Remove()
 }

@@ -46,6 +46,8 @@ type Spec struct {
 	// NoNewPrivs stops the program from gaining privileges through exec
 	// (setuid binaries, file capabilities).
 	NoNewPrivs bool
+	// Isolation is the kernel isolation of the run (Linux only).
+	Isolation Isolation
 }
 
 // Credential is a numeric user and group.

@@ -74,6 +74,20 @@ func startSupervisor(spec Spec, out *sandbox.Output) (*supervised, error) {
 		return nil, err
 	}
 	cmd := exec.Command(exe, supervisorArg)
+	var exeFile *os.File
+	if spec.Isolation.namespaces() {
+		// In its namespaces the supervisor may run as a user who cannot
+		// reach the binary's path; it re-executes the open file instead.
+		if exeFile, err = os.Open(exe); err != nil {
+			cfgR.Close()
+			cfgW.Close()
+			statusR.Close()
+			statusW.Close()
+			return nil, fmt.Errorf("opening the codeexec binary: %w", err)
+		}
+		defer exeFile.Close()
+		cmd.Path = "/proc/self/fd/" + strconv.Itoa(exeFD)
+	}
 	// GORACE matters only to race-detector builds (tests), whose runtime
 	// otherwise sleeps a second at exit.
 	cmd.Env = []string{"PATH=" + MinimalPath, "GORACE=atexit_sleep_ms=0"}
@@ -84,7 +98,11 @@ func startSupervisor(spec Spec, out *sandbox.Output) (*supervised, error) {
 	cmd.Stdout = out.Stdout()
 	cmd.Stderr = out.Stderr()
 	cmd.ExtraFiles = []*os.File{cfgR, statusW}
+	if exeFile != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, exeFile) // fd 5 = exeFD
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	applyCloneAttrs(cmd.SysProcAttr, spec.Isolation)
 	// Pipes held open by a stray process must not hold up Wait forever.
 	cmd.WaitDelay = stopGrace
 	err = cmd.Start()
@@ -132,7 +150,12 @@ func supervisorMain() int {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return report(status{Error: "becoming a child subreaper: " + err.Error()})
 	}
-	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	if spec.Isolation.namespaces() {
+		syscall.CloseOnExec(exeFD)
+		if err := enterIsolation(spec); err != nil {
+			return report(status{Error: err.Error()})
+		}
+	}
 
 	child, err := startExecStage(spec)
 	if err != nil {
@@ -168,9 +191,12 @@ func supervisorMain() int {
 // startExecStage starts the exec stage with the Spec on its fd 3, in a new
 // process group, and returns its pid.
 func startExecStage(spec Spec) (int, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return 0, fmt.Errorf("finding the codeexec binary: %w", err)
+	exe := "/proc/self/fd/" + strconv.Itoa(exeFD)
+	if !spec.Isolation.namespaces() {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return 0, fmt.Errorf("finding the codeexec binary: %w", err)
+		}
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -204,6 +230,19 @@ func startExecStage(spec Spec) (int, error) {
 func killDescendants(pgid int) {
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	self := os.Getpid()
+	if self == 1 {
+		// The supervisor is the init of the run's PID namespace: kill(-1)
+		// reaches every process in it, and no process outside it.
+		for {
+			_ = syscall.Kill(-1, syscall.SIGKILL)
+			reapAll()
+			var ws syscall.WaitStatus
+			if _, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil); errors.Is(err, syscall.ECHILD) {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
 	for round := 0; ; round++ {
 		reapAll()
 		desc := descendants(self)
@@ -321,6 +360,9 @@ func execMain() int {
 		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 			return execFail("setting no-new-privileges", err)
 		}
+	}
+	if err := lockDown(spec); err != nil {
+		return execFail("isolating the program", err)
 	}
 	return execWithLimits(spec, argv)
 }

@@ -3,6 +3,7 @@
 package process
 
 import (
+	"context"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -55,3 +56,13 @@ func startSupervisor(spec Spec, out *sandbox.Output) (*supervised, error) {
 }
 
 func killGroup(pid int) { _ = syscall.Kill(-pid, syscall.SIGKILL) }
+
+// probeIsolation reports every kernel isolation feature as unavailable:
+// they need Linux.
+func (r *Runner) probeIsolation(ctx context.Context, disabled []Feature) (Isolation, []sandbox.Protection) {
+	var ps []sandbox.Protection
+	for _, f := range Features {
+		ps = append(ps, sandbox.Protection{Name: protectionName(f), Detail: "needs Linux"})
+	}
+	return Isolation{}, ps
+}

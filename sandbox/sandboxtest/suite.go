@@ -252,7 +252,9 @@ print("parent done")`, marker)
 	t.Run("output cap", func(t *testing.T) {
 		cases := []struct{ lang, code string }{
 			{"python", "import sys\nwhile True:\n    sys.stdout.write('x' * 4096)"},
-			{"javascript", "const s='y'.repeat(4096); for(;;){ process.stdout.write(s) }"},
+			// Synchronous writes: process.stdout.write on a full pipe only
+			// queues in memory while a busy loop never yields.
+			{"javascript", "const fs=require('fs'); const s='y'.repeat(4096); for(;;){ fs.writeSync(1, s) }"},
 			{"bash", "yes flood"},
 			{"python", "import sys\nwhile True:\n    sys.stderr.write('e' * 4096)"},
 		}

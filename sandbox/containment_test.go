@@ -1,0 +1,419 @@
+package sandbox_test
+
+// The containment suite: every attack under testdata/attacks is run, in each
+// language it is written in, against every sandbox mode. A case lists the
+// modes that must contain it; there the attack must fail, leave no trace on
+// the host, and the runner must answer the next request correctly. Cases that
+// are safe to run unsandboxed list the modes where they must succeed
+// ("proves_in", mode none), which shows that the attack code really works.
+//
+// Network cases aim only at listeners this test starts on this machine
+// (loopback, or the Docker bridge address), never at another address and
+// never through a DNS lookup.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/tools/txtar"
+
+	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/docker"
+	"github.com/codeexec/codeexec/sandbox/host"
+	"github.com/codeexec/codeexec/sandbox/process"
+	"github.com/codeexec/codeexec/sandbox/sandboxtest"
+)
+
+var update = flag.Bool("update", false, "rewrite the containment table in README.md")
+
+func TestMain(m *testing.M) {
+	process.MaybeRunHelper()
+	os.Exit(m.Run())
+}
+
+// attack is one case file.
+type attack struct {
+	Name     string `json:"-"`
+	Attack   string `json:"attack"`
+	Category string `json:"category"`
+	// Contained lists the modes that must stop the attack.
+	Contained []string `json:"contained"`
+	// Requires lists the protections process mode needs to contain it.
+	Requires []string `json:"requires"`
+	// ProvesIn lists modes where the attack is harmless to run and must
+	// succeed, proving that its code works.
+	ProvesIn       []string `json:"proves_in"`
+	TimeoutSeconds float64  `json:"timeout_seconds"`
+	// Expect is a limit the run must hit: timed_out or truncated.
+	Expect string            `json:"expect"`
+	Code   map[string]string `json:"-"` // language -> program
+}
+
+var extLanguage = map[string]string{".py": "python", ".js": "javascript", ".sh": "bash"}
+
+func loadAttacks(t *testing.T) []attack {
+	t.Helper()
+	files, err := filepath.Glob("testdata/attacks/*.txtar")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no attack cases: %v", err)
+	}
+	var out []attack
+	for _, f := range files {
+		ar, err := txtar.ParseFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := attack{Name: strings.TrimSuffix(filepath.Base(f), ".txtar"), Code: map[string]string{}}
+		for _, file := range ar.Files {
+			if file.Name == "case.json" {
+				dec := json.NewDecoder(bytes.NewReader(file.Data))
+				dec.DisallowUnknownFields()
+				if err := dec.Decode(&a); err != nil {
+					t.Fatalf("%s: case.json: %v", f, err)
+				}
+				continue
+			}
+			lang, ok := extLanguage[filepath.Ext(file.Name)]
+			if !ok {
+				t.Fatalf("%s: unknown section %s", f, file.Name)
+			}
+			a.Code[lang] = string(file.Data)
+		}
+		if a.Attack == "" || len(a.Code) == 0 || len(a.Contained) == 0 {
+			t.Fatalf("%s: a case needs attack, contained and code", f)
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// modeRunner is a runner under test with what the attacks need to know of it.
+type modeRunner struct {
+	mode   sandbox.Mode
+	runner sandbox.Runner
+	// host is the address at which programs in this mode would reach a
+	// service of the host.
+	host string
+}
+
+func newModeRunners(t *testing.T) []modeRunner {
+	t.Helper()
+	ctx := context.Background()
+	langs := sandbox.LanguageNames()
+	work := t.TempDir()
+	for _, d := range []string{work, filepath.Dir(work)} {
+		_ = os.Chmod(d, 0o711)
+	}
+	var out []modeRunner
+	pr, err := process.New(ctx, process.Config{Languages: langs, WorkRoot: work})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out = append(out, modeRunner{sandbox.ModeProcess, pr, "127.0.0.1"})
+	hr, err := host.New(ctx, host.Config{Languages: langs, WorkRoot: work})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out = append(out, modeRunner{sandbox.ModeNone, hr, "127.0.0.1"})
+	img := os.Getenv("CODE_EXEC_DOCKER_IMAGE")
+	if img == "" {
+		img = "codeexec-sandbox:latest"
+	}
+	dr, err := docker.New(ctx, docker.Config{Image: img, Languages: langs})
+	bridge := dockerBridgeIP()
+	switch {
+	case err != nil && os.Getenv("CODE_EXEC_REQUIRE_DOCKER") == "1":
+		t.Fatalf("docker mode unavailable: %v", err)
+	case err != nil:
+		t.Logf("SKIPPING docker mode in the containment suite: %v", err)
+	case bridge == "":
+		_ = dr.Close()
+		if os.Getenv("CODE_EXEC_REQUIRE_DOCKER") == "1" {
+			t.Fatal("no docker0 bridge address on this host")
+		}
+		t.Log("SKIPPING docker mode in the containment suite: no docker0 bridge address")
+	default:
+		out = append(out, modeRunner{sandbox.ModeDocker, dr, bridge})
+	}
+	t.Cleanup(func() {
+		for _, m := range out {
+			if err := m.runner.Close(); err != nil {
+				t.Errorf("closing %s: %v", m.mode, err)
+			}
+		}
+	})
+	return out
+}
+
+// dockerBridgeIP is the IPv4 address of docker0, the host's side of the
+// default bridge ("" when there is none).
+func dockerBridgeIP() string {
+	ifc, err := net.InterfaceByName("docker0")
+	if err != nil {
+		return ""
+	}
+	addrs, _ := ifc.Addrs()
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
+			return ipn.IP.String()
+		}
+	}
+	return ""
+}
+
+// traps are the host-side things an attack may touch: listeners that count
+// what reaches them, and a canary file.
+type traps struct {
+	tcpPort, udpPort string
+	tcpHits, udpHits atomic.Int32
+	canaryDir        string
+	canaryFile       string
+	canary           string
+	marker           string
+}
+
+func setTraps(t *testing.T, hostIP string) *traps {
+	t.Helper()
+	tr := &traps{marker: sandboxtest.Marker()}
+	ln, err := net.Listen("tcp", net.JoinHostPort(hostIP, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			tr.tcpHits.Add(1)
+			c.Close()
+		}
+	}()
+	_, tr.tcpPort, _ = net.SplitHostPort(ln.Addr().String())
+	pc, err := net.ListenPacket("udp", net.JoinHostPort(hostIP, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			if _, _, err := pc.ReadFrom(buf); err != nil {
+				return
+			}
+			tr.udpHits.Add(1)
+		}
+	}()
+	_, tr.udpPort, _ = net.SplitHostPort(pc.LocalAddr().String())
+
+	home, err := os.UserHomeDir()
+	if err != nil {
+		home = os.TempDir()
+	}
+	tr.canaryDir, err = os.MkdirTemp(home, "codeexec-canary-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tr.canaryDir) })
+	_ = os.Chmod(tr.canaryDir, 0o755)
+	tr.canary = "canary-" + tr.marker
+	tr.canaryFile = filepath.Join(tr.canaryDir, "secret.txt")
+	if err := os.WriteFile(tr.canaryFile, []byte(tr.canary+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+func (tr *traps) expand(code, hostIP string) string {
+	return strings.NewReplacer(
+		"{{HOST}}", hostIP,
+		"{{TCP_PORT}}", tr.tcpPort,
+		"{{UDP_PORT}}", tr.udpPort,
+		"{{CANARY_DIR}}", tr.canaryDir,
+		"{{CANARY_FILE}}", tr.canaryFile,
+		"{{CANARY}}", tr.canary,
+		"{{MARKER}}", tr.marker,
+	).Replace(code)
+}
+
+// escaped lists the evidence that an attack got through.
+func (tr *traps) escaped(t *testing.T, res *sandbox.Result) []string {
+	t.Helper()
+	var ev []string
+	out := res.Stdout + res.Stderr
+	if i := strings.Index(out, "ESCAPED"); i >= 0 {
+		line, _, _ := strings.Cut(out[i:], "\n")
+		ev = append(ev, "the program says "+line)
+	}
+	if strings.Contains(out, sandboxtest.SecretValue) {
+		ev = append(ev, "the server's secret appears in the output")
+	}
+	if strings.Contains(out, tr.canary) {
+		ev = append(ev, "the canary file's content appears in the output")
+	}
+	// Give packets in flight a moment to arrive before counting.
+	time.Sleep(100 * time.Millisecond)
+	if n := tr.tcpHits.Load(); n > 0 {
+		ev = append(ev, fmt.Sprintf("the host's TCP listener accepted %d connections", n))
+	}
+	if n := tr.udpHits.Load(); n > 0 {
+		ev = append(ev, fmt.Sprintf("the host's UDP listener received %d datagrams", n))
+	}
+	if b, err := os.ReadFile(tr.canaryFile); err != nil || string(b) != tr.canary+"\n" {
+		ev = append(ev, "the canary file was changed or removed")
+	}
+	if entries, _ := os.ReadDir(tr.canaryDir); len(entries) != 1 {
+		ev = append(ev, fmt.Sprintf("files were planted beside the canary: %d entries", len(entries)))
+	}
+	if sandboxtest.ProcessesAlive(t, tr.marker) {
+		ev = append(ev, "a process of the run outlived it")
+	}
+	return ev
+}
+
+func TestContainment(t *testing.T) {
+	t.Setenv(sandboxtest.SecretName, sandboxtest.SecretValue)
+	attacks := loadAttacks(t)
+	runners := newModeRunners(t)
+	for _, a := range attacks {
+		for _, lang := range sortedKeys(a.Code) {
+			for _, m := range runners {
+				mode := string(m.mode)
+				must := slices.Contains(a.Contained, mode)
+				proves := slices.Contains(a.ProvesIn, mode)
+				if !must && !proves {
+					continue // unsafe to run where it is not contained
+				}
+				t.Run(fmt.Sprintf("%s/%s/%s", a.Name, lang, mode), func(t *testing.T) {
+					if must && m.mode == sandbox.ModeProcess {
+						caps := m.runner.Capabilities()
+						for _, p := range a.Requires {
+							if !caps.Active(p) {
+								if os.Getenv("CODE_EXEC_REQUIRE_ISOLATION") == "1" {
+									t.Fatalf("process mode needs %q to contain this attack, and it is unavailable here", p)
+								}
+								t.Skipf("process mode needs %q to contain this attack, and it is unavailable on this host", p)
+							}
+						}
+					}
+					runAttack(t, a, lang, m, must)
+				})
+			}
+		}
+	}
+}
+
+func runAttack(t *testing.T, a attack, lang string, m modeRunner, mustContain bool) {
+	tr := setTraps(t, m.host)
+	req := sandboxtest.Req(lang, tr.expand(a.Code[lang], m.host))
+	req.Limits.MemoryBytes = 256 << 20
+	req.Limits.Processes = 64
+	req.Limits.OpenFiles = 256
+	req.Limits.OutputBytes = 256 << 10
+	req.Limits.Timeout = 10 * time.Second
+	if a.TimeoutSeconds > 0 {
+		req.Limits.Timeout = time.Duration(a.TimeoutSeconds * float64(time.Second))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := m.runner.Run(ctx, req)
+	if err != nil {
+		t.Fatalf("the run failed instead of returning a result: %v", err)
+	}
+	evidence := tr.escaped(t, res)
+	if mustContain {
+		if len(evidence) > 0 {
+			t.Errorf("%s escaped in %s mode: %s\nstdout: %.500s\nstderr: %.500s", a.Attack, m.mode, strings.Join(evidence, "; "), res.Stdout, res.Stderr)
+		}
+		switch a.Expect {
+		case "timed_out":
+			if !res.TimedOut {
+				t.Errorf("expected the timeout to stop the run: %+v", res)
+			}
+		case "truncated":
+			if !res.Truncated || int64(len(res.Stdout)+len(res.Stderr)) > req.Limits.OutputBytes {
+				t.Errorf("expected the output cap to stop the run: truncated=%v, %d bytes", res.Truncated, len(res.Stdout)+len(res.Stderr))
+			}
+		}
+	} else if len(evidence) == 0 {
+		t.Errorf("%s did not get through in %s mode, so the case proves nothing: stdout %.300q stderr %.300q", a.Attack, m.mode, res.Stdout, res.Stderr)
+	}
+	// The runner still answers the next request correctly.
+	next, err := m.runner.Run(ctx, sandboxtest.Req("python", "print(2**64)"))
+	if err != nil || next.Stdout != "18446744073709551616\n" {
+		t.Fatalf("the next request after the attack failed: %+v %v", next, err)
+	}
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// containmentTable renders the README's table of what each mode contains.
+func containmentTable(attacks []attack) string {
+	var b strings.Builder
+	b.WriteString("| attack | languages | docker | process | none |\n| --- | --- | --- | --- | --- |\n")
+	for _, a := range attacks {
+		cell := func(mode string) string {
+			switch {
+			case slices.Contains(a.Contained, mode) && mode == "process" && len(a.Requires) > 0:
+				return "contained with " + strings.Join(a.Requires, ", ")
+			case slices.Contains(a.Contained, mode):
+				return "contained"
+			case slices.Contains(a.ProvesIn, mode):
+				return "**not contained** (tested)"
+			}
+			return "**not contained**"
+		}
+		fmt.Fprintf(&b, "| %s (`%s`) | %s | %s | %s | %s |\n", a.Attack, a.Name, strings.Join(sortedKeys(a.Code), ", "), cell("docker"), cell("process"), cell("none"))
+	}
+	return b.String()
+}
+
+const (
+	tableBegin = "<!-- containment table: generated by go test ./sandbox -run TestContainmentTable -update -->\n"
+	tableEnd   = "<!-- end of containment table -->"
+)
+
+// TestContainmentTable keeps the README's table in step with the cases.
+func TestContainmentTable(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(readme)
+	i, j := strings.Index(s, tableBegin), strings.Index(s, tableEnd)
+	if i < 0 || j < i {
+		t.Fatalf("README.md lacks the containment table markers %q ... %q", tableBegin, tableEnd)
+	}
+	want := containmentTable(loadAttacks(t))
+	got := s[i+len(tableBegin) : j]
+	if got == want {
+		return
+	}
+	if *update {
+		if err := os.WriteFile("../README.md", []byte(s[:i+len(tableBegin)]+want+s[j:]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Errorf("README.md's containment table is out of date: run go test ./sandbox -run TestContainmentTable -update\nwant:\n%s", want)
+}

@@ -1,0 +1,143 @@
+package process
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Feature names one kernel isolation measure of process mode. Each one is
+// probed at start and degrades on its own: a host that cannot give one still
+// gets the others.
+type Feature string
+
+// The kernel isolation features, in the order they are applied.
+const (
+	// FeatureUser is a user namespace, needed for the other namespaces when
+	// the server is not root; the program keeps no capability in it.
+	FeatureUser Feature = "user"
+	// FeaturePID is a PID namespace: the program sees only its own
+	// processes, and they all die with the run.
+	FeaturePID Feature = "pid"
+	// FeatureNetwork is a network namespace with only an isolated loopback.
+	FeatureNetwork Feature = "network"
+	// FeatureIPC is an IPC namespace (System V IPC, POSIX message queues).
+	FeatureIPC Feature = "ipc"
+	// FeatureUTS is a UTS namespace (the hostname).
+	FeatureUTS Feature = "uts"
+	// FeatureMount is a mount namespace with a minimal root: the system's
+	// programs and libraries read-only, the run directory writable, a
+	// private /tmp, and nothing else of the host (no home directories, no
+	// /root, no Docker socket).
+	FeatureMount Feature = "mount"
+	// FeatureLandlock restricts file access with Landlock: read-only system
+	// directories, a writable run directory, nothing else.
+	FeatureLandlock Feature = "landlock"
+)
+
+// Features lists every kernel isolation feature.
+var Features = []Feature{FeatureUser, FeaturePID, FeatureNetwork, FeatureIPC, FeatureUTS, FeatureMount, FeatureLandlock}
+
+// ParseFeatures reads a list of feature names (as in CODE_EXEC_PROCESS_DISABLE).
+func ParseFeatures(names []string) ([]Feature, error) {
+	var out []Feature
+	for _, n := range names {
+		n = strings.ToLower(strings.TrimSpace(n))
+		if n == "" {
+			continue
+		}
+		f := Feature(n)
+		if !slices.Contains(Features, f) {
+			return nil, fmt.Errorf("unknown process isolation feature %q (known: %s)", n, featureList(Features))
+		}
+		if !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	return out, nil
+}
+
+func featureList(fs []Feature) string {
+	s := make([]string, len(fs))
+	for i, f := range fs {
+		s[i] = string(f)
+	}
+	return strings.Join(s, ", ")
+}
+
+// Isolation is the kernel isolation a run gets: which features are on, and
+// what the minimal root contains.
+type Isolation struct {
+	User, PID, Network, IPC, UTS, Mount, Landlock bool
+	// UID and GID are the server's ids, mapped to 0 inside a user namespace.
+	UID, GID int
+	// RootDir is an empty directory where the minimal root is assembled
+	// (in the run's private mount namespace only).
+	RootDir string
+	// ReadOnly are host paths visible read-only (system directories and
+	// the interpreters' own directories).
+	ReadOnly []string
+	// TmpBytes sizes the private /tmp.
+	TmpBytes int64
+}
+
+// Has reports whether feature f is on.
+func (i Isolation) Has(f Feature) bool {
+	switch f {
+	case FeatureUser:
+		return i.User
+	case FeaturePID:
+		return i.PID
+	case FeatureNetwork:
+		return i.Network
+	case FeatureIPC:
+		return i.IPC
+	case FeatureUTS:
+		return i.UTS
+	case FeatureMount:
+		return i.Mount
+	case FeatureLandlock:
+		return i.Landlock
+	}
+	return false
+}
+
+// set turns feature f on or off.
+func (i *Isolation) set(f Feature, on bool) {
+	switch f {
+	case FeatureUser:
+		i.User = on
+	case FeaturePID:
+		i.PID = on
+	case FeatureNetwork:
+		i.Network = on
+	case FeatureIPC:
+		i.IPC = on
+	case FeatureUTS:
+		i.UTS = on
+	case FeatureMount:
+		i.Mount = on
+	case FeatureLandlock:
+		i.Landlock = on
+	}
+}
+
+// any reports whether a namespace is asked for.
+func (i Isolation) namespaces() bool {
+	return i.User || i.PID || i.Network || i.IPC || i.UTS || i.Mount
+}
+
+// systemDirs are the host directories a minimal root shows read-only, when
+// they exist: programs, libraries and configuration, nothing personal.
+var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt"}
+
+// featureDetail says what each feature protects, for sandbox_info.
+var featureDetail = map[Feature]string{
+	FeatureUser:     "user namespace: the program holds no capability, on the host or inside",
+	FeaturePID:      "PID namespace: the program sees only its own processes (not the server's), and they all die with the run",
+	FeatureNetwork:  "network namespace: no network but an isolated loopback; no host service, no DNS, no internet",
+	FeatureIPC:      "IPC namespace: no shared memory or message queues with the host",
+	FeatureUTS:      "UTS namespace: its own hostname",
+	FeatureMount:    "mount namespace: system directories read-only, the run directory writable, a private /tmp; home directories, /root, /run and the Docker socket are absent",
+	FeatureLandlock: "Landlock: file access limited to read-only system directories and the writable run directory",
+}

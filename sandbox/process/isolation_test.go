@@ -1,0 +1,298 @@
+//go:build linux
+
+package process_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/process"
+	"github.com/codeexec/codeexec/sandbox/sandboxtest"
+)
+
+// newRunnerWith makes a runner with some isolation features turned off.
+func newRunnerWith(t *testing.T, disable ...process.Feature) *process.Runner {
+	t.Helper()
+	return newRunnerIn(t, WorkRoot(t), disable...)
+}
+
+func newRunnerIn(t *testing.T, workRoot string, disable ...process.Feature) *process.Runner {
+	t.Helper()
+	r, err := process.New(context.Background(), process.Config{Languages: sandbox.LanguageNames(), WorkRoot: workRoot, Disable: disable})
+	if err != nil {
+		t.Fatalf("process.New: %v", err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	return r
+}
+
+// requireActive skips (or, with CODE_EXEC_REQUIRE_ISOLATION=1, fails) when
+// this host cannot give the feature.
+func requireActive(t *testing.T, r *process.Runner, name string) {
+	t.Helper()
+	for _, p := range r.Capabilities().Protections {
+		if p.Name == name {
+			if p.Active {
+				return
+			}
+			if os.Getenv("CODE_EXEC_REQUIRE_ISOLATION") == "1" {
+				t.Fatalf("%s is unavailable on this host: %s", name, p.Detail)
+			}
+			t.Skipf("%s is unavailable on this host: %s", name, p.Detail)
+		}
+	}
+	t.Fatalf("sandbox_info does not list %q", name)
+}
+
+func protection(r *process.Runner, name string) sandbox.Protection {
+	for _, p := range r.Capabilities().Protections {
+		if p.Name == name {
+			return p
+		}
+	}
+	return sandbox.Protection{}
+}
+
+func runCode(t *testing.T, r *process.Runner, lang, code string) *sandbox.Result {
+	t.Helper()
+	res, err := r.Run(context.Background(), sandboxtest.Req(lang, code))
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	return res
+}
+
+// tcpProbe is a program that connects to addr and prints CONNECTED or the error.
+func tcpProbe(addr string) string {
+	host, port, _ := net.SplitHostPort(addr)
+	return fmt.Sprintf(`import socket
+s = socket.socket()
+s.settimeout(3)
+try:
+    s.connect((%q, %s))
+    s.sendall(b"hello from the sandbox")
+    print("CONNECTED")
+except Exception as e:
+    print("BLOCKED", type(e).__name__, e)`, host, port)
+}
+
+// listenTCP starts a loopback listener that counts connections.
+func listenTCP(t *testing.T) (string, <-chan struct{}) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	got := make(chan struct{}, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			got <- struct{}{}
+			c.Close()
+		}
+	}()
+	return ln.Addr().String(), got
+}
+
+func TestNetworkNamespaceBlocksTCP(t *testing.T) {
+	r := newRunnerWith(t)
+	requireActive(t, r, "network namespace")
+	addr, got := listenTCP(t)
+	res := runCode(t, r, "python", tcpProbe(addr))
+	if !strings.HasPrefix(res.Stdout, "BLOCKED") {
+		t.Fatalf("a sandboxed program reached the host's loopback listener %s: %q %q", addr, res.Stdout, res.Stderr)
+	}
+	select {
+	case <-got:
+		t.Fatal("the host listener saw a connection from the sandbox")
+	default:
+	}
+	// The isolated loopback still works inside the run.
+	res = runCode(t, r, "python", `import socket
+srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(1)
+c = socket.create_connection(srv.getsockname()); a, _ = srv.accept()
+c.sendall(b"ping"); print(a.recv(4).decode())`)
+	if res.Stdout != "ping\n" {
+		t.Fatalf("loopback inside the run does not work: %q %q", res.Stdout, res.Stderr)
+	}
+}
+
+// Forcing the feature off proves that the test above measures the namespace.
+func TestNetworkReachableWhenTurnedOff(t *testing.T) {
+	r := newRunnerWith(t, process.FeatureNetwork)
+	if p := protection(r, "network namespace"); p.Active || !strings.Contains(p.Detail, "CODE_EXEC_PROCESS_DISABLE") {
+		t.Fatalf("turned-off feature reported as %+v", p)
+	}
+	if p := protection(r, "network isolation"); p.Active {
+		t.Fatalf("network isolation reported active with the namespace off")
+	}
+	addr, got := listenTCP(t)
+	res := runCode(t, r, "python", tcpProbe(addr))
+	if res.Stdout != "CONNECTED\n" {
+		t.Fatalf("with the network namespace off the listener should be reachable: %q %q", res.Stdout, res.Stderr)
+	}
+	select {
+	case <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the listener never saw the connection")
+	}
+}
+
+func TestNetworkNamespaceBlocksDNS(t *testing.T) {
+	r := newRunnerWith(t)
+	requireActive(t, r, "network namespace")
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	_, port, _ := net.SplitHostPort(pc.LocalAddr().String())
+	// A DNS query for a name under .invalid, sent to our own resolver stand-in.
+	code := fmt.Sprintf(`import socket
+q = bytes.fromhex("abcd01000001000000000000") + b"\x07codeexec\x07invalid\x00" + bytes.fromhex("00010001")
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try:
+    s.sendto(q, ("127.0.0.1", %s)); print("SENT")
+except Exception as e:
+    print("BLOCKED", e)
+try:
+    socket.getaddrinfo("codeexec.invalid", 80); print("RESOLVED")
+except Exception as e:
+    print("NORESOLVE")`, port)
+	res := runCode(t, r, "python", code)
+	if strings.Contains(res.Stdout, "RESOLVED") {
+		t.Fatalf("a name resolved inside the sandbox: %q", res.Stdout)
+	}
+	_ = pc.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	buf := make([]byte, 512)
+	if n, _, err := pc.ReadFrom(buf); err == nil {
+		t.Fatalf("the host's UDP listener received %d bytes from the sandbox", n)
+	}
+}
+
+func TestMountNamespaceHidesHostFiles(t *testing.T) {
+	r := newRunnerWith(t)
+	requireActive(t, r, "filesystem isolation")
+	home, err := os.UserHomeDir()
+	if err != nil {
+		t.Skip("no home directory")
+	}
+	secretDir, err := os.MkdirTemp(home, "codeexec-test-")
+	if err != nil {
+		t.Skipf("cannot write in %s: %v", home, err)
+	}
+	defer os.RemoveAll(secretDir)
+	secret := filepath.Join(secretDir, "secret.txt")
+	if err := os.WriteFile(secret, []byte("top-secret-host-file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(secretDir, 0o755) // readable by anyone on the host: only isolation hides it
+	_ = os.Chmod(home, 0o755)
+	defer os.Chmod(home, 0o700)
+	res := runCode(t, r, "bash", fmt.Sprintf(`cat %q; ls %q; ls /var/run/docker.sock /run /root 2>&1; true`, secret, home))
+	if strings.Contains(res.Stdout, "top-secret-host-file") {
+		t.Fatalf("a sandboxed program read %s", secret)
+	}
+	if strings.Contains(res.Stdout, "docker.sock") && !strings.Contains(res.Stdout, "No such file") {
+		t.Fatalf("the Docker socket is visible: %q", res.Stdout)
+	}
+}
+
+func TestWritesOutsideTheRunDirectoryFail(t *testing.T) {
+	workRoot := WorkRoot(t)
+	r := newRunnerIn(t, workRoot)
+	requireActive(t, r, "filesystem isolation")
+	target := filepath.Join(t.TempDir(), "planted")
+	_ = os.Chmod(filepath.Dir(target), 0o777)
+	_ = os.Chmod(filepath.Dir(filepath.Dir(target)), 0o777)
+	code := fmt.Sprintf(`for f in /usr/planted /etc/planted /planted /proc/planted %q; do
+  if echo x > "$f" 2>/dev/null; then echo "WROTE $f"; fi
+done
+echo x > "$HOME/../planted" 2>/dev/null
+echo ok > ./inside && cat ./inside`, target)
+	res := runCode(t, r, "bash", code)
+	if strings.Contains(res.Stdout, "WROTE") {
+		t.Fatalf("a write outside the run directory succeeded: %q", res.Stdout)
+	}
+	// Beside the run directory is the run's private /tmp, never the host's.
+	if left, _ := filepath.Glob(filepath.Join(workRoot, "codeexec-*", "planted")); len(left) > 0 {
+		t.Fatalf("a file planted beside the run directory reached the host: %v", left)
+	}
+	if !strings.HasSuffix(res.Stdout, "ok\n") {
+		t.Fatalf("writing inside the run directory failed: %q %q", res.Stdout, res.Stderr)
+	}
+	if _, err := os.Stat(target); err == nil {
+		t.Fatalf("%s appeared on the host", target)
+	}
+}
+
+func TestPIDNamespaceHidesTheServer(t *testing.T) {
+	r := newRunnerWith(t)
+	requireActive(t, r, "pid namespace")
+	res := runCode(t, r, "bash", `for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline; echo; done`)
+	if strings.Contains(res.Stdout, "-test.") || strings.Contains(res.Stdout, os.Args[0]+" -") {
+		t.Fatalf("the server's process is visible from the sandbox:\n%s", res.Stdout)
+	}
+	if n := strings.Count(res.Stdout, "\n"); n > 8 {
+		t.Fatalf("the sandbox sees %d processes; it should see only its own:\n%s", n, res.Stdout)
+	}
+}
+
+func TestNoCapabilities(t *testing.T) {
+	r := newRunnerWith(t)
+	res := runCode(t, r, "bash", `grep -E '^Cap(Prm|Eff|Bnd|Amb)' /proc/self/status; grep NoNewPrivs /proc/self/status`)
+	for _, line := range strings.Split(strings.TrimSpace(res.Stdout), "\n") {
+		if strings.HasPrefix(line, "Cap") && !strings.HasSuffix(line, "0000000000000000") {
+			t.Fatalf("the program holds capabilities: %q", line)
+		}
+	}
+	if !strings.Contains(res.Stdout, "NoNewPrivs:\t1") {
+		t.Fatalf("no-new-privileges is not set: %q", res.Stdout)
+	}
+}
+
+func TestStrictRefusesMissingProtection(t *testing.T) {
+	_, err := process.New(context.Background(), process.Config{Languages: []string{"python"}, WorkRoot: WorkRoot(t), Disable: []process.Feature{process.FeatureMount}, Strict: true})
+	if err == nil || !errors.Is(err, sandbox.ErrSandboxUnavailable) || !strings.Contains(err.Error(), "mount namespace") || !strings.Contains(err.Error(), "CODE_EXEC_PROCESS_STRICT") {
+		t.Fatalf("strict mode with a protection turned off: err = %v", err)
+	}
+}
+
+func TestEveryFeatureDegradesAlone(t *testing.T) {
+	for _, f := range process.Features {
+		t.Run(string(f), func(t *testing.T) {
+			r := newRunnerWith(t, f)
+			res := runCode(t, r, "python", "print(2**64)")
+			if res.Stdout != "18446744073709551616\n" {
+				t.Fatalf("with %s off: %q %q", f, res.Stdout, res.Stderr)
+			}
+			for _, p := range r.Capabilities().Protections {
+				if strings.HasPrefix(p.Name, string(f)) && p.Active && p.Name != "unprivileged user" {
+					t.Fatalf("%s is off but reported active: %+v", f, p)
+				}
+			}
+		})
+	}
+}
+
+func TestParseFeatures(t *testing.T) {
+	got, err := process.ParseFeatures([]string{" Network", "mount", "network", ""})
+	if err != nil || len(got) != 2 || got[0] != process.FeatureNetwork || got[1] != process.FeatureMount {
+		t.Fatalf("ParseFeatures = %v, %v", got, err)
+	}
+	if _, err := process.ParseFeatures([]string{"seccomp"}); err == nil || !strings.Contains(err.Error(), "known: user, pid") {
+		t.Fatalf("unknown feature accepted: %v", err)
+	}
+}
