@@ -45,7 +45,12 @@ func BenchmarkPython(b *testing.B) {
 		name string
 		make func() (sandbox.Runner, error)
 	}{
-		{"none", func() (sandbox.Runner, error) { return host.New(ctx, host.Config{Languages: langs}) }},
+		// Mode none runs the interpreter found on the server's PATH; give it
+		// the same /usr/bin/python3 as "bare" (not a pyenv shim's python).
+		{"none", func() (sandbox.Runner, error) {
+			b.Setenv("PATH", "/usr/bin:/bin")
+			return host.New(ctx, host.Config{Languages: langs})
+		}},
 		{"process", func() (sandbox.Runner, error) { return process.New(ctx, process.Config{Languages: langs}) }},
 		{"process-without-isolation", func() (sandbox.Runner, error) {
 			return process.New(ctx, process.Config{Languages: langs, Disable: process.Features})

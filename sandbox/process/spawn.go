@@ -50,6 +50,12 @@ type Spec struct {
 	Isolation Isolation
 }
 
+// needsExecStage reports whether anything must be applied to the program's
+// own process before the interpreter starts.
+func (s Spec) needsExecStage() bool {
+	return s.Rlimits || s.Credential != nil || s.NoNewPrivs || s.Isolation.namespaces() || s.Isolation.Landlock
+}
+
 // Credential is a numeric user and group.
 type Credential struct {
 	UID, GID uint32

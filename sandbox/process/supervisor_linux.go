@@ -191,6 +191,21 @@ func supervisorMain() int {
 // startExecStage starts the exec stage with the Spec on its fd 3, in a new
 // process group, and returns its pid.
 func startExecStage(spec Spec) (int, error) {
+	if !spec.needsExecStage() {
+		// Nothing to apply before the program starts (mode none): start it
+		// directly and spare a second start of this binary.
+		attr := &syscall.ProcAttr{
+			Dir:   spec.Dir,
+			Env:   spec.Env,
+			Files: []uintptr{0, 1, 2},
+			Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
+		}
+		pid, err := syscall.ForkExec(spec.Path, append([]string{spec.Path}, spec.Args...), attr)
+		if err != nil {
+			return 0, fmt.Errorf("starting %s: %w", spec.Path, err)
+		}
+		return pid, nil
+	}
 	exe := "/proc/self/fd/" + strconv.Itoa(exeFD)
 	if !spec.Isolation.namespaces() {
 		var err error
@@ -245,6 +260,13 @@ func killDescendants(pgid int) {
 	}
 	for round := 0; ; round++ {
 		reapAll()
+		// With no child left there is no descendant either: an orphan of
+		// the run is re-parented to this subreaper, so it is a child. That
+		// spares the /proc walk in the common case.
+		var ws syscall.WaitStatus
+		if _, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil); errors.Is(err, syscall.ECHILD) {
+			return
+		}
 		desc := descendants(self)
 		if len(desc) == 0 {
 			var ws syscall.WaitStatus
@@ -472,3 +494,10 @@ func countUserProcesses(uid int) int {
 	}
 	return n
 }
+
+// The supervisor and the exec stage start in this package's init: Go
+// initializes packages in import-path order once their dependencies are
+// ready (Go 1.21+), so this runs before the server's heavier dependencies
+// (JSON Schema compilers, the Docker client, ...) initialize, and a run does
+// not pay for them twice. main calls MaybeRunHelper too, as a fallback.
+func init() { MaybeRunHelper() }
