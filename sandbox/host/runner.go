@@ -19,6 +19,11 @@ import (
 // Warning is what the server says, at start and in sandbox_info, about mode none.
 const Warning = "CODE_EXEC_SANDBOX=none: code runs UNSANDBOXED with the server's own user, permissions, files, network and environment (secrets included). Use it only for local development with code you trust."
 
+// RunIDVariable is added to the environment of every run in mode none: it
+// marks the run's processes so that those that outlive it (daemons, setsid)
+// can be found and killed.
+const RunIDVariable = "CODE_EXEC_RUN_ID"
+
 // Config configures a mode-none Runner.
 type Config struct {
 	// Languages are the enabled canonical language names.
@@ -57,6 +62,10 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		return nil, err
 	}
 	root := wr.Dir
+	if err := process.EnableOrphanReaping(); err != nil {
+		_ = wr.Remove()
+		return nil, fmt.Errorf("becoming a child subreaper for the orphans of runs: %w", err)
+	}
 	interp, langs := sandbox.ResolveInterpreters(ctx, cfg.Languages, "")
 	r := &Runner{interp: interp, root: root, workRoot: wr, log: log}
 	r.baseCtx, r.cancel = context.WithCancel(context.Background())
@@ -113,13 +122,16 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		return nil, fmt.Errorf("%w: writing the program: %v", sandbox.ErrSandboxUnavailable, err)
 	}
 	res := &sandbox.Result{Sandbox: sandbox.ModeNone}
+	marker := RunIDVariable + "=" + filepath.Base(dir)
 	err = process.Spawn(ctx, process.Spec{
-		Path:   in.Path,
-		Args:   append(append([]string{}, spec.Args...), file),
-		Env:    os.Environ(),
-		Dir:    dir,
-		Stdin:  req.Stdin,
-		Limits: req.Limits,
+		Path:      in.Path,
+		Args:      append(append([]string{}, spec.Args...), file),
+		Env:       append(os.Environ(), marker),
+		Dir:       dir,
+		Stdin:     req.Stdin,
+		Limits:    req.Limits,
+		Direct:    true,
+		RunMarker: marker,
 	}, res)
 	return res, err
 }

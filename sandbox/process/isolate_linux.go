@@ -363,6 +363,16 @@ func (r *Runner) probeIsolation(ctx context.Context, disabled []Feature) (Isolat
 			}
 		}
 	}
+	dependOnMount := func() {
+		// Without its own /proc (which needs the mount namespace) a PID
+		// namespace would still show the host's processes, and Landlock's
+		// helper would look for /proc/<pid> under the wrong numbers.
+		if iso.PID && !iso.Mount {
+			iso.PID = false
+			reason[FeaturePID] = "needs the mount namespace (for a /proc of its own), which is " + strings.TrimPrefix(reason[FeatureMount], "unavailable on this host: ")
+		}
+	}
+	dependOnMount()
 	if err := r.tryIsolation(ctx, iso); err != nil {
 		// Find the features that fail on their own.
 		for _, f := range Features {
@@ -410,6 +420,7 @@ func (r *Runner) probeIsolation(ctx context.Context, disabled []Feature) (Isolat
 			}
 		}
 	}
+	dependOnMount()
 	var ps []sandbox.Protection
 	for _, f := range Features {
 		p := sandbox.Protection{Name: protectionName(f), Active: iso.Has(f), Detail: featureDetail[f]}

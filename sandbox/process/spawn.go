@@ -10,7 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -48,6 +48,15 @@ type Spec struct {
 	NoNewPrivs bool
 	// Isolation is the kernel isolation of the run (Linux only).
 	Isolation Isolation
+	// Direct starts the program without a supervisor (mode none, where
+	// nothing is applied to it): the run's process group is killed at the
+	// end, and on Linux the orphans that carry RunMarker in their
+	// environment are swept from the server, which must have called
+	// EnableOrphanReaping.
+	Direct bool
+	// RunMarker is a KEY=value pair in Env that identifies the run's
+	// processes for the orphan sweep of direct mode.
+	RunMarker string `json:"-"`
 }
 
 // needsExecStage reports whether anything must be applied to the program's
@@ -70,9 +79,11 @@ type Outcome struct {
 	Killed bool
 }
 
-// supervised is a started supervisor.
+// supervised is a started supervisor (or, in direct mode, the program).
 type supervised struct {
 	cmd *exec.Cmd
+	// stop asks for the run to be killed.
+	stop func()
 	// status returns how the program ended; call it after cmd.Wait returned.
 	status func() status
 }
@@ -141,7 +152,7 @@ func Spawn(ctx context.Context, spec Spec, res *sandbox.Result) error {
 		cancelled, killed = true, true
 	}
 	if killed {
-		waitErr = stopAndWait(cmd, waitCh)
+		waitErr = stopAndWait(sup, waitCh)
 	}
 	st := sup.status()
 	res.Duration = time.Since(start)
@@ -164,30 +175,86 @@ func Spawn(ctx context.Context, spec Spec, res *sandbox.Result) error {
 	return nil
 }
 
-// terminate asks the supervisor to kill the run and report (where there is
-// no supervisor, it kills the program's process group).
-func terminate(cmd *exec.Cmd) {
-	if cmd.Process == nil {
-		return
-	}
-	if runtime.GOOS == "linux" {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		return
-	}
-	killGroup(cmd.Process.Pid)
-}
-
-// stopAndWait asks the supervisor to kill everything and waits for it; a
-// supervisor that does not finish within stopGrace is killed with its group.
-func stopAndWait(cmd *exec.Cmd, waitCh <-chan error) error {
-	terminate(cmd)
+// stopAndWait asks for the run to be killed and waits for it; a supervisor
+// that does not finish within stopGrace is killed with its group.
+func stopAndWait(sup *supervised, waitCh <-chan error) error {
+	sup.stop()
 	select {
 	case err := <-waitCh:
 		return err
 	case <-time.After(stopGrace):
-		killGroup(cmd.Process.Pid)
+		killGroup(sup.cmd.Process.Pid)
 		return <-waitCh
 	}
+}
+
+// startDirect starts the program itself, without a supervisor, in a process
+// group of its own; stopping the run kills that group. afterExit, if set,
+// runs once the program has been waited for (Linux uses it to sweep the
+// run's orphans).
+func startDirect(spec Spec, out *sandbox.Output, afterExit func(pid int)) (*supervised, error) {
+	cmd := exec.Command(spec.Path, spec.Args...)
+	cmd.Env = spec.Env
+	cmd.Dir = spec.Dir
+	if spec.Stdin != "" {
+		cmd.Stdin = strings.NewReader(spec.Stdin)
+	}
+	cmd.Stdout = out.Stdout()
+	cmd.Stderr = out.Stderr()
+	cmd.SysProcAttr = directAttr()
+	cmd.WaitDelay = stopGrace
+	if err := startTracked(cmd); err != nil {
+		return nil, err
+	}
+	pid := cmd.Process.Pid
+	return &supervised{
+		cmd:  cmd,
+		stop: func() { killGroup(pid) },
+		status: func() status {
+			untrack(pid)
+			killGroup(pid)
+			if afterExit != nil {
+				afterExit(pid)
+			}
+			ps := cmd.ProcessState
+			if ps == nil {
+				return status{Error: "the program did not run"}
+			}
+			ws, ok := ps.Sys().(syscall.WaitStatus)
+			switch {
+			case !ok:
+				return status{Started: true, ExitCode: ps.ExitCode()}
+			case ws.Signaled():
+				return status{Started: true, ExitCode: 128 + int(ws.Signal()), Signal: signalName(ws.Signal())}
+			}
+			return status{Started: true, ExitCode: ws.ExitStatus()}
+		},
+	}, nil
+}
+
+// children are the pids of the processes Spawn started and still waits
+// for. The orphan sweep of mode none never reaps them: their exec.Cmd does.
+var children = struct {
+	sync.Mutex
+	pids map[int]bool
+}{pids: map[int]bool{}}
+
+// startTracked starts cmd and records its pid, atomically with respect to
+// the orphan sweep.
+func startTracked(cmd *exec.Cmd) error {
+	children.Lock()
+	defer children.Unlock()
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	children.pids[cmd.Process.Pid] = true
+	return nil
+}
+
+func untrack(pid int) {
+	children.Lock()
+	delete(children.pids, pid)
+	children.Unlock()
 }
 
 // RemoveAll removes a work directory even when the program made parts of it

@@ -59,6 +59,9 @@ func HardenServer() error {
 // startSupervisor starts the supervisor with the program's stdio attached
 // and hands it the Spec.
 func startSupervisor(spec Spec, out *sandbox.Output) (*supervised, error) {
+	if spec.Direct {
+		return startDirect(spec, out, func(pid int) { sweepOrphans(spec.RunMarker) })
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("finding the codeexec binary: %w", err)
@@ -105,7 +108,7 @@ func startSupervisor(spec Spec, out *sandbox.Output) (*supervised, error) {
 	applyCloneAttrs(cmd.SysProcAttr, spec.Isolation)
 	// Pipes held open by a stray process must not hold up Wait forever.
 	cmd.WaitDelay = stopGrace
-	err = cmd.Start()
+	err = startTracked(cmd)
 	cfgR.Close()
 	statusW.Close()
 	if err != nil {
@@ -119,7 +122,15 @@ func startSupervisor(spec Spec, out *sandbox.Output) (*supervised, error) {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 	}
 	cfgW.Close()
-	return &supervised{cmd: cmd, status: func() status { return readStatus(statusR) }}, nil
+	pid := cmd.Process.Pid
+	return &supervised{
+		cmd:  cmd,
+		stop: func() { _ = syscall.Kill(pid, syscall.SIGTERM) },
+		status: func() status {
+			untrack(pid)
+			return readStatus(statusR)
+		},
+	}, nil
 }
 
 func killGroup(pid int) { _ = syscall.Kill(-pid, syscall.SIGKILL) }

@@ -4,8 +4,6 @@ package process
 
 import (
 	"context"
-	"os/exec"
-	"strings"
 	"syscall"
 
 	"github.com/codeexec/codeexec/sandbox"
@@ -22,38 +20,15 @@ func MaybeRunHelper() {}
 func HardenServer() error { return nil }
 
 func startSupervisor(spec Spec, out *sandbox.Output) (*supervised, error) {
-	cmd := exec.Command(spec.Path, spec.Args...)
-	cmd.Env = spec.Env
-	cmd.Dir = spec.Dir
-	if spec.Stdin != "" {
-		cmd.Stdin = strings.NewReader(spec.Stdin)
-	}
-	cmd.Stdout = out.Stdout()
-	cmd.Stderr = out.Stderr()
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.WaitDelay = stopGrace
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	// A stop request (SIGTERM to the "supervisor") must reach the whole group.
-	sup := &supervised{cmd: cmd}
-	sup.status = func() status {
-		killGroup(cmd.Process.Pid)
-		ps := cmd.ProcessState
-		if ps == nil {
-			return status{Error: "the program did not run"}
-		}
-		ws, ok := ps.Sys().(syscall.WaitStatus)
-		if !ok {
-			return status{Started: true, ExitCode: ps.ExitCode()}
-		}
-		if ws.Signaled() {
-			return status{Started: true, ExitCode: 128 + int(ws.Signal()), Signal: ws.Signal().String()}
-		}
-		return status{Started: true, ExitCode: ws.ExitStatus()}
-	}
-	return sup, nil
+	return startDirect(spec, out, nil)
 }
+
+func directAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
+
+func signalName(s syscall.Signal) string { return s.String() }
+
+// EnableOrphanReaping does nothing outside Linux.
+func EnableOrphanReaping() error { return nil }
 
 func killGroup(pid int) { _ = syscall.Kill(-pid, syscall.SIGKILL) }
 

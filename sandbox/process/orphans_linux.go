@@ -1,0 +1,146 @@
+//go:build linux
+
+package process
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Mode none starts programs directly from the server (no supervisor, so a
+// run costs one process start less). To keep the promise that no process
+// outlives its run, the server becomes a child subreaper: a daemon, a
+// double fork or a setsid escape of a run is re-parented to the server, and
+// at the end of the run the sweep below kills every such orphan that carries
+// the run's marker in its environment, with its descendants. (In mode none a
+// program that also clears its environment can evade the sweep until the
+// server exits; mode none promises no isolation.)
+
+func directAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+}
+
+// EnableOrphanReaping makes the server a child subreaper, so that the
+// orphans of direct runs come back to it to be swept.
+func EnableOrphanReaping() error {
+	return unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+}
+
+// sweepOrphans kills the orphans re-parented to the server that carry marker
+// in their environment, and their descendants, and reaps the server's
+// zombie children that no exec.Cmd waits for.
+func sweepOrphans(marker string) {
+	self := os.Getpid()
+	for round := 0; round < 1000; round++ {
+		procs := procTable()
+		children.Lock()
+		var victims []int
+		for pid, p := range procs {
+			if p.ppid != self || children.pids[pid] {
+				continue
+			}
+			if p.zombie {
+				reapPid(pid)
+				continue
+			}
+			if marker != "" && hasEnv(pid, marker) {
+				victims = append(victims, pid)
+				victims = append(victims, subtree(procs, pid)...)
+			}
+		}
+		children.Unlock()
+		if len(victims) == 0 {
+			return
+		}
+		for _, pid := range victims {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		for _, pid := range victims {
+			if procs[pid].ppid == self {
+				reapPid(pid)
+			}
+		}
+	}
+}
+
+func reapPid(pid int) {
+	var ws syscall.WaitStatus
+	for {
+		_, err := syscall.Wait4(pid, &ws, 0, nil)
+		if err != syscall.EINTR {
+			return
+		}
+	}
+}
+
+type procInfo struct {
+	ppid   int
+	zombie bool
+}
+
+// procTable reads the parent and state of every process from /proc.
+func procTable() map[int]procInfo {
+	out := map[int]procInfo{}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return out
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 2 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		out[pid] = procInfo{ppid: ppid, zombie: f[0] == "Z"}
+	}
+	return out
+}
+
+// subtree lists the descendants of pid.
+func subtree(procs map[int]procInfo, pid int) []int {
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for c, info := range procs {
+			if info.ppid == p {
+				out = append(out, c)
+				queue = append(queue, c)
+			}
+		}
+	}
+	return out
+}
+
+// hasEnv reports whether the environment of pid holds the KEY=value pair kv.
+func hasEnv(pid int, kv string) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return false
+	}
+	for _, v := range bytes.Split(b, []byte{0}) {
+		if string(v) == kv {
+			return true
+		}
+	}
+	return false
+}
