@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/process"
@@ -41,12 +40,7 @@ type Runner struct {
 	root     string
 	workRoot *process.WorkRoot
 	log      *slog.Logger
-
-	mu      sync.Mutex
-	closed  bool
-	runs    sync.WaitGroup
-	baseCtx context.Context
-	cancel  context.CancelFunc
+	runs     *process.RunGroup
 }
 
 var _ sandbox.Runner = (*Runner)(nil)
@@ -68,7 +62,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	}
 	interp, langs := sandbox.ResolveInterpreters(ctx, cfg.Languages, "")
 	r := &Runner{interp: interp, root: root, workRoot: wr, log: log}
-	r.baseCtx, r.cancel = context.WithCancel(context.Background())
+	r.runs = process.NewRunGroup()
 	r.caps = sandbox.Capabilities{
 		Mode:      sandbox.ModeNone,
 		Isolation: "none: code runs directly as the server's user with the server's environment",
@@ -96,31 +90,17 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	if err != nil {
 		return nil, err
 	}
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return nil, sandbox.ErrClosed
-	}
-	r.runs.Add(1)
-	r.mu.Unlock()
-	defer r.runs.Done()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(r.baseCtx, cancel)()
-
-	dir, err := os.MkdirTemp(r.root, "run-")
+	ctx, end, err := r.runs.Begin(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("%w: creating the run directory: %v", sandbox.ErrSandboxUnavailable, err)
+		return nil, err
 	}
-	defer func() {
-		if err := process.RemoveAll(dir); err != nil {
-			r.log.Error("could not remove a run directory", "dir", dir, "err", err)
-		}
-	}()
-	file := filepath.Join(dir, spec.FileName)
-	if err := os.WriteFile(file, []byte(req.Code), 0o600); err != nil {
-		return nil, fmt.Errorf("%w: writing the program: %v", sandbox.ErrSandboxUnavailable, err)
+	defer end()
+	rd, err := process.NewRunDir(r.root, spec.FileName, req.Code, 0o600, r.log)
+	if err != nil {
+		return nil, err
 	}
+	defer rd.Remove()
+	dir, file := rd.Dir, rd.File
 	res := &sandbox.Result{Sandbox: sandbox.ModeNone}
 	marker := RunIDVariable + "=" + filepath.Base(dir)
 	err = process.Spawn(ctx, process.Spec{
@@ -139,14 +119,8 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 // Close stops the runs in flight and removes the work root. It is safe to
 // call more than once.
 func (r *Runner) Close() error {
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
+	if !r.runs.Close() {
 		return nil
 	}
-	r.closed = true
-	r.mu.Unlock()
-	r.cancel()
-	r.runs.Wait()
 	return r.workRoot.Remove()
 }

@@ -116,17 +116,17 @@ func procTable() map[int]procInfo {
 
 // subtree lists the descendants of pid.
 func subtree(procs map[int]procInfo, pid int) []int {
+	kids := map[int][]int{}
+	for c, info := range procs {
+		kids[info.ppid] = append(kids[info.ppid], c)
+	}
 	var out []int
 	queue := []int{pid}
 	for len(queue) > 0 {
 		p := queue[0]
 		queue = queue[1:]
-		for c, info := range procs {
-			if info.ppid == p {
-				out = append(out, c)
-				queue = append(queue, c)
-			}
-		}
+		out = append(out, kids[p]...)
+		queue = append(queue, kids[p]...)
 	}
 	return out
 }

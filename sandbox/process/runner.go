@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 
 	"github.com/codeexec/codeexec/sandbox"
 )
@@ -35,17 +34,13 @@ type Config struct {
 
 // Runner runs code as supervised child processes.
 type Runner struct {
-	interp    map[string]sandbox.Interpreter
-	caps      sandbox.Capabilities
-	root      string
-	workRoot  *WorkRoot
-	cred      *Credential
-	log       *slog.Logger
-	mu        sync.Mutex
-	closed    bool
-	runs      sync.WaitGroup
-	cancelAll context.CancelFunc
-	baseCtx   context.Context
+	interp   map[string]sandbox.Interpreter
+	caps     sandbox.Capabilities
+	root     string
+	workRoot *WorkRoot
+	cred     *Credential
+	log      *slog.Logger
+	runs     *RunGroup
 	// iso is the isolation every run gets (RootDir is filled per run).
 	iso Isolation
 	// features says, for each isolation feature, whether it is active and
@@ -83,7 +78,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 			return nil, fmt.Errorf("process mode: the sandbox user (uid %d) cannot reach the work root: %w; set CODE_EXEC_WORK_DIR to a directory whose parents are world-searchable", SandboxUID, err)
 		}
 	}
-	r.baseCtx, r.cancelAll = context.WithCancel(context.Background())
+	r.runs = NewRunGroup()
 	r.iso, r.features = r.probeIsolation(ctx, cfg.Disable)
 	if r.iso.User && r.cred != nil {
 		// A user namespace maps the run to uid 65534 on the host already.
@@ -209,34 +204,18 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	if err != nil {
 		return nil, err
 	}
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return nil, sandbox.ErrClosed
-	}
-	r.runs.Add(1)
-	r.mu.Unlock()
-	defer r.runs.Done()
-
 	// Close stops runs in flight too.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(r.baseCtx, cancel)
-	defer stop()
-
-	dir, err := os.MkdirTemp(r.root, "run-")
+	ctx, end, err := r.runs.Begin(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("%w: creating the run directory: %v", sandbox.ErrSandboxUnavailable, err)
+		return nil, err
 	}
-	defer func() {
-		if err := RemoveAll(dir); err != nil {
-			r.log.Error("could not remove a run directory", "dir", dir, "err", err)
-		}
-	}()
-	file := filepath.Join(dir, spec.FileName)
-	if err := os.WriteFile(file, []byte(req.Code), 0o644); err != nil {
-		return nil, fmt.Errorf("%w: writing the program: %v", sandbox.ErrSandboxUnavailable, err)
+	defer end()
+	rd, err := NewRunDir(r.root, spec.FileName, req.Code, 0o644, r.log)
+	if err != nil {
+		return nil, err
 	}
+	defer rd.Remove()
+	dir, file := rd.Dir, rd.File
 	if uid, gid, ok := r.runOwner(); ok {
 		if err := os.Chown(dir, uid, gid); err != nil {
 			return nil, fmt.Errorf("%w: handing the run directory to the sandbox user: %v", sandbox.ErrSandboxUnavailable, err)
@@ -333,14 +312,8 @@ func Lookup(lang string, interp map[string]sandbox.Interpreter, caps sandbox.Cap
 // Close stops the runs in flight, waits for their cleanup and removes the
 // work root. It is safe to call more than once.
 func (r *Runner) Close() error {
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
+	if !r.runs.Close() {
 		return nil
 	}
-	r.closed = true
-	r.mu.Unlock()
-	r.cancelAll()
-	r.runs.Wait()
 	return r.workRoot.Remove()
 }

@@ -1,0 +1,93 @@
+package process
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/codeexec/codeexec/sandbox"
+)
+
+// RunGroup tracks the runs of a Runner, so that closing the Runner stops
+// the runs in flight and waits for their cleanup. The zero value is not
+// ready: use NewRunGroup.
+type RunGroup struct {
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+	base   context.Context
+	cancel context.CancelFunc
+}
+
+// NewRunGroup returns an open RunGroup.
+func NewRunGroup() *RunGroup {
+	g := &RunGroup{}
+	g.base, g.cancel = context.WithCancel(context.Background())
+	return g
+}
+
+// Begin registers a run. Its context is cancelled when ctx is or when the
+// group closes; the caller must call end when the run is cleaned up. After
+// Close, Begin fails with sandbox.ErrClosed.
+func (g *RunGroup) Begin(ctx context.Context) (context.Context, func(), error) {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return nil, nil, sandbox.ErrClosed
+	}
+	g.wg.Add(1)
+	g.mu.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(g.base, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+		g.wg.Done()
+	}, nil
+}
+
+// Close cancels the runs in flight and waits for them to end. It reports
+// whether this call closed the group (false when it was already closed).
+func (g *RunGroup) Close() bool {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return false
+	}
+	g.closed = true
+	g.mu.Unlock()
+	g.cancel()
+	g.wg.Wait()
+	return true
+}
+
+// RunDir is a fresh directory for one run, holding the program file.
+type RunDir struct {
+	Dir, File string
+	log       *slog.Logger
+}
+
+// NewRunDir makes a run directory in root and writes code to fileName in it
+// with mode perm. Remove deletes it.
+func NewRunDir(root, fileName, code string, perm os.FileMode, log *slog.Logger) (*RunDir, error) {
+	dir, err := os.MkdirTemp(root, "run-")
+	if err != nil {
+		return nil, fmt.Errorf("%w: creating the run directory: %v", sandbox.ErrSandboxUnavailable, err)
+	}
+	rd := &RunDir{Dir: dir, File: filepath.Join(dir, fileName), log: log}
+	if err := os.WriteFile(rd.File, []byte(code), perm); err != nil {
+		rd.Remove()
+		return nil, fmt.Errorf("%w: writing the program: %v", sandbox.ErrSandboxUnavailable, err)
+	}
+	return rd, nil
+}
+
+// Remove deletes the run directory, logging a failure.
+func (rd *RunDir) Remove() {
+	if err := RemoveAll(rd.Dir); err != nil && rd.log != nil {
+		rd.log.Error("could not remove a run directory", "dir", rd.Dir, "err", err)
+	}
+}
