@@ -180,7 +180,8 @@ func TestRunnerErrorsAreOneSentence(t *testing.T) {
 	}{
 		{context.Canceled, "cancelled"},
 		{sandbox.ErrClosed, "shutting down"},
-		{fmt.Errorf("%w: engine unreachable", sandbox.ErrSandboxUnavailable), "engine unreachable. The code did not run"},
+		{fmt.Errorf("%w: engine unreachable", sandbox.ErrSandboxUnavailable), "did not complete (engine unreachable); this is a server-side problem"},
+		{fmt.Errorf("docker: %w: the container abc was stopped from outside.", sandbox.ErrSandboxUnavailable), "code did not complete (the container abc was stopped from outside); this"},
 		{errors.New("lang: " + sandbox.ErrLanguageUnavailable.Error()), "could not be run"},
 	}
 	for _, c := range cases {

@@ -209,9 +209,20 @@ func runErrorMessage(err error, args ExecuteArgs) string {
 	case errors.Is(err, sandbox.ErrClosed):
 		return "The server is shutting down and no longer runs code: try again once it is back."
 	case errors.Is(err, sandbox.ErrSandboxUnavailable):
-		return fmt.Sprintf("The sandbox could not run the %s code: %s. The code did not run; this is a server-side problem, so retrying later or telling the operator may help.", args.Language, strings.TrimPrefix(err.Error(), sandbox.ErrSandboxUnavailable.Error()+": "))
+		return fmt.Sprintf("The sandbox failed and the %s code did not complete (%s); this is a server-side problem, so retrying later or telling the operator may help.", args.Language, sandboxDetail(err))
 	}
 	return fmt.Sprintf("The code could not be run: %v.", err)
+}
+
+// sandboxDetail is what a sandbox error says after its prefixes
+// ("docker: sandbox unavailable: ...").
+func sandboxDetail(err error) string {
+	msg := err.Error()
+	marker := sandbox.ErrSandboxUnavailable.Error() + ": "
+	if i := strings.LastIndex(msg, marker); i >= 0 {
+		msg = msg[i+len(marker):]
+	}
+	return strings.TrimSuffix(strings.TrimSpace(msg), ".")
 }
 
 // RenderText is the text content a model reads: stdout, then stderr, then

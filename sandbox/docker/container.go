@@ -106,6 +106,9 @@ func (r *Runner) configs(spec containerSpec) (*container.Config, *container.Host
 			LabelRole:     spec.role,
 		},
 	}
+	if r.owner != "" {
+		cfg.Labels[LabelOwner] = r.owner
+	}
 	return cfg, r.hostConfig(spec.limits)
 }
 

@@ -23,11 +23,14 @@
 // run and is then removed.
 //
 // Every container carries the label io.codeexec.managed=true, the id of the
-// Runner that made it, its role and a deadline after which it is certainly a
-// leftover. New and a background reaper remove leftovers: containers whose
-// deadline has passed, and pool containers that have stopped (a warm
-// container stops by itself when the server that attached to it goes away);
-// nothing without the label is touched.
+// Runner that made it, the server process that owns it (see LabelOwner), its
+// role and a deadline after which it is certainly a leftover. New and a
+// background reaper remove leftovers: containers whose owner ran on this host
+// and no longer runs (whatever their state: a run container of a server that
+// was SIGKILLed may still be running), containers whose deadline has passed,
+// and pool containers of another Runner that have stopped (a warm container
+// stops by itself when the server that attached to it goes away); nothing
+// without the label is touched.
 package docker
 
 import (
@@ -128,6 +131,8 @@ type Runner struct {
 	cli      *client.Client
 	log      *slog.Logger
 	instance string
+	owner    string // value of LabelOwner ("" when /proc cannot tell)
+	owners   owners // judges the owners of other containers
 	user     string // user the containers run as ("" = the image's)
 	uid      string // uid code runs as, from the probe
 	engine   engineFacts
@@ -212,9 +217,13 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		cli:        cli,
 		log:        log,
 		instance:   newInstanceID(),
+		owners:     localOwners(),
 		live:       map[string]struct{}{},
 		done:       make(chan struct{}),
 		reaperDone: make(chan struct{}),
+	}
+	if o, ok := currentOwner(); ok {
+		r.owner = o.String()
 	}
 	if err := r.connect(ctx); err != nil {
 		_ = cli.Close()
@@ -417,12 +426,9 @@ func (r *Runner) removeOwn() error {
 	return errors.Join(errs...)
 }
 
-// removeLeftovers removes every codeexec container whose deadline is before
-// now (or that has no readable deadline), whichever instance made it, and
-// every pool container of another instance that is no longer running (a warm
-// container exits by itself when its server's attach stream goes away, so
-// this finds a crashed server's pool at once; a running one may belong to a
-// live server and waits for its deadline). It returns how many it removed.
+// removeLeftovers removes every codeexec container that isLeftover judges
+// certainly unused, whichever instance made it, and returns how many it
+// removed.
 func (r *Runner) removeLeftovers(ctx context.Context, now time.Time) (int, error) {
 	lctx, cancel := context.WithTimeout(ctx, engineTimeout)
 	defer cancel()
@@ -439,14 +445,16 @@ func (r *Runner) removeLeftovers(ctx context.Context, now time.Time) (int, error
 		if c.Labels[LabelManaged] != "true" { // belt and braces: never touch others
 			continue
 		}
-		if !isLeftover(c.Labels, c.State, time.Unix(c.Created, 0), r.instance, now) {
+		why := leftoverReason(c.Labels, c.State, time.Unix(c.Created, 0), r.instance, r.owners, now)
+		if why == "" {
 			continue // may belong to a live codeexec
 		}
 		if err := r.remove(c.ID); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		r.log.Info("removed leftover container", "id", shortID(c.ID), "instance", c.Labels[LabelInstance], "state", c.State)
+		r.log.Info("removed leftover container", "id", shortID(c.ID), "instance", c.Labels[LabelInstance],
+			"owner", c.Labels[LabelOwner], "role", c.Labels[LabelRole], "state", c.State, "reason", why)
 		n++
 	}
 	return n, errors.Join(errs...)
@@ -456,22 +464,45 @@ func (r *Runner) removeLeftovers(ctx context.Context, now time.Time) (int, error
 // started before another codeexec takes it for a leftover.
 const poolCreatedGrace = time.Minute
 
-// isLeftover decides whether a labelled container is certainly not in use.
-func isLeftover(labels map[string]string, state container.ContainerState, created time.Time, self string, now time.Time) bool {
+// isLeftover decides whether a labelled container is certainly not in use:
+//   - its owner (LabelOwner) ran on this host identity and no longer runs,
+//     whatever the container's state and deadline;
+//   - its deadline has passed, or it has none that can be read;
+//   - it is a pool container of another Runner (self is this Runner's
+//     instance) that has stopped, or that was created and never started
+//     within poolCreatedGrace.
+//
+// Anything else may belong to a live codeexec, on this host or another one
+// that uses the same engine, and waits for its deadline.
+func isLeftover(labels map[string]string, state container.ContainerState, created time.Time, self string, own owners, now time.Time) bool {
+	return leftoverReason(labels, state, created, self, own, now) != ""
+}
+
+// leftoverReason is isLeftover with the reason, for the log ("" when the
+// container may be in use).
+func leftoverReason(labels map[string]string, state container.ContainerState, created time.Time, self string, own owners, now time.Time) string {
+	if own.dead(labels[LabelOwner]) {
+		return "its server no longer runs"
+	}
 	dl, err := strconv.ParseInt(labels[LabelDeadline], 10, 64)
-	if err != nil || !now.Before(time.Unix(dl, 0)) {
-		return true
+	if err != nil {
+		return "it has no deadline"
+	}
+	if !now.Before(time.Unix(dl, 0)) {
+		return "its deadline has passed"
 	}
 	if labels[LabelRole] != rolePool || labels[LabelInstance] == self {
-		return false
+		return ""
 	}
 	switch state {
 	case container.StateExited, container.StateDead:
-		return true
+		return "a warm container of another server that stopped"
 	case container.StateCreated:
-		return now.Sub(created) > poolCreatedGrace
+		if now.Sub(created) > poolCreatedGrace {
+			return "a warm container of another server that never started"
+		}
 	}
-	return false
+	return ""
 }
 
 // reap removes leftovers periodically until Close.

@@ -492,7 +492,7 @@ func TestIsLeftover(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if got := isLeftover(c.labels, c.state, now.Add(-c.age), "self", now); got != c.removed {
+			if got := isLeftover(c.labels, c.state, now.Add(-c.age), "self", owners{}, now); got != c.removed {
 				t.Fatalf("isLeftover = %v, want %v", got, c.removed)
 			}
 		})

@@ -194,6 +194,19 @@ func (r *Runner) exchange(ctx context.Context, s *session, input io.Reader, lim 
 	if warm && runErr == nil && !s.out.wasAcked() {
 		return nil, fmt.Errorf("docker: %w: the warm container %s stopped before it took the program", sandbox.ErrSandboxUnavailable, shortID(s.id)), true
 	}
+	if s.out.framed && !killed && runErr == nil {
+		// The container stopped and its supervisor wrote no trailer: PID 1
+		// itself was killed, from outside (an engine that stops kills its
+		// containers, so does docker kill or docker rm -f) or by the OOM
+		// killer. Only the latter is the program's doing; otherwise the
+		// program did not end by itself, and its exit status is not one.
+		res, err, _ := r.finishFromEngine(s, res, w, false, nil)
+		if err != nil || res.OOMKilled {
+			return res, err, false
+		}
+		return nil, fmt.Errorf("docker: %w: the container %s was stopped from outside before the program ended (exit status %d), for example by a restart of the Docker Engine",
+			sandbox.ErrSandboxUnavailable, shortID(s.id), res.ExitCode), false
+	}
 	return r.finishFromEngine(s, res, w, killed, runErr)
 }
 
