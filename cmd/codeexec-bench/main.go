@@ -56,19 +56,20 @@ type target struct {
 func main() {
 	rounds := flag.Int("rounds", 100, "calls per configuration and language, interleaved round-robin")
 	warmup := flag.Int("warmup", 5, "rounds run first and not counted")
+	settle := flag.Duration("settle", 300*time.Millisecond, "pause after the docker configurations in each round, so that their background work (container removal, pool refill) does not land on the next measurements")
 	pool := flag.Int("pool", 2, "CODE_EXEC_DOCKER_POOL_SIZE of the pooled docker configuration")
 	bin := flag.String("bin", "", "codeexec binary to use (default: build ./cmd/codeexec)")
 	withDocker := flag.Bool("docker", true, "include the docker configurations")
 	tput := flag.Int("throughput", 100, "calls for each throughput measurement at concurrency 4 (0 skips it)")
 	tputPools := flag.String("throughput-pools", "0,2,8", "pool sizes whose throughput at concurrency 4 is measured")
 	flag.Parse()
-	if err := run(*rounds, *warmup, *pool, *bin, *withDocker, *tput, *tputPools); err != nil {
+	if err := run(*rounds, *warmup, *pool, *bin, *withDocker, *tput, *tputPools, *settle); err != nil {
 		fmt.Fprintln(os.Stderr, "codeexec-bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(rounds, warmup, pool int, bin string, withDocker bool, tput int, tputPools string) error {
+func run(rounds, warmup, pool int, bin string, withDocker bool, tput int, tputPools string, settle time.Duration) error {
 	ctx := context.Background()
 	if bin == "" {
 		dir, err := os.MkdirTemp("", "codeexec-bench-")
@@ -122,6 +123,9 @@ func run(rounds, warmup, pool int, bin string, withDocker bool, tput int, tputPo
 				if round >= warmup {
 					t.lat[p.lang] = append(t.lat[p.lang], d)
 				}
+			}
+			if withDocker {
+				time.Sleep(settle)
 			}
 		}
 	}
