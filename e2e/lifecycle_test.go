@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -238,21 +239,7 @@ func TestHTTPClientDisconnect(t *testing.T) {
 func TestStdioClientGoesAway(t *testing.T) {
 	t.Parallel()
 	env := serverEnv(t, nil)
-	cmd := execCommand(binPath)
-	cmd.Env = envList(env)
-	stderr := &lockedBuffer{}
-	cmd.Stderr = stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, stdin, stdout, stderr := startRawStdio(t, env)
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() {
@@ -467,21 +454,7 @@ func waitZombie(t *testing.T, pid int, d time.Duration) {
 func TestStdoutIsProtocolOnly(t *testing.T) {
 	t.Parallel()
 	env := serverEnv(t, map[string]string{"CODE_EXEC_LOG_FORMAT": "text"})
-	cmd := execCommand(binPath)
-	cmd.Env = envList(env)
-	stderr := &lockedBuffer{}
-	cmd.Stderr = stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, stdin, stdout, stderr := startRawStdio(t, env)
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		if t.Failed() {
@@ -628,4 +601,26 @@ func TestHTTPModernNotificationWithoutMeta(t *testing.T) {
 	if resp.StatusCode/100 != 2 {
 		t.Errorf("notifications/cancelled without _meta under 2026-07-28: %s %s, want 202 Accepted", resp.Status, bytes.TrimSpace(body))
 	}
+}
+
+// startRawStdio starts the binary on stdio without a client, for tests that
+// speak JSON-RPC by hand; the caller waits for or kills cmd.
+func startRawStdio(t *testing.T, env map[string]string) (*exec.Cmd, io.WriteCloser, io.ReadCloser, *lockedBuffer) {
+	t.Helper()
+	cmd := execCommand(binPath)
+	cmd.Env = envList(env)
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, stdin, stdout, stderr
 }

@@ -203,13 +203,20 @@ func (s *Server) ServeHTTP(ctx context.Context, transport configs.Transport, add
 		ln.Close()
 		return err
 	}
+	if ready != nil {
+		ready(ln.Addr())
+	}
+	return serveUntilDone(ctx, ln, handler, 5*time.Second, shutdownMCP)
+}
+
+// serveUntilDone serves handler on ln until ctx ends, then shuts down
+// gracefully within grace (after beforeShutdown, if set), closing whatever
+// is still open after that.
+func serveUntilDone(ctx context.Context, ln net.Listener, handler http.Handler, grace time.Duration, beforeShutdown func(context.Context) error) error {
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
-	}
-	if ready != nil {
-		ready(ln.Addr())
 	}
 	errCh := make(chan error, 1)
 	go func() { errCh <- srv.Serve(ln) }()
@@ -218,9 +225,11 @@ func (s *Server) ServeHTTP(ctx context.Context, transport configs.Transport, add
 		return err
 	case <-ctx.Done():
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
-	_ = shutdownMCP(sctx)
+	if beforeShutdown != nil {
+		_ = beforeShutdown(sctx)
+	}
 	if err := srv.Shutdown(sctx); err != nil {
 		_ = srv.Close()
 	}
