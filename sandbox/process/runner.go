@@ -132,7 +132,7 @@ func (r *Runner) protections() []sandbox.Protection {
 		{Name: "timeout and output cap", Active: true},
 		{Name: "process group kill", Active: true, Detail: "the run's process group is killed when it ends"},
 		{Name: "orphan reaping", Active: onLinux, Detail: ifElse(onLinux, "a child-subreaper supervisor kills daemons, double forks and setsid processes of the run", "needs Linux")},
-		{Name: "resource limits (rlimits)", Active: onLinux, Detail: ifElse(onLinux, "CPU time, data and address space, open files, file size, processes, no core files", "needs Linux in this version")},
+		{Name: "resource limits (rlimits)", Active: true, Detail: ifElse(onLinux, "CPU time, data and address space, open files, file size, processes, no core files", "CPU time, open files, file size, no core files (this system does not enforce memory rlimits; the process limit is per user and left alone)")},
 		{Name: "no-new-privileges", Active: onLinux, Detail: ifElse(onLinux, "setuid binaries cannot raise privileges", "needs Linux")},
 	}
 	switch {
