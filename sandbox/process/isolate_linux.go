@@ -21,10 +21,13 @@ import (
 	"github.com/codeexec/codeexec/sandbox"
 )
 
+// ctlFD is the supervisor's end of the control pipe (see startSupervisor).
+const ctlFD = 5
+
 // exeFD is the descriptor on which the supervisor and the exec stage find
 // the codeexec binary when the run is isolated: they re-execute it as
-// /proc/self/fd/5, which works whoever they run as and whatever root they see.
-const exeFD = 5
+// /proc/self/fd/6, which works whoever they run as and whatever root they see.
+const exeFD = 6
 
 // cloneFlags returns the namespaces a supervisor is started in.
 func cloneFlags(iso Isolation) uintptr {

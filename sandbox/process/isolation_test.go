@@ -250,6 +250,24 @@ func TestPIDNamespaceHidesTheServer(t *testing.T) {
 	}
 }
 
+// The program may signal its PID namespace's init, the supervisor; the run
+// still ends normally and reports the program's own exit.
+func TestSignallingTheSupervisor(t *testing.T) {
+	r := newRunnerWith(t)
+	requireActive(t, r, "pid namespace")
+	res := runCode(t, r, "bash", `for s in QUIT USR1 USR2 TSTP ALRM PIPE HUP INT TERM; do kill -$s 1 2>/dev/null; done; sleep 0.2; echo still here; exit 7`)
+	if res.ExitCode != 7 && res.Signal != "killed" {
+		t.Fatalf("exit %d signal %q stdout %q stderr %q", res.ExitCode, res.Signal, res.Stdout, res.Stderr)
+	}
+	if strings.Contains(res.Stderr, "goroutine") {
+		t.Fatalf("the supervisor dumped its goroutines into the program's stderr: %.300q", res.Stderr)
+	}
+	next := runCode(t, r, "python", "print(2**64)")
+	if next.Stdout != "18446744073709551616\n" {
+		t.Fatalf("next run: %q %q", next.Stdout, next.Stderr)
+	}
+}
+
 func TestNoCapabilities(t *testing.T) {
 	r := newRunnerWith(t)
 	res := runCode(t, r, "bash", `grep -E '^Cap(Prm|Eff|Bnd|Amb)' /proc/self/status; grep NoNewPrivs /proc/self/status`)

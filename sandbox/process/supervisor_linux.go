@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 	"unsafe"
@@ -76,16 +77,26 @@ func startSupervisor(spec Spec, out *sandbox.Output) (*supervised, error) {
 		cfgW.Close()
 		return nil, err
 	}
+	// The control pipe: closing its write end (or the server dying) tells
+	// the supervisor to stop the run. Signals are not used for that, because
+	// the program can send them to its PID namespace's init.
+	ctlR, ctlW, err := os.Pipe()
+	if err != nil {
+		cfgR.Close()
+		cfgW.Close()
+		statusR.Close()
+		statusW.Close()
+		return nil, err
+	}
 	cmd := exec.Command(exe, supervisorArg)
 	var exeFile *os.File
 	if spec.Isolation.namespaces() {
 		// In its namespaces the supervisor may run as a user who cannot
 		// reach the binary's path; it re-executes the open file instead.
 		if exeFile, err = os.Open(exe); err != nil {
-			cfgR.Close()
-			cfgW.Close()
-			statusR.Close()
-			statusW.Close()
+			for _, f := range []*os.File{cfgR, cfgW, statusR, statusW, ctlR, ctlW} {
+				f.Close()
+			}
 			return nil, fmt.Errorf("opening the codeexec binary: %w", err)
 		}
 		defer exeFile.Close()
@@ -100,33 +111,38 @@ func startSupervisor(spec Spec, out *sandbox.Output) (*supervised, error) {
 	}
 	cmd.Stdout = out.Stdout()
 	cmd.Stderr = out.Stderr()
-	cmd.ExtraFiles = []*os.File{cfgR, statusW}
+	cmd.ExtraFiles = []*os.File{cfgR, statusW, ctlR} // fds 3, 4, 5 = ctlFD
 	if exeFile != nil {
-		cmd.ExtraFiles = append(cmd.ExtraFiles, exeFile) // fd 5 = exeFD
+		cmd.ExtraFiles = append(cmd.ExtraFiles, exeFile) // fd 6 = exeFD
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	applyCloneAttrs(cmd.SysProcAttr, spec.Isolation)
 	// Pipes held open by a stray process must not hold up Wait forever.
 	cmd.WaitDelay = stopGrace
 	err = startTracked(cmd)
 	cfgR.Close()
 	statusW.Close()
+	ctlR.Close()
 	if err != nil {
 		cfgW.Close()
 		statusR.Close()
+		ctlW.Close()
 		return nil, err
 	}
+	var stopOnce sync.Once
+	stop := func() { stopOnce.Do(func() { ctlW.Close() }) }
 	// The spec is small (stdin travels on its own pipe) and fits the pipe
 	// buffer; a supervisor that dies early makes the write fail, not hang.
 	if err := json.NewEncoder(cfgW).Encode(spec); err != nil {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
+		stop()
 	}
 	cfgW.Close()
 	pid := cmd.Process.Pid
 	return &supervised{
 		cmd:  cmd,
-		stop: func() { _ = syscall.Kill(pid, syscall.SIGTERM) },
+		stop: stop,
 		status: func() status {
+			stop()
 			untrack(pid)
 			return readStatus(statusR)
 		},
@@ -137,21 +153,33 @@ func killGroup(pid int) { _ = syscall.Kill(-pid, syscall.SIGKILL) }
 
 // supervisorMain runs in the re-executed binary. It reads the Spec on fd 3,
 // starts the exec stage in a process group of its own, waits for it (or for
-// SIGTERM from the server), kills every descendant, and writes the status on
+// the end of the control pipe), kills every descendant, and writes the status on
 // fd 4.
 func supervisorMain() int {
 	cfg := os.NewFile(3, "spec")
 	statusF := os.NewFile(4, "status")
-	syscall.CloseOnExec(3)
-	syscall.CloseOnExec(4)
+	ctl := os.NewFile(ctlFD, "control")
+	for _, fd := range []int{3, 4, ctlFD} {
+		syscall.CloseOnExec(fd)
+	}
 	report := func(st status) int {
 		_ = json.NewEncoder(statusF).Encode(st)
 		_ = statusF.Close()
 		return 0
 	}
-	// Signals first, so that a stop request during set-up is not lost.
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	// A stop request is the end of the control pipe: the server closed it,
+	// or died. Watch it first, so that a request during set-up is not lost.
+	stopReq := make(chan struct{})
+	go func() {
+		var b [1]byte
+		_, _ = ctl.Read(b[:])
+		close(stopReq)
+	}()
+	// In a PID namespace the program may signal its init, the supervisor:
+	// the signals that would end or stop a Go program are ignored, so the
+	// run ends and reports as usual.
+	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2,
+		syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGPIPE, syscall.SIGALRM)
 
 	var spec Spec
 	if err := json.NewDecoder(cfg).Decode(&spec); err != nil {
@@ -190,7 +218,7 @@ func supervisorMain() int {
 	select {
 	case ws := <-exited:
 		st.ExitCode, st.Signal = exitOf(ws)
-	case <-sigs:
+	case <-stopReq:
 		_ = syscall.Kill(-child, syscall.SIGKILL)
 		ws := <-exited
 		st.ExitCode, st.Signal = exitOf(ws)
