@@ -216,20 +216,25 @@ func startDirect(spec Spec, out *sandbox.Output, afterExit func(pid int)) (*supe
 			if afterExit != nil {
 				afterExit(pid)
 			}
-			ps := cmd.ProcessState
-			if ps == nil {
-				return status{Error: "the program did not run"}
-			}
-			ws, ok := ps.Sys().(syscall.WaitStatus)
-			switch {
-			case !ok:
-				return status{Started: true, ExitCode: ps.ExitCode()}
-			case ws.Signaled():
-				return status{Started: true, ExitCode: 128 + int(ws.Signal()), Signal: signalName(ws.Signal())}
-			}
-			return status{Started: true, ExitCode: ws.ExitStatus()}
+			return exitStatus(cmd)
 		},
 	}, nil
+}
+
+// exitStatus reads how a waited-for command ended.
+func exitStatus(cmd *exec.Cmd) status {
+	ps := cmd.ProcessState
+	if ps == nil {
+		return status{Error: "the program did not run"}
+	}
+	ws, ok := ps.Sys().(syscall.WaitStatus)
+	switch {
+	case !ok:
+		return status{Started: true, ExitCode: ps.ExitCode()}
+	case ws.Signaled():
+		return status{Started: true, ExitCode: 128 + int(ws.Signal()), Signal: signalName(ws.Signal())}
+	}
+	return status{Started: true, ExitCode: ws.ExitStatus()}
 }
 
 // children are the pids of the processes Spawn started and still waits

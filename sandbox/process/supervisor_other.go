@@ -76,22 +76,6 @@ func startSupervisor(spec Spec, out *sandbox.Output) (*supervised, error) {
 	}, nil
 }
 
-// exitStatus reads how a waited-for command ended.
-func exitStatus(cmd *exec.Cmd) status {
-	ps := cmd.ProcessState
-	if ps == nil {
-		return status{Error: "the program did not run"}
-	}
-	ws, ok := ps.Sys().(syscall.WaitStatus)
-	switch {
-	case !ok:
-		return status{Started: true, ExitCode: ps.ExitCode()}
-	case ws.Signaled():
-		return status{Started: true, ExitCode: 128 + int(ws.Signal()), Signal: signalName(ws.Signal())}
-	}
-	return status{Started: true, ExitCode: ws.ExitStatus()}
-}
-
 // execMain is the exec stage: it reads the Spec on fd 3, sets the limits
 // and execs the interpreter. On failure it writes one line to stderr and
 // exits 126, like a shell.
