@@ -81,48 +81,41 @@ type Isolation struct {
 	TmpBytes int64
 }
 
-// Has reports whether feature f is on.
-func (i Isolation) Has(f Feature) bool {
+// field is the switch of feature f (nil for an unknown feature).
+func (i *Isolation) field(f Feature) *bool {
 	switch f {
 	case FeatureUser:
-		return i.User
+		return &i.User
 	case FeaturePID:
-		return i.PID
+		return &i.PID
 	case FeatureNetwork:
-		return i.Network
+		return &i.Network
 	case FeatureIPC:
-		return i.IPC
+		return &i.IPC
 	case FeatureUTS:
-		return i.UTS
+		return &i.UTS
 	case FeatureMount:
-		return i.Mount
+		return &i.Mount
 	case FeatureLandlock:
-		return i.Landlock
+		return &i.Landlock
 	}
-	return false
+	return nil
+}
+
+// Has reports whether feature f is on.
+func (i Isolation) Has(f Feature) bool {
+	p := i.field(f)
+	return p != nil && *p
 }
 
 // set turns feature f on or off.
 func (i *Isolation) set(f Feature, on bool) {
-	switch f {
-	case FeatureUser:
-		i.User = on
-	case FeaturePID:
-		i.PID = on
-	case FeatureNetwork:
-		i.Network = on
-	case FeatureIPC:
-		i.IPC = on
-	case FeatureUTS:
-		i.UTS = on
-	case FeatureMount:
-		i.Mount = on
-	case FeatureLandlock:
-		i.Landlock = on
+	if p := i.field(f); p != nil {
+		*p = on
 	}
 }
 
-// any reports whether a namespace is asked for.
+// namespaces reports whether a namespace is asked for.
 func (i Isolation) namespaces() bool {
 	return i.User || i.PID || i.Network || i.IPC || i.UTS || i.Mount
 }
