@@ -55,44 +55,15 @@ func approvalEnv(t *testing.T, extra map[string]string) map[string]string {
 func approvalConnect(t *testing.T, o approvalOpts) *approvalServer {
 	t.Helper()
 	env := approvalEnv(t, o.env)
+	// Cancelling ctx drops an SSE client's event stream: a client that
+	// goes away.
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	var sessOpts *mcp.ClientSessionOptions
-	if o.protocolVersion != "" {
-		sessOpts = &mcp.ClientSessionOptions{ProtocolVersion: o.protocolVersion}
+	transport := o.transport
+	if transport == "" {
+		transport = stdio
 	}
-	var (
-		s  *server
-		tr mcp.Transport
-	)
-	switch o.transport {
-	case "", stdio:
-		cmd := exec.Command(binPath)
-		cmd.Env = envList(env)
-		s = &server{t: t, transport: stdio, cmd: cmd, stderr: &lockedBuffer{}, workDir: env["CODE_EXEC_WORK_DIR"]}
-		cmd.Stderr = s.stderr
-		tr = &mcp.CommandTransport{Command: cmd, TerminateDuration: 10 * time.Second}
-		t.Cleanup(func() {
-			if cmd.Process != nil && cmd.ProcessState == nil {
-				_ = cmd.Process.Kill()
-			}
-			if t.Failed() {
-				t.Logf("codeexec stderr:\n%s", s.logTail())
-			}
-		})
-	case http_:
-		s = startHTTP(t, http_, env)
-		tr = &mcp.StreamableClientTransport{Endpoint: s.baseURL + "/mcp"}
-	case sse:
-		s = startHTTP(t, sse, env)
-		tr = &mcp.SSEClientTransport{Endpoint: s.baseURL + "/sse"}
-	}
-	client := mcp.NewClient(&mcp.Implementation{Name: "codeexec-e2e-approvals", Version: "1.0.0"}, o.client)
-	cs, err := client.Connect(ctx, tr, sessOpts)
-	if err != nil {
-		t.Fatalf("connecting: %v; stderr:\n%s", err, s.logTail())
-	}
-	t.Cleanup(func() { _ = cs.Close() })
+	cs, s := connect(t, transport, env, connectOpts{protocolVersion: o.protocolVersion, ctx: ctx, client: o.client, clientName: "codeexec-e2e-approvals"})
 	as := &approvalServer{cs: cs, srv: s, env: env, audit: env["CODE_EXEC_AUDIT_LOG"], disconnect: cancel}
 	deadline := time.Now().Add(30 * time.Second)
 	for as.console == "" {

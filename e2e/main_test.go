@@ -302,8 +302,15 @@ func (s *server) waitExit(t *testing.T, d time.Duration) int {
 }
 
 // newClient is the go-sdk client every test uses.
-func newClient() *mcp.Client {
-	return mcp.NewClient(&mcp.Implementation{Name: "codeexec-e2e", Version: "1.0.0"}, nil)
+func newClient() *mcp.Client { return newClientWith(connectOpts{}) }
+
+// newClientWith is the go-sdk client with o's name and options.
+func newClientWith(o connectOpts) *mcp.Client {
+	name := o.clientName
+	if name == "" {
+		name = "codeexec-e2e"
+	}
+	return mcp.NewClient(&mcp.Implementation{Name: name, Version: "1.0.0"}, o.client)
 }
 
 // bearerTransport adds an Authorization header to every request.
@@ -326,6 +333,9 @@ type connectOpts struct {
 	// it drops the client's event stream, as a client that goes away does.
 	ctx  context.Context
 	args []string
+	// client and clientName set the go-sdk client's handlers and name.
+	client     *mcp.ClientOptions
+	clientName string
 }
 
 // connect starts codeexec on transport with env and connects the go-sdk
@@ -334,7 +344,11 @@ func connect(t *testing.T, transport string, env map[string]string, o connectOpt
 	t.Helper()
 	// The SSE client's stream lives in the context given to Connect, so
 	// it must last as long as the session: cancel it only at cleanup.
-	ctx, cancel := context.WithCancel(context.Background())
+	parent := o.ctx
+	if parent == nil {
+		parent = context.Background()
+	}
+	ctx, cancel := context.WithCancel(parent)
 	t.Cleanup(cancel)
 	var sessOpts *mcp.ClientSessionOptions
 	if o.protocolVersion != "" {
@@ -367,7 +381,7 @@ func connect(t *testing.T, transport string, env map[string]string, o connectOpt
 	default:
 		t.Fatalf("unknown transport %q", transport)
 	}
-	cs, err := newClient().Connect(ctx, tr, sessOpts)
+	cs, err := newClientWith(o).Connect(ctx, tr, sessOpts)
 	if err != nil {
 		t.Fatalf("connecting over %s: %v; stderr:\n%s", transport, err, s.logTail())
 	}
@@ -398,7 +412,7 @@ func dialErr(t *testing.T, s *server, o connectOpts) (*mcp.ClientSession, error)
 	} else {
 		tr = &mcp.StreamableClientTransport{Endpoint: s.baseURL + "/mcp", HTTPClient: hc}
 	}
-	cs, err := newClient().Connect(ctx, tr, sessOpts)
+	cs, err := newClientWith(o).Connect(ctx, tr, sessOpts)
 	if err != nil {
 		return nil, err
 	}
