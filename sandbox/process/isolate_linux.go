@@ -340,6 +340,13 @@ func landlockABI() (int, error) {
 // the operator.
 func (r *Runner) probeIsolation(ctx context.Context, disabled []Feature) (Isolation, []sandbox.Protection) {
 	iso := Isolation{UID: os.Getuid(), GID: os.Getgid(), ReadOnly: readOnlyPaths(r.interp)}
+	if os.Geteuid() != 0 {
+		// Dumpability is process-wide and the last Runner made decides it
+		// (see hardenServer). codeexec makes one; a process that makes
+		// several (tests, benchmarks) must not keep an earlier one's
+		// non-dumpable state, under which no user namespace can be mapped.
+		_ = unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0)
+	}
 	if os.Geteuid() == 0 {
 		iso.UID, iso.GID = SandboxUID, SandboxUID
 	}
@@ -377,7 +384,25 @@ func (r *Runner) probeIsolation(ctx context.Context, disabled []Feature) (Isolat
 	}
 	dependOnMount()
 	if err := r.tryIsolation(ctx, iso); err != nil {
-		// Find the features that fail on their own.
+		// The user namespace first, alone: the other features are then
+		// tried with it as runs will have it, so that a host without user
+		// namespaces does not take Landlock down with them.
+		if iso.User {
+			one := Isolation{User: true, UID: iso.UID, GID: iso.GID, ReadOnly: iso.ReadOnly}
+			if err := r.tryIsolation(ctx, one); err != nil {
+				iso.User = false
+				reason[FeatureUser] = "unavailable on this host: " + explainNamespaceError(err)
+				if os.Geteuid() != 0 {
+					for _, f := range []Feature{FeaturePID, FeatureNetwork, FeatureIPC, FeatureUTS, FeatureMount} {
+						if iso.Has(f) {
+							iso.set(f, false)
+							reason[f] = "needs a user namespace, which is unavailable, when the server is not root"
+						}
+					}
+				}
+			}
+		}
+		// Then each other feature on its own.
 		for _, f := range Features {
 			if !iso.Has(f) || f == FeatureUser {
 				continue
@@ -390,22 +415,7 @@ func (r *Runner) probeIsolation(ctx context.Context, disabled []Feature) (Isolat
 			}
 			if err := r.tryIsolation(ctx, one); err != nil {
 				iso.set(f, false)
-				reason[f] = "unavailable on this host: " + err.Error()
-			}
-		}
-		if iso.User {
-			one := Isolation{User: true, UID: iso.UID, GID: iso.GID, ReadOnly: iso.ReadOnly}
-			if err := r.tryIsolation(ctx, one); err != nil {
-				iso.User = false
-				reason[FeatureUser] = "unavailable on this host: " + err.Error()
-				if os.Geteuid() != 0 {
-					for _, f := range []Feature{FeaturePID, FeatureNetwork, FeatureIPC, FeatureUTS, FeatureMount} {
-						if iso.Has(f) {
-							iso.set(f, false)
-							reason[f] = "needs a user namespace, which is unavailable, when the server is not root"
-						}
-					}
-				}
+				reason[f] = "unavailable on this host: " + explainNamespaceError(err)
 			}
 		}
 		// Features that work alone but not together: drop the mount
@@ -424,6 +434,20 @@ func (r *Runner) probeIsolation(ctx context.Context, disabled []Feature) (Isolat
 		}
 	}
 	dependOnMount()
+	r.shield = r.hardenServer(&iso, reason)
+	// The final check: the chosen features, with the server as runs will
+	// find it (hardened or not), through the same start-up path as a run.
+	if iso.namespaces() || iso.Landlock {
+		if err := r.tryIsolation(ctx, iso); err != nil {
+			for _, f := range Features {
+				if iso.Has(f) {
+					iso.set(f, false)
+					reason[f] = "fails once the server is set up for runs: " + err.Error()
+				}
+			}
+			r.shield = r.hardenServer(&iso, reason)
+		}
+	}
 	var ps []sandbox.Protection
 	for _, f := range Features {
 		p := sandbox.Protection{Name: protectionName(f), Active: iso.Has(f), Detail: featureDetail[f]}
@@ -436,6 +460,60 @@ func (r *Runner) probeIsolation(ctx context.Context, disabled []Feature) (Isolat
 		ps = append(ps, p)
 	}
 	return iso, ps
+}
+
+// hardenServer keeps the server out of reach of the programs it runs, and
+// says how, for sandbox_info. Programs that run as the server's own host user
+// could otherwise read /proc/<server>/environ or ptrace the server.
+//
+// The usual way is to make the server non-dumpable. But an ordinary user's
+// server that maps a user namespace for its runs must stay dumpable: the
+// server writes the new process's uid_map, and the /proc entries of a
+// non-dumpable process's children belong to root. There, the PID namespace
+// (the server is not in the run's /proc) or Landlock (no ptrace and no /proc
+// access outside the run's own domain) keeps runs from the server; with
+// neither of them, the user namespace is turned off (and with it the other
+// namespaces, which need it) and the server is made non-dumpable.
+func (r *Runner) hardenServer(iso *Isolation, reason map[Feature]string) sandbox.Protection {
+	p := sandbox.Protection{Name: "server out of reach", Active: true}
+	if os.Geteuid() != 0 && iso.User {
+		var by []string
+		if iso.PID && iso.Mount {
+			by = append(by, "the PID namespace hides it")
+		}
+		if iso.Landlock {
+			by = append(by, "Landlock refuses ptrace and /proc access outside the run")
+		}
+		if len(by) > 0 {
+			p.Detail = "runs cannot read the server's environment or trace it: " + strings.Join(by, "; ") + " (the server stays dumpable: an ordinary user cannot map a user namespace otherwise)"
+			return p
+		}
+		for _, f := range []Feature{FeatureUser, FeaturePID, FeatureNetwork, FeatureIPC, FeatureUTS, FeatureMount} {
+			if iso.Has(f) {
+				iso.set(f, false)
+				reason[f] = "turned off: without the PID namespace or Landlock, runs could reach the server unless it is non-dumpable, and a non-dumpable server cannot map a user namespace as an ordinary user"
+			}
+		}
+	}
+	if err := HardenServer(); err != nil {
+		p.Active = false
+		p.Detail = "the server could not be made non-dumpable (" + err.Error() + "): code running as the server's user may read its environment"
+		return p
+	}
+	p.Detail = "the server is non-dumpable: code running as its user can neither read its environment nor trace it"
+	return p
+}
+
+// explainNamespaceError turns the errors of a host that refuses namespaces
+// into the policy behind them.
+func explainNamespaceError(err error) string {
+	switch {
+	case errors.Is(err, unix.ENOSPC):
+		return "the host allows no (more) namespaces of this kind, as with user.max_user_namespaces=0 (" + err.Error() + ")"
+	case errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES):
+		return "the host forbids it, for example through kernel.unprivileged_userns_clone=0, an AppArmor or seccomp policy, or a container runtime (" + err.Error() + ")"
+	}
+	return err.Error()
 }
 
 // tryIsolation runs /bin/true under iso, as a run would.

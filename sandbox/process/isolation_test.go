@@ -271,7 +271,15 @@ func TestSignallingTheSupervisor(t *testing.T) {
 func TestNoCapabilities(t *testing.T) {
 	r := newRunnerWith(t)
 	res := runCode(t, r, "bash", `grep -E '^Cap(Prm|Eff|Bnd|Amb)' /proc/self/status; grep NoNewPrivs /proc/self/status`)
+	// A server that is root or maps a user namespace empties the bounding
+	// set too; an ordinary user's server without one cannot (that takes
+	// CAP_SETPCAP), and there no-new-privileges keeps the program from ever
+	// gaining what the bounding set allows.
+	emptiesBounding := os.Geteuid() == 0 || protection(r, "user namespace").Active
 	for _, line := range strings.Split(strings.TrimSpace(res.Stdout), "\n") {
+		if strings.HasPrefix(line, "CapBnd") && !emptiesBounding {
+			continue
+		}
 		if strings.HasPrefix(line, "Cap") && !strings.HasSuffix(line, "0000000000000000") {
 			t.Fatalf("the program holds capabilities: %q", line)
 		}
@@ -312,5 +320,88 @@ func TestParseFeatures(t *testing.T) {
 	}
 	if _, err := process.ParseFeatures([]string{"seccomp"}); err == nil || !strings.Contains(err.Error(), "known: user, pid") {
 		t.Fatalf("unknown feature accepted: %v", err)
+	}
+}
+
+// serverEnvironProbe tries to read the server's environment through /proc
+// and prints READ with its size, or the error.
+func serverEnvironProbe() string {
+	return fmt.Sprintf(`try:
+    with open("/proc/%d/environ", "rb") as f:
+        print("READ", len(f.read()))
+except OSError as e:
+    print("REFUSED", e)
+`, os.Getpid())
+}
+
+// The server must be out of reach of its runs in every combination that
+// decides how (issue 10): hidden by the PID namespace, refused by Landlock,
+// or non-dumpable; an ordinary user's server that maps a user namespace
+// stays dumpable, so without the PID namespace and Landlock its user
+// namespace must go.
+func TestServerOutOfReach(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		disable []process.Feature
+	}{
+		{"default", nil},
+		{"without the PID namespace", []process.Feature{process.FeaturePID}},
+		{"without Landlock", []process.Feature{process.FeatureLandlock}},
+		{"without the PID namespace and Landlock", []process.Feature{process.FeaturePID, process.FeatureLandlock}},
+		{"without any kernel isolation", process.Features},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRunnerWith(t, tc.disable...)
+			p := protection(r, "server out of reach")
+			if !p.Active {
+				t.Fatalf("server out of reach is not active: %+v", p)
+			}
+			res := runCode(t, r, "python", serverEnvironProbe())
+			if !strings.HasPrefix(res.Stdout, "REFUSED") {
+				t.Fatalf("a run read the server's environment (%s): %q %q", p.Detail, res.Stdout, res.Stderr)
+			}
+			user := protection(r, "user namespace")
+			if os.Geteuid() != 0 && user.Active && !protection(r, "landlock").Active && !protection(r, "pid namespace").Active {
+				t.Fatalf("an ordinary user's server maps a user namespace with neither the PID namespace nor Landlock: %+v", r.Capabilities().Protections)
+			}
+		})
+	}
+}
+
+// On a host where the server's user cannot create user namespaces (CI runs
+// this as an ordinary user inside a user namespace whose limit is 0, see
+// .ci/nouserns), the namespaces are reported off with the host's reason,
+// Landlock stays on, and runs work.
+func TestWithoutUserNamespaces(t *testing.T) {
+	if os.Getenv("CODE_EXEC_TEST_NO_USERNS") != "1" {
+		t.Skip("set CODE_EXEC_TEST_NO_USERNS=1 on a host without user namespaces for the server's user (.ci/run does)")
+	}
+	if os.Geteuid() == 0 {
+		t.Fatal("run this as an ordinary user")
+	}
+	r := newRunnerWith(t)
+	user := protection(r, "user namespace")
+	if user.Active || !strings.Contains(user.Detail, "user.max_user_namespaces") {
+		t.Fatalf("user namespace: %+v, want inactive with the host's reason", user)
+	}
+	for _, name := range []string{"pid namespace", "network namespace", "ipc namespace", "uts namespace", "mount namespace", "network isolation", "unprivileged user"} {
+		if p := protection(r, name); p.Active || p.Detail == "" {
+			t.Errorf("%s: %+v, want inactive with a reason", name, p)
+		}
+	}
+	for _, name := range []string{"landlock", "filesystem isolation", "server out of reach"} {
+		if p := protection(r, name); !p.Active {
+			t.Errorf("%s: %+v, want active", name, p)
+		}
+	}
+	for lang, code := range map[string]string{"python": "print(2**64)", "javascript": "console.log(2n**64n)", "bash": "echo $((2**62))"} {
+		res := runCode(t, r, lang, code)
+		if res.ExitCode != 0 || res.Stdout == "" {
+			t.Errorf("%s: exit %d, %q %q", lang, res.ExitCode, res.Stdout, res.Stderr)
+		}
+	}
+	res := runCode(t, r, "python", "print(open('/etc/hostname').read() and 'read')\nopen('/root/x','w')")
+	if !strings.Contains(res.Stderr, "PermissionError") {
+		t.Errorf("Landlock does not hold without namespaces: %q %q", res.Stdout, res.Stderr)
 	}
 }

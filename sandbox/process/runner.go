@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"time"
 
 	"github.com/codeexec/codeexec/sandbox"
 )
@@ -46,6 +47,8 @@ type Runner struct {
 	// features says, for each isolation feature, whether it is active and
 	// why not.
 	features []sandbox.Protection
+	// shield says how the server is kept out of the runs' reach.
+	shield sandbox.Protection
 }
 
 var _ sandbox.Runner = (*Runner)(nil)
@@ -102,10 +105,70 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		Languages:   langs,
 		Protections: r.protections(),
 	}
-	if err := HardenServer(); err != nil {
-		log.Warn("could not make the server non-dumpable; code running as the same user may read its environment", "err", err)
+	if err := r.probeLanguages(ctx); err != nil {
+		_ = wr.Remove()
+		return nil, err
 	}
 	return r, nil
+}
+
+// probeLimits bound the start-up probes: the defaults of a run, so that an
+// interpreter that starts under them starts in a run too.
+var probeLimits = sandbox.Limits{Timeout: 10 * time.Second, MemoryBytes: 256 << 20, CPUs: 1, Processes: 64, OpenFiles: 256, FileSizeBytes: 1 << 20, OutputBytes: 64 << 10}
+
+// probeLanguages runs an empty program of every available language through
+// Run, the path every request takes, with the isolation chosen at start. A
+// language whose program fails is marked unavailable with the reason, so
+// that sandbox_info never lists as runnable what cannot run; when no
+// language can run at all, the server must not start.
+func (r *Runner) probeLanguages(ctx context.Context) error {
+	type outcome struct {
+		lang string
+		err  error
+	}
+	var avail []string
+	for _, l := range r.caps.Languages {
+		if l.Available {
+			avail = append(avail, l.Name)
+		}
+	}
+	if len(avail) == 0 {
+		return nil
+	}
+	results := make(chan outcome, len(avail))
+	for _, lang := range avail {
+		go func() {
+			res, err := r.Run(ctx, sandbox.Request{Language: lang, Limits: probeLimits})
+			if err == nil && res.ExitCode != 0 {
+				msg := strings.TrimSpace(res.Stderr)
+				if msg == "" {
+					msg = fmt.Sprintf("exit code %d", res.ExitCode)
+				}
+				err = fmt.Errorf("an empty program failed: %s", msg)
+			}
+			results <- outcome{lang, err}
+		}()
+	}
+	var failed []string
+	for range avail {
+		o := <-results
+		if o.err == nil {
+			continue
+		}
+		failed = append(failed, o.lang+": "+o.err.Error())
+		delete(r.interp, o.lang)
+		for i, l := range r.caps.Languages {
+			if l.Name == o.lang {
+				r.caps.Languages[i].Available = false
+				r.caps.Languages[i].Reason = "cannot run in this sandbox on this host: " + o.err.Error()
+			}
+		}
+		r.log.Warn("language unavailable: its start-up probe failed", "language", o.lang, "err", o.err)
+	}
+	if len(failed) == len(avail) {
+		return fmt.Errorf("%w: process mode cannot run any language on this host (%s)", sandbox.ErrSandboxUnavailable, strings.Join(failed, "; "))
+	}
+	return nil
 }
 
 // checkTraversable reports a parent of dir that others cannot search.
@@ -137,12 +200,13 @@ func (r *Runner) protections() []sandbox.Protection {
 	}
 	switch {
 	case r.iso.User:
-		p = append(p, sandbox.Protection{Name: "unprivileged user", Active: true, Detail: fmt.Sprintf("code runs as uid %d on the host, with no capability", r.iso.UID)})
+		p = append(p, sandbox.Protection{Name: "unprivileged user", Active: true, Detail: fmt.Sprintf("code runs as uid %d on the host%s, with no capability", r.iso.UID, ifElse(r.iso.UID == os.Geteuid(), " (the server's own user)", ""))})
 	case r.cred != nil:
 		p = append(p, sandbox.Protection{Name: "unprivileged user", Active: true, Detail: fmt.Sprintf("code runs as uid %d, not as root", r.cred.UID)})
 	default:
-		p = append(p, sandbox.Protection{Name: "unprivileged user", Active: false, Detail: fmt.Sprintf("the server is not root and has no user namespace, so code runs as the server's own user (uid %d); the server is made non-dumpable so that code cannot read its environment", os.Geteuid())})
+		p = append(p, sandbox.Protection{Name: "unprivileged user", Active: false, Detail: fmt.Sprintf("the server is not root and has no user namespace, so code runs as the server's own user (uid %d)", os.Geteuid())})
 	}
+	p = append(p, r.shield)
 	p = append(p, r.features...)
 	net := sandbox.Protection{Name: "network isolation", Active: r.iso.Network, Detail: "no network but an isolated loopback"}
 	if !r.iso.Network {

@@ -126,7 +126,7 @@ func Spawn(ctx context.Context, spec Spec, res *sandbox.Result) error {
 
 	sup, err := startSupervisor(spec, out)
 	if err != nil {
-		return fmt.Errorf("%w: starting the supervisor: %v", sandbox.ErrSandboxUnavailable, err)
+		return fmt.Errorf("%w: starting the supervisor: %w", sandbox.ErrSandboxUnavailable, err)
 	}
 	cmd := sup.cmd
 	start := time.Now()

@@ -123,5 +123,6 @@ func (r *Runner) probeIsolation(ctx context.Context, disabled []Feature) (Isolat
 	for _, f := range Features {
 		ps = append(ps, sandbox.Protection{Name: protectionName(f), Detail: "needs Linux"})
 	}
+	r.shield = sandbox.Protection{Name: "server out of reach", Detail: "needs Linux: code runs as the server's own user and may read its environment"}
 	return Isolation{}, ps
 }
