@@ -106,7 +106,7 @@ func (b ByteSize) String() string {
 
 // Config is every setting of codeexec. The struct tags are the single source
 // of the variable names, defaults, descriptions (help) and accepted values
-// (accepted) that --help and the README show.
+// (accepted) that --help and docs/configuration.md show.
 type Config struct {
 	Sandbox   sandbox.Mode `env:"SANDBOX" envDefault:"process" accepted:"docker, process or none" help:"sandbox mode: docker (a fresh locked-down container per run, for untrusted code), process (a supervised child process with limits), none (no isolation, local development only)"`
 	Transport Transport    `env:"TRANSPORT" envDefault:"stdio" accepted:"stdio, sse or http" help:"how MCP clients connect: stdio, sse (HTTP+SSE, protocol 2024-11-05) or http (streamable HTTP); the --transport flag overrides it"`
@@ -349,7 +349,7 @@ func (c *Config) Limits(timeout time.Duration) sandbox.Limits {
 	}
 }
 
-// Setting describes one variable for --help and the README.
+// Setting describes one variable for --help and docs/configuration.md.
 type Setting struct {
 	Name, Default, Accepted, Help string
 }

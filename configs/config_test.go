@@ -129,9 +129,10 @@ func TestIsLoopback(t *testing.T) {
 	}
 }
 
-// The README's settings table must list every variable with its default.
-func TestReadmeListsEverySetting(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+// The settings table in docs/configuration.md must list every variable with its default.
+func TestSettingsTableListsEverySetting(t *testing.T) {
+	const doc = "../docs/configuration.md"
+	page, err := os.ReadFile(doc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,8 +142,8 @@ func TestReadmeListsEverySetting(t *testing.T) {
 			def = "`" + s.Default + "`"
 		}
 		row := fmt.Sprintf("| `%s` | %s |", s.Name, def)
-		if !strings.Contains(string(readme), row) {
-			t.Errorf("README.md lacks the row %q", row)
+		if !strings.Contains(string(page), row) {
+			t.Errorf("%s lacks the row %q", doc, row)
 		}
 	}
 }

@@ -75,7 +75,7 @@ func TestApprovalConsoleBrowser(t *testing.T) {
 		return &mcp.CallToolParams{Name: "code_execute", Arguments: map[string]any{"language": "python", "code": code}}
 	}
 
-	// A realistic request, approved with one click (and photographed for the README).
+	// A realistic request, approved with one click (and photographed for docs/approvals.md).
 	code := "import os, urllib.request\n\ntoken = os.environ.get(\"GITHUB_TOKEN\", \"\")\nreq = urllib.request.Request(\"https://api.github.com/user\", headers={\"Authorization\": \"token \" + token})\nprint(\"console approved\")\n"
 	ch := callAsync(a.cs, args(code))
 	a.waitPending(t, 1)
@@ -105,7 +105,7 @@ func TestApprovalConsoleBrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 		root, _ := moduleRoot()
-		if err := os.WriteFile(filepath.Join(root, "approvals", "testdata", "console.png"), png, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(root, "docs", "images", "console.png"), png, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}

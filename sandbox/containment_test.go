@@ -36,7 +36,7 @@ import (
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 )
 
-var update = flag.Bool("update", false, "rewrite the containment table in README.md")
+var update = flag.Bool("update", false, "rewrite the containment table in docs/modes.md")
 
 func TestMain(m *testing.M) {
 	process.MaybeRunHelper()
@@ -367,7 +367,7 @@ func sortedKeys(m map[string]string) []string {
 	return keys
 }
 
-// containmentTable renders the README's table of what each mode contains.
+// containmentTable renders docs/modes.md's table of what each mode contains.
 func containmentTable(attacks []attack) string {
 	var b strings.Builder
 	b.WriteString("| attack | languages | docker | process | none |\n| --- | --- | --- | --- | --- |\n")
@@ -393,16 +393,17 @@ const (
 	tableEnd   = "<!-- end of containment table -->"
 )
 
-// TestContainmentTable keeps the README's table in step with the cases.
+// TestContainmentTable keeps docs/modes.md's table in step with the cases.
 func TestContainmentTable(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+	const doc = "../docs/modes.md"
+	page, err := os.ReadFile(doc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := string(readme)
+	s := string(page)
 	i, j := strings.Index(s, tableBegin), strings.Index(s, tableEnd)
 	if i < 0 || j < i {
-		t.Fatalf("README.md lacks the containment table markers %q ... %q", tableBegin, tableEnd)
+		t.Fatalf("%s lacks the containment table markers %q ... %q", doc, tableBegin, tableEnd)
 	}
 	want := containmentTable(loadAttacks(t))
 	got := s[i+len(tableBegin) : j]
@@ -410,10 +411,10 @@ func TestContainmentTable(t *testing.T) {
 		return
 	}
 	if *update {
-		if err := os.WriteFile("../README.md", []byte(s[:i+len(tableBegin)]+want+s[j:]), 0o644); err != nil {
+		if err := os.WriteFile(doc, []byte(s[:i+len(tableBegin)]+want+s[j:]), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return
 	}
-	t.Errorf("README.md's containment table is out of date: run go test ./sandbox -run TestContainmentTable -update\nwant:\n%s", want)
+	t.Errorf("%s's containment table is out of date: run go test ./sandbox -run TestContainmentTable -update\nwant:\n%s", doc, want)
 }
