@@ -213,6 +213,10 @@ func (r *Runner) protections() []sandbox.Protection {
 		net.Detail = "code can reach the network like any program of its user (" + featureStatus(r.features, FeatureNetwork) + ")"
 	}
 	fs := sandbox.Protection{Name: "filesystem isolation", Active: r.iso.Mount || r.iso.Landlock, Detail: "only system directories (read-only) and the run directory are visible"}
+	if !r.iso.Mount && r.iso.Landlock {
+		// Landlock governs opening files, not looking them up.
+		fs.Detail = "only system directories (read-only) and the run directory can be opened; other paths can still be looked up (names and attributes), not read or written"
+	}
 	if !fs.Active {
 		fs.Detail = "code can read what its user can read (" + featureStatus(r.features, FeatureMount) + ")"
 	}
