@@ -2,20 +2,13 @@ package host_test
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/host"
-	"github.com/codeexec/codeexec/sandbox/process"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 )
-
-func TestMain(m *testing.M) {
-	process.MaybeRunHelper()
-	os.Exit(m.Run())
-}
 
 func newRunner(t *testing.T) *host.Runner {
 	t.Helper()
