@@ -64,8 +64,10 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	r := &Runner{interp: interp, root: root, workRoot: wr, log: log}
 	r.runs = executor.NewRunGroup()
 	r.caps = sandbox.Capabilities{
-		Mode:      sandbox.ModeNone,
-		Isolation: "none: code runs directly as the server's user with the server's environment",
+		Mode: sandbox.ModeNone,
+		// Every boundary is open.
+		Isolation: sandbox.Isolation{},
+		Summary:   "none: code runs directly as the server's user with the server's environment",
 		Languages: langs,
 		Protections: []sandbox.Protection{
 			{Name: "timeout and output cap", Active: true},

@@ -51,4 +51,7 @@ func TestCapabilitiesWarn(t *testing.T) {
 			t.Fatalf("mode none claims %q", p.Name)
 		}
 	}
+	if caps.Isolation != (sandbox.Isolation{}) {
+		t.Fatalf("mode none declares isolation: %+v", caps.Isolation)
+	}
 }

@@ -102,7 +102,8 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	}
 	r.caps = sandbox.Capabilities{
 		Mode:        sandbox.ModeProcess,
-		Isolation:   r.isolationSummary(),
+		Isolation:   r.isolation(),
+		Summary:     r.isolationSummary(),
 		Languages:   langs,
 		Protections: r.protections(),
 	}
@@ -240,6 +241,19 @@ func protectionName(f Feature) string {
 		return "landlock"
 	}
 	return string(f) + " namespace"
+}
+
+// isolation declares what the protections in force keep runs from: the
+// same facts as the "network isolation", "filesystem isolation" and
+// "unprivileged user" protections and the PID namespace.
+func (r *Runner) isolation() sandbox.Isolation {
+	return sandbox.Isolation{
+		Network:     r.iso.Network,
+		Filesystem:  r.iso.Mount || r.iso.Landlock,
+		Identity:    r.iso.User || r.cred != nil,
+		Environment: true,
+		Processes:   r.iso.PID,
+	}
 }
 
 // isolationSummary says in one line what separates a run from the host.
