@@ -160,6 +160,28 @@ func probeInterpreter(ctx context.Context, spec LanguageSpec, searchPath string)
 	return Interpreter{}, fmt.Errorf("interpreter not found: looked for %s in %s (%v)", strings.Join(spec.Interpreters, ", "), where, lookErr)
 }
 
+// Lookup finds a language's spec and its resolved interpreter in interp (as
+// returned by ResolveInterpreters). A language that is not in interp is
+// unavailable, for the reason its status in langs gives. The error wraps
+// ErrUnknownLanguage or ErrLanguageUnavailable.
+func Lookup(lang string, interp map[string]Interpreter, langs []LanguageStatus) (LanguageSpec, Interpreter, error) {
+	spec, ok := Languages[lang]
+	if !ok {
+		return spec, Interpreter{}, fmt.Errorf("%w %q: use one of %s", ErrUnknownLanguage, lang, strings.Join(LanguageNames(), ", "))
+	}
+	in, ok := interp[lang]
+	if !ok {
+		reason := "not enabled"
+		for _, st := range langs {
+			if st.Name == lang && st.Reason != "" {
+				reason = st.Reason
+			}
+		}
+		return spec, in, fmt.Errorf("%w: %s cannot run on this server: %s", ErrLanguageUnavailable, lang, reason)
+	}
+	return spec, in, nil
+}
+
 // lookPathIn is exec.LookPath over searchPath ("" means $PATH).
 func lookPathIn(name, searchPath string) (string, error) {
 	if searchPath == "" {

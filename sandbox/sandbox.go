@@ -108,23 +108,23 @@ type Limits struct {
 type Result struct {
 	// ExitCode is the program's exit status; a program killed by a signal
 	// has 128+signal, as in a shell.
-	ExitCode int `json:"exit_code"`
+	ExitCode int
 	// Stdout and Stderr hold what the program wrote, up to the output cap,
 	// as valid UTF-8 (invalid bytes become U+FFFD).
-	Stdout string `json:"stdout"`
-	Stderr string `json:"stderr"`
+	Stdout string
+	Stderr string
 	// TimedOut is set when the wall-clock limit stopped the run.
-	TimedOut bool `json:"timed_out"`
+	TimedOut bool
 	// OOMKilled is set when the memory limit stopped the run.
-	OOMKilled bool `json:"oom_killed"`
+	OOMKilled bool
 	// Truncated is set when the output cap was reached and the run stopped.
-	Truncated bool `json:"truncated"`
+	Truncated bool
 	// Signal names the signal that ended the program, if any (for example "killed").
-	Signal string `json:"signal,omitempty"`
+	Signal string
 	// Duration is the wall-clock time of the run.
-	Duration time.Duration `json:"-"`
+	Duration time.Duration
 	// Sandbox is the mode that ran it.
-	Sandbox Mode `json:"sandbox"`
+	Sandbox Mode
 }
 
 // LimitHit returns a short description of the limit that stopped the run, or
@@ -145,16 +145,52 @@ func (r *Result) LimitHit() string {
 // actually has in force on this host. They are data, checked at start, never
 // assumed.
 type Capabilities struct {
-	Mode Mode `json:"mode"`
-	// Isolation says in a few words what separates a run from the host.
-	Isolation string `json:"isolation"`
+	Mode Mode
+	// Isolation declares, boundary by boundary, what keeps a run from the
+	// host. Callers decide from it, never from Mode or from the names of
+	// Protections.
+	Isolation Isolation
+	// Summary says in a few words what separates a run from the host.
+	Summary string
 	// Languages lists every language the server knows, available or not.
-	Languages []LanguageStatus `json:"languages"`
-	// Protections lists each protection with whether it is active.
-	Protections []Protection `json:"protections"`
+	Languages []LanguageStatus
+	// Protections lists each protection, in the backend's own words, with
+	// whether it is active: what an operator reads.
+	Protections []Protection
 	// Warnings are things the operator must know (for example that mode
 	// none runs code unsandboxed).
-	Warnings []string `json:"warnings,omitempty"`
+	Warnings []string
+}
+
+// Isolation declares which boundaries hold between a run and the host on
+// this host, as checked at start. A boundary that does not hold is open: the
+// program reaches that part of the host like any program of the server's
+// user. Every backend declares the same fields, so that callers (tool
+// annotations, sandbox_info) never infer isolation from the mode or from the
+// free-text names of Protections.
+type Isolation struct {
+	// Network: the program cannot reach the network, the host's services
+	// or DNS; at most a loopback of its own.
+	Network bool `json:"network"`
+	// Filesystem: the program sees the system's files read-only and its
+	// own run directory, and nothing else of the host's files.
+	Filesystem bool `json:"filesystem"`
+	// Identity: the program runs as an unprivileged user and holds no
+	// capability: never as root, and never as the server's user outside a
+	// user namespace (inside one, the host may still see the server's uid).
+	Identity bool `json:"identity"`
+	// Environment: nothing of the server's environment (secrets included)
+	// reaches the program.
+	Environment bool `json:"environment"`
+	// Processes: the program can neither see nor signal processes outside
+	// its run.
+	Processes bool `json:"processes"`
+}
+
+// Any reports whether at least one boundary holds: whether runs are
+// sandboxed at all.
+func (i Isolation) Any() bool {
+	return i.Network || i.Filesystem || i.Identity || i.Environment || i.Processes
 }
 
 // LanguageStatus tells whether a language can run, with which interpreter.

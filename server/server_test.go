@@ -31,7 +31,8 @@ func testConfig(t *testing.T, env ...string) *configs.Config {
 
 func newTestServer(t *testing.T, run func(ctx context.Context, req sandbox.Request) (*sandbox.Result, error)) *Server {
 	t.Helper()
-	fake := &sandboxtest.Fake{RunFunc: run, Caps: sandbox.Capabilities{Mode: sandbox.ModeProcess, Languages: []sandbox.LanguageStatus{{Name: "python", Available: true}}}}
+	fake := &sandboxtest.Fake{RunFunc: run, Caps: sandbox.Capabilities{Mode: sandbox.ModeProcess, Isolation: sandbox.Isolation{Environment: true},
+		Languages: []sandbox.LanguageStatus{{Name: "python", Available: true}}}}
 	return New(testConfig(t), fake, Options{Version: "test", Logger: slog.New(slog.DiscardHandler)})
 }
 
@@ -266,19 +267,44 @@ func TestToolsDeclareAnnotationsAndSchemas(t *testing.T) {
 			}
 		}
 	}
-	contained := executeTool(sandbox.Capabilities{Mode: sandbox.ModeDocker}).Annotations
+	all := sandbox.Isolation{Network: true, Filesystem: true, Identity: true, Environment: true, Processes: true}
+	contained := executeTool(sandbox.Capabilities{Mode: sandbox.ModeDocker, Isolation: all}).Annotations
 	if *contained.OpenWorldHint || *contained.DestructiveHint {
-		t.Error("docker mode's code_execute claims open-world or destructive")
+		t.Error("code_execute claims open-world or destructive with every boundary held")
 	}
 	open := executeTool(sandbox.Capabilities{Mode: sandbox.ModeNone}).Annotations
 	if !*open.OpenWorldHint || !*open.DestructiveHint {
 		t.Error("mode none's code_execute does not warn that code reaches the host")
 	}
-	isolated := executeTool(sandbox.Capabilities{Mode: sandbox.ModeProcess, Protections: []sandbox.Protection{
-		{Name: "network isolation", Active: true}, {Name: "filesystem isolation", Active: false},
+	// The hints follow the declared isolation, never the mode or the
+	// names of the protections.
+	isolated := executeTool(sandbox.Capabilities{Mode: sandbox.ModeProcess, Isolation: sandbox.Isolation{Network: true}, Protections: []sandbox.Protection{
+		{Name: "filesystem isolation", Active: true},
 	}}).Annotations
 	if *isolated.OpenWorldHint || !*isolated.DestructiveHint {
-		t.Error("process mode's hints do not follow its protections")
+		t.Error("process mode's hints do not follow its declared isolation")
+	}
+}
+
+// TestToolTextNamesEnabledLanguages: code_execute's description lists the
+// languages that can run, and only those.
+func TestToolTextNamesEnabledLanguages(t *testing.T) {
+	cases := []struct {
+		name  string
+		langs []sandbox.LanguageStatus
+		want  string
+	}{
+		{"all", []sandbox.LanguageStatus{{Name: "bash", Available: true}, {Name: "javascript", Available: true}, {Name: "python", Available: true}}, "Languages: python, javascript (Node.js), bash."},
+		{"python only", []sandbox.LanguageStatus{{Name: "bash", Reason: "disabled by CODE_EXEC_LANGUAGES"}, {Name: "javascript", Reason: "interpreter not found"}, {Name: "python", Available: true}}, "Languages: python."},
+		{"none", []sandbox.LanguageStatus{{Name: "python", Reason: "interpreter not found"}}, "Languages: none can run on this server now (sandbox_info says why)."},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			desc := executeTool(sandbox.Capabilities{Mode: sandbox.ModeProcess, Languages: c.langs}).Description
+			if !strings.Contains(desc, c.want) {
+				t.Errorf("description %q does not contain %q", desc, c.want)
+			}
+		})
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -46,8 +47,17 @@ const executeInputSchema = `{
   "additionalProperties": false
 }`
 
+// modeEnum is the JSON list of the sandbox modes, for the schemas.
+var modeEnum = func() string {
+	b, err := json.Marshal(sandbox.Modes)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}()
+
 // executeOutputSchema is the JSON Schema of code_execute's structuredContent.
-const executeOutputSchema = `{
+var executeOutputSchema = `{
   "type": "object",
   "properties": {
     "exit_code": {"type": "integer", "description": "Exit status; 128+N when killed by signal N."},
@@ -57,7 +67,7 @@ const executeOutputSchema = `{
     "oom_killed": {"type": "boolean", "description": "The memory limit stopped the run."},
     "truncated": {"type": "boolean", "description": "The output cap was reached and the run stopped."},
     "duration_ms": {"type": "number", "description": "Wall-clock duration of the run in milliseconds."},
-    "sandbox": {"type": "string", "enum": ["docker", "process", "none"], "description": "The sandbox mode that ran the code."},
+    "sandbox": {"type": "string", "enum": ` + modeEnum + `, "description": "The sandbox mode that ran the code."},
     "language": {"type": "string"},
     "signal": {"type": "string", "description": "The signal that ended the program, if any."}
   },
@@ -67,10 +77,10 @@ const executeOutputSchema = `{
 // infoInputSchema: sandbox_info takes no arguments.
 const infoInputSchema = `{"type": "object", "properties": {}, "additionalProperties": false}`
 
-const infoOutputSchema = `{
+var infoOutputSchema = `{
   "type": "object",
   "properties": {
-    "mode": {"type": "string", "enum": ["docker", "process", "none"]},
+    "mode": {"type": "string", "enum": ` + modeEnum + `},
     "sandboxed": {"type": "boolean"},
     "isolation": {"type": "string"},
     "warnings": {"type": "array", "items": {"type": "string"}},
@@ -98,16 +108,15 @@ type ExecuteOutput struct {
 	Signal     string  `json:"signal,omitempty"`
 }
 
-// executeTool declares code_execute. Its hints follow the protections in
-// force: code is kept from the network in docker mode and wherever the
-// network is isolated, and from the host's files in docker mode and wherever
-// the filesystem is isolated.
+// executeTool declares code_execute from the runner's capabilities: the
+// hints follow the isolation it declares (code kept from the network is not
+// open-world; code kept from the host's files is not destructive), and the
+// description names only the languages that can run.
 func executeTool(caps sandbox.Capabilities) mcp.Tool {
-	docker := caps.Mode == sandbox.ModeDocker
-	openWorld := !docker && !caps.Active("network isolation")
-	destructive := !docker && !caps.Active("filesystem isolation")
+	openWorld := !caps.Isolation.Network
+	destructive := !caps.Isolation.Filesystem
 	desc := "Run a short program and return its stdout, stderr and exit code. " +
-		"Languages: python, javascript (Node.js), bash. Each run starts from a clean slate: no state is kept between calls. " +
+		"Languages: " + languageList(caps.Languages) + ". Each run starts from a clean slate: no state is kept between calls. " +
 		"Print results to stdout. Limits (time, memory, output) apply; call sandbox_info to see them."
 	return mcp.Tool{
 		Name:            ToolExecute,
@@ -123,6 +132,42 @@ func executeTool(caps sandbox.Capabilities) mcp.Tool {
 			OpenWorldHint:   mcp.ToBoolPtr(openWorld),
 		},
 	}
+}
+
+// toolLanguages orders the languages in code_execute's description, each
+// with how a model should read its name.
+var toolLanguages = []struct{ name, label string }{
+	{"python", "python"},
+	{"javascript", "javascript (Node.js)"},
+	{"bash", "bash"},
+}
+
+// languageList names the languages that can run, in toolLanguages' order
+// (any other after them, by name), or says that none can.
+func languageList(langs []sandbox.LanguageStatus) string {
+	avail := map[string]bool{}
+	for _, l := range langs {
+		if l.Available {
+			avail[l.Name] = true
+		}
+	}
+	var names []string
+	for _, l := range toolLanguages {
+		if avail[l.name] {
+			names = append(names, l.label)
+			delete(avail, l.name)
+		}
+	}
+	rest := make([]string, 0, len(avail))
+	for n := range avail {
+		rest = append(rest, n)
+	}
+	sort.Strings(rest)
+	names = append(names, rest...)
+	if len(names) == 0 {
+		return "none can run on this server now (sandbox_info says why)"
+	}
+	return strings.Join(names, ", ")
 }
 
 func infoTool() mcp.Tool {
@@ -276,9 +321,14 @@ func capitalize(s string) string {
 
 // InfoOutput is sandbox_info's structuredContent.
 type InfoOutput struct {
-	Mode        sandbox.Mode             `json:"mode"`
-	Sandboxed   bool                     `json:"sandboxed"`
-	Isolation   string                   `json:"isolation"`
+	Mode      sandbox.Mode `json:"mode"`
+	Sandboxed bool         `json:"sandboxed"`
+	// Isolation says in a few words what separates a run from the host.
+	Isolation string `json:"isolation"`
+	// Boundaries declares, as data, which boundaries between a run and the
+	// host hold (sandbox.Isolation); Protections says how, in the backend's
+	// own words.
+	Boundaries  sandbox.Isolation        `json:"boundaries"`
 	Warnings    []string                 `json:"warnings,omitempty"`
 	Languages   []sandbox.LanguageStatus `json:"languages"`
 	Limits      InfoLimits               `json:"limits"`
@@ -308,18 +358,16 @@ func (s *Server) Info() InfoOutput {
 	caps := s.runner.Capabilities()
 	c := s.cfg
 	network := "not isolated: code can reach the network like any program of the server's user"
-	if caps.Mode == sandbox.ModeDocker {
-		network = "none: each container has no network interface but loopback"
-	}
-	if caps.Mode != sandbox.ModeDocker && caps.Active("network isolation") {
-		network = "isolated: each run has its own network namespace with only a loopback interface"
+	if caps.Isolation.Network {
+		network = "none: each run has no network but a loopback interface of its own"
 	}
 	return InfoOutput{
-		Mode:      caps.Mode,
-		Sandboxed: caps.Mode != sandbox.ModeNone,
-		Isolation: caps.Isolation,
-		Warnings:  caps.Warnings,
-		Languages: caps.Languages,
+		Mode:       caps.Mode,
+		Sandboxed:  caps.Isolation.Any(),
+		Isolation:  caps.Summary,
+		Boundaries: caps.Isolation,
+		Warnings:   caps.Warnings,
+		Languages:  caps.Languages,
 		Limits: InfoLimits{
 			DefaultTimeoutSeconds: c.Timeout.Seconds(),
 			MaxTimeoutSeconds:     c.MaxTimeout.Seconds(),

@@ -303,6 +303,9 @@ func TestCapabilities(t *testing.T) {
 	for name := range want {
 		t.Errorf("protection %q is not listed", name)
 	}
+	if want := (sandbox.Isolation{Network: true, Filesystem: true, Identity: true, Environment: true, Processes: true}); caps.Isolation != want {
+		t.Errorf("Isolation = %+v, want every boundary held (%+v)", caps.Isolation, want)
+	}
 
 	ctx := context.Background()
 	if _, err := r.Run(ctx, sandboxtest.Req("bash", "echo hi")); !errors.Is(err, sandbox.ErrLanguageUnavailable) {

@@ -176,7 +176,14 @@ func (r *Runner) capabilities(langs []sandbox.LanguageStatus) sandbox.Capabiliti
 	runtime := e.runtime
 	return sandbox.Capabilities{
 		Mode: sandbox.ModeDocker,
-		Isolation: "a fresh container per run (runtime " + runtime + "): no network, read-only root filesystem except a size-capped /tmp, " +
+		Isolation: sandbox.Isolation{
+			Network:     true,
+			Filesystem:  true,
+			Identity:    nonRoot,
+			Environment: true,
+			Processes:   true,
+		},
+		Summary: "a fresh container per run (runtime " + runtime + "): no network, read-only root filesystem except a size-capped /tmp, " +
 			"non-root user, all capabilities dropped, no-new-privileges, memory, CPU, pids and open-file limits; removed after the run",
 		Languages:   langs,
 		Protections: ps,

@@ -12,7 +12,7 @@ import (
 	"path/filepath"
 
 	"github.com/codeexec/codeexec/sandbox"
-	"github.com/codeexec/codeexec/sandbox/process"
+	"github.com/codeexec/codeexec/sandbox/internal/executor"
 )
 
 // Warning is what the server says, at start and in sandbox_info, about mode none.
@@ -38,9 +38,9 @@ type Runner struct {
 	interp   map[string]sandbox.Interpreter
 	caps     sandbox.Capabilities
 	root     string
-	workRoot *process.WorkRoot
+	workRoot *executor.WorkRoot
 	log      *slog.Logger
-	runs     *process.RunGroup
+	runs     *executor.RunGroup
 }
 
 var _ sandbox.Runner = (*Runner)(nil)
@@ -51,21 +51,23 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	wr, err := process.NewWorkRoot(cfg.WorkRoot, "codeexec-none-", 0o700, log)
+	wr, err := executor.NewWorkRoot(cfg.WorkRoot, "codeexec-none-", 0o700, log)
 	if err != nil {
 		return nil, err
 	}
 	root := wr.Dir
-	if err := process.EnableOrphanReaping(); err != nil {
+	if err := executor.EnableOrphanReaping(); err != nil {
 		_ = wr.Remove()
 		return nil, fmt.Errorf("becoming a child subreaper for the orphans of runs: %w", err)
 	}
 	interp, langs := sandbox.ResolveInterpreters(ctx, cfg.Languages, "")
 	r := &Runner{interp: interp, root: root, workRoot: wr, log: log}
-	r.runs = process.NewRunGroup()
+	r.runs = executor.NewRunGroup()
 	r.caps = sandbox.Capabilities{
-		Mode:      sandbox.ModeNone,
-		Isolation: "none: code runs directly as the server's user with the server's environment",
+		Mode: sandbox.ModeNone,
+		// Every boundary is open.
+		Isolation: sandbox.Isolation{},
+		Summary:   "none: code runs directly as the server's user with the server's environment",
 		Languages: langs,
 		Protections: []sandbox.Protection{
 			{Name: "timeout and output cap", Active: true},
@@ -86,7 +88,7 @@ func (r *Runner) Capabilities() sandbox.Capabilities { return r.caps }
 
 // Run runs req directly, in a fresh directory that is removed afterwards.
 func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
-	spec, in, err := process.Lookup(req.Language, r.interp, r.caps)
+	spec, in, err := sandbox.Lookup(req.Language, r.interp, r.caps.Languages)
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +97,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		return nil, err
 	}
 	defer end()
-	rd, err := process.NewRunDir(r.root, spec.FileName, req.Code, 0o600, r.log)
+	rd, err := executor.NewRunDir(r.root, spec.FileName, req.Code, 0o600, r.log)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +105,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	dir, file := rd.Dir, rd.File
 	res := &sandbox.Result{Sandbox: sandbox.ModeNone}
 	marker := RunIDVariable + "=" + filepath.Base(dir)
-	err = process.Spawn(ctx, process.Spec{
+	err = executor.Spawn(ctx, executor.Spec{
 		Path:      in.Path,
 		Args:      append(append([]string{}, spec.Args...), file),
 		Env:       append(os.Environ(), marker),

@@ -2,20 +2,13 @@ package host_test
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/host"
-	"github.com/codeexec/codeexec/sandbox/process"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 )
-
-func TestMain(m *testing.M) {
-	process.MaybeRunHelper()
-	os.Exit(m.Run())
-}
 
 func newRunner(t *testing.T) *host.Runner {
 	t.Helper()
@@ -57,5 +50,8 @@ func TestCapabilitiesWarn(t *testing.T) {
 		if p.Active && (p.Name == "scrubbed environment" || p.Name == "network isolation") {
 			t.Fatalf("mode none claims %q", p.Name)
 		}
+	}
+	if caps.Isolation != (sandbox.Isolation{}) {
+		t.Fatalf("mode none declares isolation: %+v", caps.Isolation)
 	}
 }

@@ -411,3 +411,36 @@ func TestWithoutUserNamespaces(t *testing.T) {
 		t.Errorf("Landlock does not hold without namespaces: %q %q", res.Stdout, res.Stderr)
 	}
 }
+
+// TestIsolationIsDeclared: the typed isolation says what the protections in
+// force say, with every feature on and with every feature off.
+func TestIsolationIsDeclared(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		disable []process.Feature
+	}{{"all features", nil}, {"no features", process.Features}} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRunnerWith(t, c.disable...)
+			caps := r.Capabilities()
+			iso := caps.Isolation
+			for _, b := range []struct {
+				name       string
+				declared   bool
+				protection string
+			}{
+				{"network", iso.Network, "network isolation"},
+				{"filesystem", iso.Filesystem, "filesystem isolation"},
+				{"identity", iso.Identity, "unprivileged user"},
+				{"processes", iso.Processes, "pid namespace"},
+				{"environment", iso.Environment, "scrubbed environment"},
+			} {
+				if p := protection(r, b.protection); b.declared != p.Active {
+					t.Errorf("isolation.%s = %v, but the protection %q is active = %v (%s)", b.name, b.declared, b.protection, p.Active, p.Detail)
+				}
+			}
+			if c.disable != nil && (iso.Network || iso.Filesystem || iso.Processes) {
+				t.Errorf("with every feature off, isolation = %+v", iso)
+			}
+		})
+	}
+}

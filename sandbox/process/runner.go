@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/internal/executor"
 )
 
 // Config configures a process-mode Runner.
@@ -38,12 +39,12 @@ type Runner struct {
 	interp   map[string]sandbox.Interpreter
 	caps     sandbox.Capabilities
 	root     string
-	workRoot *WorkRoot
-	cred     *Credential
+	workRoot *executor.WorkRoot
+	cred     *executor.Credential
 	log      *slog.Logger
-	runs     *RunGroup
+	runs     *executor.RunGroup
 	// iso is the isolation every run gets (RootDir is filled per run).
-	iso Isolation
+	iso executor.Isolation
 	// features says, for each isolation feature, whether it is active and
 	// why not.
 	features []sandbox.Protection
@@ -53,11 +54,11 @@ type Runner struct {
 
 var _ sandbox.Runner = (*Runner)(nil)
 
-// SandboxUID is the user that process mode runs code as when the server runs
+// sandboxUID is the user that process mode runs code as when the server runs
 // as root (the conventional "nobody").
-const SandboxUID = 65534
+const sandboxUID = 65534
 
-// New resolves the interpreters of the enabled languages on MinimalPath (the
+// New resolves the interpreters of the enabled languages on executor.MinimalPath (the
 // PATH that sandboxed code sees), prepares the work root and checks which
 // protections this host supports.
 func New(ctx context.Context, cfg Config) (*Runner, error) {
@@ -65,23 +66,23 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	wr, err := NewWorkRoot(cfg.WorkRoot, "codeexec-", 0o711, log)
+	wr, err := executor.NewWorkRoot(cfg.WorkRoot, "codeexec-", 0o711, log)
 	if err != nil {
 		return nil, err
 	}
 	root := wr.Dir
-	interp, langs := sandbox.ResolveInterpreters(ctx, cfg.Languages, MinimalPath)
+	interp, langs := sandbox.ResolveInterpreters(ctx, cfg.Languages, executor.MinimalPath)
 	r := &Runner{interp: interp, root: root, workRoot: wr, log: log}
 	if os.Geteuid() == 0 && runtime.GOOS == "linux" {
-		r.cred = &Credential{UID: SandboxUID, GID: SandboxUID}
+		r.cred = &executor.Credential{UID: sandboxUID, GID: sandboxUID}
 	}
 	if os.Geteuid() == 0 {
 		if err := checkTraversable(root); err != nil {
 			_ = wr.Remove()
-			return nil, fmt.Errorf("process mode: the sandbox user (uid %d) cannot reach the work root: %w; set CODE_EXEC_WORK_DIR to a directory whose parents are world-searchable", SandboxUID, err)
+			return nil, fmt.Errorf("process mode: the sandbox user (uid %d) cannot reach the work root: %w; set CODE_EXEC_WORK_DIR to a directory whose parents are world-searchable", sandboxUID, err)
 		}
 	}
-	r.runs = NewRunGroup()
+	r.runs = executor.NewRunGroup()
 	r.iso, r.features = r.probeIsolation(ctx, cfg.Disable)
 	if r.iso.User && r.cred != nil {
 		// A user namespace maps the run to uid 65534 on the host already.
@@ -101,7 +102,8 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	}
 	r.caps = sandbox.Capabilities{
 		Mode:        sandbox.ModeProcess,
-		Isolation:   r.isolationSummary(),
+		Isolation:   r.isolation(),
+		Summary:     r.isolationSummary(),
 		Languages:   langs,
 		Protections: r.protections(),
 	}
@@ -190,7 +192,7 @@ func checkTraversable(dir string) error {
 func (r *Runner) protections() []sandbox.Protection {
 	onLinux := runtime.GOOS == "linux"
 	p := []sandbox.Protection{
-		{Name: "scrubbed environment", Active: true, Detail: "PATH=" + MinimalPath + ", HOME and TMPDIR in the run directory; nothing of the server's environment"},
+		{Name: "scrubbed environment", Active: true, Detail: "PATH=" + executor.MinimalPath + ", HOME and TMPDIR in the run directory; nothing of the server's environment"},
 		{Name: "fresh work directory", Active: true, Detail: "created under " + r.root + " for each run and removed afterwards"},
 		{Name: "timeout and output cap", Active: true},
 		{Name: "process group kill", Active: true, Detail: "the run's process group is killed when it ends"},
@@ -241,11 +243,24 @@ func protectionName(f Feature) string {
 	return string(f) + " namespace"
 }
 
+// isolation declares what the protections in force keep runs from: the
+// same facts as the "network isolation", "filesystem isolation" and
+// "unprivileged user" protections and the PID namespace.
+func (r *Runner) isolation() sandbox.Isolation {
+	return sandbox.Isolation{
+		Network:     r.iso.Network,
+		Filesystem:  r.iso.Mount || r.iso.Landlock,
+		Identity:    r.iso.User || r.cred != nil,
+		Environment: true,
+		Processes:   r.iso.PID,
+	}
+}
+
 // isolationSummary says in one line what separates a run from the host.
 func (r *Runner) isolationSummary() string {
 	var on []string
 	for _, f := range Features {
-		if r.iso.Has(f) {
+		if hasFeature(r.iso, f) {
 			on = append(on, protectionName(f))
 		}
 	}
@@ -268,7 +283,7 @@ func (r *Runner) Capabilities() sandbox.Capabilities { return r.caps }
 
 // Run runs req in a fresh work directory and removes it afterwards.
 func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
-	spec, in, err := r.lookup(req.Language)
+	spec, in, err := sandbox.Lookup(req.Language, r.interp, r.caps.Languages)
 	if err != nil {
 		return nil, err
 	}
@@ -278,7 +293,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		return nil, err
 	}
 	defer end()
-	rd, err := NewRunDir(r.root, spec.FileName, req.Code, 0o644, r.log)
+	rd, err := executor.NewRunDir(r.root, spec.FileName, req.Code, 0o644, r.log)
 	if err != nil {
 		return nil, err
 	}
@@ -294,20 +309,20 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		if iso.RootDir, err = r.makeRootDir(); err != nil {
 			return nil, err
 		}
-		defer func() { _ = RemoveAll(iso.RootDir) }()
+		defer func() { _ = executor.RemoveAll(iso.RootDir) }()
 	}
 	iso.TmpBytes = req.Limits.FileSizeBytes
 	res := &sandbox.Result{Sandbox: sandbox.ModeProcess}
-	err = Spawn(ctx, Spec{
+	err = executor.Spawn(ctx, executor.Spec{
 		Isolation:         iso,
 		Path:              in.Path,
 		Args:              append(append([]string{}, spec.Args...), file),
-		Env:               MinimalEnv(dir),
+		Env:               minimalEnv(dir),
 		Dir:               dir,
 		Stdin:             req.Stdin,
 		Limits:            req.Limits,
 		Rlimits:           true,
-		AddressSpaceExtra: AddressSpaceExtra(req.Language),
+		AddressSpaceExtra: addressSpaceExtra(req.Language),
 		Credential:        r.cred,
 		NoNewPrivs:        true,
 	}, res)
@@ -344,38 +359,34 @@ func (r *Runner) makeRootDir() (string, error) {
 	return dir, nil
 }
 
-// AddressSpaceExtra is the address space a language's interpreter reserves
+// addressSpaceExtra is the address space a language's interpreter reserves
 // without using it, added to the address-space limit: V8 reserves about a
 // gibibyte at start. The memory it actually uses is bounded by the data limit.
-func AddressSpaceExtra(lang string) int64 {
+func addressSpaceExtra(lang string) int64 {
 	if lang == "javascript" {
 		return 4 << 30
 	}
 	return 0
 }
 
-// lookup finds the language's spec and resolved interpreter.
-func (r *Runner) lookup(lang string) (sandbox.LanguageSpec, sandbox.Interpreter, error) {
-	return Lookup(lang, r.interp, r.caps)
+// minimalEnv is the scrubbed environment of a sandboxed program: nothing of
+// the server's, a fixed PATH, and HOME and TMPDIR in the work directory.
+func minimalEnv(workDir string) []string {
+	return []string{
+		"PATH=" + executor.MinimalPath,
+		"HOME=" + workDir,
+		"TMPDIR=" + workDir,
+		"LANG=C.UTF-8",
+		"LC_ALL=C.UTF-8",
+		"PWD=" + workDir,
+	}
 }
 
-// Lookup finds a language's spec and resolved interpreter, or an error
-// wrapping sandbox.ErrUnknownLanguage or sandbox.ErrLanguageUnavailable.
-func Lookup(lang string, interp map[string]sandbox.Interpreter, caps sandbox.Capabilities) (sandbox.LanguageSpec, sandbox.Interpreter, error) {
-	spec, ok := sandbox.Languages[lang]
-	if !ok {
-		return spec, sandbox.Interpreter{}, fmt.Errorf("%w %q: use one of %s", sandbox.ErrUnknownLanguage, lang, strings.Join(sandbox.LanguageNames(), ", "))
-	}
-	in, ok := interp[lang]
-	if !ok {
-		reason := "not enabled"
-		if st, found := caps.Language(lang); found && st.Reason != "" {
-			reason = st.Reason
-		}
-		return spec, in, fmt.Errorf("%w: %s cannot run on this server: %s", sandbox.ErrLanguageUnavailable, lang, reason)
-	}
-	return spec, in, nil
-}
+// MaybeRunHelper turns this process into the sandbox supervisor or exec stage
+// when it was started as one, and never returns in that case. Call it first in
+// main, and in TestMain of any test binary that runs process-mode code. (The
+// run core calls it from its init too; this is the fallback.)
+func MaybeRunHelper() { executor.MaybeRunHelper() }
 
 // Close stops the runs in flight, waits for their cleanup and removes the
 // work root. It is safe to call more than once.

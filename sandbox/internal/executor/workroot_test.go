@@ -1,16 +1,16 @@
-package process_test
+package executor_test
 
 import (
 	"os"
 	"path/filepath"
 	"testing"
 
-	"github.com/codeexec/codeexec/sandbox/process"
+	"github.com/codeexec/codeexec/sandbox/internal/executor"
 )
 
 func TestWorkRootsOfDeadServersAreRemoved(t *testing.T) {
 	base := t.TempDir()
-	live, err := process.NewWorkRoot(base, "codeexec-", 0o711, nil)
+	live, err := executor.NewWorkRoot(base, "codeexec-", 0o711, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +30,7 @@ func TestWorkRootsOfDeadServersAreRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	next, err := process.NewWorkRoot(base, "codeexec-", 0o711, nil)
+	next, err := executor.NewWorkRoot(base, "codeexec-", 0o711, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,33 +1,23 @@
 //go:build linux
 
-package process
+package executor
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
-	"strings"
 	"syscall"
-	"time"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
-
-	"github.com/codeexec/codeexec/sandbox"
 )
 
-// ctlFD is the supervisor's end of the control pipe (see startSupervisor).
-const ctlFD = 5
-
-// exeFD is the descriptor on which the supervisor and the exec stage find
-// the codeexec binary when the run is isolated: they re-execute it as
-// /proc/self/fd/6, which works whoever they run as and whatever root they see.
-const exeFD = 6
+// This file applies an Isolation on Linux: the supervisor is cloned into
+// its namespaces (applyCloneAttrs), sets them up from inside (enterIsolation),
+// and the exec stage drops capabilities and applies Landlock (lockDown).
 
 // cloneFlags returns the namespaces a supervisor is started in.
 func cloneFlags(iso Isolation) uintptr {
@@ -325,264 +315,11 @@ func applyLandlock(spec Spec) error {
 	return landlock.V5.BestEffort().RestrictPaths(rules...)
 }
 
-// landlockABI returns the Landlock ABI version of this kernel (0: none).
-func landlockABI() (int, error) {
+// LandlockABI returns the Landlock ABI version of this kernel (0: none).
+func LandlockABI() (int, error) {
 	v, err := llsys.LandlockGetABIVersion()
 	if err != nil {
 		return 0, err
 	}
 	return v, nil
-}
-
-// probeIsolation finds which isolation features work on this host, by
-// trying them: each feature that fails (alone or with the others) is turned
-// off with the reason, and the others stay on. disabled are turned off by
-// the operator.
-func (r *Runner) probeIsolation(ctx context.Context, disabled []Feature) (Isolation, []sandbox.Protection) {
-	iso := Isolation{UID: os.Getuid(), GID: os.Getgid(), ReadOnly: readOnlyPaths(r.interp)}
-	if os.Geteuid() != 0 {
-		// Dumpability is process-wide and the last Runner made decides it
-		// (see hardenServer). codeexec makes one; a process that makes
-		// several (tests, benchmarks) must not keep an earlier one's
-		// non-dumpable state, under which no user namespace can be mapped.
-		_ = unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0)
-	}
-	if os.Geteuid() == 0 {
-		iso.UID, iso.GID = SandboxUID, SandboxUID
-	}
-	reason := map[Feature]string{}
-	for _, f := range Features {
-		if slices.Contains(disabled, f) {
-			reason[f] = "turned off by CODE_EXEC_PROCESS_DISABLE"
-			continue
-		}
-		iso.set(f, true)
-	}
-	if iso.Landlock {
-		if v, err := landlockABI(); err != nil || v < 1 {
-			iso.Landlock = false
-			reason[FeatureLandlock] = fmt.Sprintf("the kernel does not offer Landlock (%v)", err)
-		}
-	}
-	if !iso.User && os.Geteuid() != 0 {
-		// Without root, every other namespace needs the user namespace.
-		for _, f := range []Feature{FeaturePID, FeatureNetwork, FeatureIPC, FeatureUTS, FeatureMount} {
-			if iso.Has(f) {
-				iso.set(f, false)
-				reason[f] = "needs a user namespace, which is turned off, when the server is not root"
-			}
-		}
-	}
-	dependOnMount := func() {
-		// Without its own /proc (which needs the mount namespace) a PID
-		// namespace would still show the host's processes, and Landlock's
-		// helper would look for /proc/<pid> under the wrong numbers.
-		if iso.PID && !iso.Mount {
-			iso.PID = false
-			reason[FeaturePID] = "needs the mount namespace (for a /proc of its own), which is " + strings.TrimPrefix(reason[FeatureMount], "unavailable on this host: ")
-		}
-	}
-	dependOnMount()
-	if err := r.tryIsolation(ctx, iso); err != nil {
-		// The user namespace first, alone: the other features are then
-		// tried with it as runs will have it, so that a host without user
-		// namespaces does not take Landlock down with them.
-		if iso.User {
-			one := Isolation{User: true, UID: iso.UID, GID: iso.GID, ReadOnly: iso.ReadOnly}
-			if err := r.tryIsolation(ctx, one); err != nil {
-				iso.User = false
-				reason[FeatureUser] = "unavailable on this host: " + explainNamespaceError(err)
-				if os.Geteuid() != 0 {
-					for _, f := range []Feature{FeaturePID, FeatureNetwork, FeatureIPC, FeatureUTS, FeatureMount} {
-						if iso.Has(f) {
-							iso.set(f, false)
-							reason[f] = "needs a user namespace, which is unavailable, when the server is not root"
-						}
-					}
-				}
-			}
-		}
-		// Then each other feature on its own.
-		for _, f := range Features {
-			if !iso.Has(f) || f == FeatureUser {
-				continue
-			}
-			one := iso
-			for _, g := range Features {
-				if g != FeatureUser {
-					one.set(g, g == f)
-				}
-			}
-			if err := r.tryIsolation(ctx, one); err != nil {
-				iso.set(f, false)
-				reason[f] = "unavailable on this host: " + explainNamespaceError(err)
-			}
-		}
-		// Features that work alone but not together: drop the mount
-		// namespace, then everything, rather than fail every run.
-		if err := r.tryIsolation(ctx, iso); err != nil && iso.Mount {
-			iso.Mount = false
-			reason[FeatureMount] = "fails together with the other features: " + err.Error()
-		}
-		if err := r.tryIsolation(ctx, iso); err != nil {
-			for _, f := range Features {
-				if iso.Has(f) {
-					iso.set(f, false)
-					reason[f] = "the features fail together: " + err.Error()
-				}
-			}
-		}
-	}
-	dependOnMount()
-	r.shield = r.hardenServer(&iso, reason)
-	// The final check: the chosen features, with the server as runs will
-	// find it (hardened or not), through the same start-up path as a run.
-	if iso.namespaces() || iso.Landlock {
-		if err := r.tryIsolation(ctx, iso); err != nil {
-			for _, f := range Features {
-				if iso.Has(f) {
-					iso.set(f, false)
-					reason[f] = "fails once the server is set up for runs: " + err.Error()
-				}
-			}
-			r.shield = r.hardenServer(&iso, reason)
-		}
-	}
-	var ps []sandbox.Protection
-	for _, f := range Features {
-		p := sandbox.Protection{Name: protectionName(f), Active: iso.Has(f), Detail: featureDetail[f]}
-		if !p.Active {
-			p.Detail = reason[f]
-			if f == FeatureUser && os.Geteuid() == 0 && p.Detail == "" {
-				p.Detail = "not needed"
-			}
-		}
-		ps = append(ps, p)
-	}
-	return iso, ps
-}
-
-// hardenServer keeps the server out of reach of the programs it runs, and
-// says how, for sandbox_info. Programs that run as the server's own host user
-// could otherwise read /proc/<server>/environ or ptrace the server.
-//
-// The usual way is to make the server non-dumpable. But an ordinary user's
-// server that maps a user namespace for its runs must stay dumpable: the
-// server writes the new process's uid_map, and the /proc entries of a
-// non-dumpable process's children belong to root. There, the PID namespace
-// (the server is not in the run's /proc) or Landlock (no ptrace and no /proc
-// access outside the run's own domain) keeps runs from the server; with
-// neither of them, the user namespace is turned off (and with it the other
-// namespaces, which need it) and the server is made non-dumpable.
-func (r *Runner) hardenServer(iso *Isolation, reason map[Feature]string) sandbox.Protection {
-	p := sandbox.Protection{Name: "server out of reach", Active: true}
-	if os.Geteuid() != 0 && iso.User {
-		var by []string
-		if iso.PID && iso.Mount {
-			by = append(by, "the PID namespace hides it")
-		}
-		if iso.Landlock {
-			by = append(by, "Landlock refuses ptrace and /proc access outside the run")
-		}
-		if len(by) > 0 {
-			p.Detail = "runs cannot read the server's environment or trace it: " + strings.Join(by, "; ") + " (the server stays dumpable: an ordinary user cannot map a user namespace otherwise)"
-			return p
-		}
-		for _, f := range []Feature{FeatureUser, FeaturePID, FeatureNetwork, FeatureIPC, FeatureUTS, FeatureMount} {
-			if iso.Has(f) {
-				iso.set(f, false)
-				reason[f] = "turned off: without the PID namespace or Landlock, runs could reach the server unless it is non-dumpable, and a non-dumpable server cannot map a user namespace as an ordinary user"
-			}
-		}
-	}
-	if err := HardenServer(); err != nil {
-		p.Active = false
-		p.Detail = "the server could not be made non-dumpable (" + err.Error() + "): code running as the server's user may read its environment"
-		return p
-	}
-	p.Detail = "the server is non-dumpable: code running as its user can neither read its environment nor trace it"
-	return p
-}
-
-// explainNamespaceError turns the errors of a host that refuses namespaces
-// into the policy behind them.
-func explainNamespaceError(err error) string {
-	switch {
-	case errors.Is(err, unix.ENOSPC):
-		return "the host allows no (more) namespaces of this kind, as with user.max_user_namespaces=0 (" + err.Error() + ")"
-	case errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES):
-		return "the host forbids it, for example through kernel.unprivileged_userns_clone=0, an AppArmor or seccomp policy, or a container runtime (" + err.Error() + ")"
-	}
-	return err.Error()
-}
-
-// tryIsolation runs /bin/true under iso, as a run would.
-func (r *Runner) tryIsolation(ctx context.Context, iso Isolation) error {
-	truePath := ""
-	for _, p := range []string{"/usr/bin/true", "/bin/true"} {
-		if _, err := os.Stat(p); err == nil {
-			truePath = p
-			break
-		}
-	}
-	if truePath == "" {
-		return errors.New("no /usr/bin/true to probe with")
-	}
-	dir, err := os.MkdirTemp(r.root, "probe-")
-	if err != nil {
-		return err
-	}
-	defer RemoveAll(dir)
-	if iso.User {
-		_ = os.Chown(dir, iso.UID, iso.GID)
-	} else if r.cred != nil {
-		_ = os.Chown(dir, int(r.cred.UID), int(r.cred.GID))
-	}
-	if iso.Mount {
-		root, err := os.MkdirTemp(r.root, "probe-root-")
-		if err != nil {
-			return err
-		}
-		defer RemoveAll(root)
-		if iso.User {
-			_ = os.Chown(root, iso.UID, iso.GID)
-		}
-		iso.RootDir = root
-	}
-	var cred *Credential
-	if !iso.User {
-		cred = r.cred
-	}
-	res := &sandbox.Result{}
-	lim := sandbox.Limits{Timeout: 10 * time.Second, OutputBytes: 4096, MemoryBytes: 64 << 20, Processes: 16, OpenFiles: 64, FileSizeBytes: 1 << 20}
-	err = Spawn(ctx, Spec{Path: truePath, Env: MinimalEnv(dir), Dir: dir, Limits: lim, Rlimits: true, Credential: cred, NoNewPrivs: true, Isolation: iso}, res)
-	if err != nil {
-		return err
-	}
-	if res.ExitCode != 0 {
-		msg := strings.TrimSpace(res.Stderr)
-		if msg == "" {
-			msg = fmt.Sprintf("exit code %d", res.ExitCode)
-		}
-		return errors.New(msg)
-	}
-	return nil
-}
-
-// readOnlyPaths are the host paths a run sees read-only: the system
-// directories, and the directory of any interpreter that lives elsewhere.
-func readOnlyPaths(interp map[string]sandbox.Interpreter) []string {
-	paths := slices.Clone(systemDirs)
-	for _, in := range interp {
-		inside := false
-		for _, d := range systemDirs {
-			if strings.HasPrefix(in.Path, d+"/") {
-				inside = true
-			}
-		}
-		if dir := filepath.Dir(in.Path); !inside && !slices.Contains(paths, dir) {
-			paths = append(paths, dir)
-		}
-	}
-	return paths
 }

@@ -1,4 +1,15 @@
-package process
+// Package executor is the run core that process mode (sandbox/process) and
+// mode none (sandbox/host) share, as Nomad's exec and raw_exec drivers share
+// an executor: it starts a program under a supervisor (or, in direct mode,
+// by itself), enforces the timeout and the output cap, answers cancellation,
+// and kills every process of the run when it ends. It also holds what both
+// modes need around a run: the work root, run directories and the group of
+// runs in flight.
+//
+// What a run gets (environment, user, rlimits, kernel isolation) is the
+// caller's choice, written in a Spec; this package applies it and decides
+// nothing.
+package executor
 
 import (
 	"bytes"
@@ -6,10 +17,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,7 +28,7 @@ import (
 
 // Spec is one program to start under the supervisor: what Spawn needs from a
 // runner. Both process mode and mode none (sandbox/host) use it; they differ
-// only in the environment, the limits and the user.
+// only in the environment, the limits, the user and the isolation.
 type Spec struct {
 	// Path is the interpreter's absolute path; Args follow it (the program
 	// file included).
@@ -62,21 +70,12 @@ type Spec struct {
 // needsExecStage reports whether anything must be applied to the program's
 // own process before the interpreter starts.
 func (s Spec) needsExecStage() bool {
-	return s.Rlimits || s.Credential != nil || s.NoNewPrivs || s.Isolation.namespaces() || s.Isolation.Landlock
+	return s.Rlimits || s.Credential != nil || s.NoNewPrivs || s.Isolation.Namespaces() || s.Isolation.Landlock
 }
 
 // Credential is a numeric user and group.
 type Credential struct {
 	UID, GID uint32
-}
-
-// Outcome is how the program ended, as the supervisor saw it.
-type Outcome struct {
-	ExitCode int
-	Signal   string
-	TimedOut bool
-	// Killed is set when codeexec stopped the run (timeout, output cap, cancellation).
-	Killed bool
 }
 
 // supervised is a started supervisor (or, in direct mode, the program).
@@ -124,7 +123,7 @@ func Spawn(ctx context.Context, spec Spec, res *sandbox.Result) error {
 	stop := func() { stopOnce.Do(func() { close(stopCh) }) }
 	out := sandbox.NewOutput(spec.Limits.OutputBytes, stop)
 
-	sup, err := startSupervisor(spec, out)
+	sup, err := startRun(spec, out)
 	if err != nil {
 		return fmt.Errorf("%w: starting the supervisor: %w", sandbox.ErrSandboxUnavailable, err)
 	}
@@ -262,34 +261,6 @@ func untrack(pid int) {
 	children.Unlock()
 }
 
-// RemoveAll removes a work directory even when the program made parts of it
-// unreadable or unwritable.
-func RemoveAll(dir string) error {
-	if err := os.RemoveAll(dir); err == nil {
-		return nil
-	}
-	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if d != nil && d.IsDir() {
-			_ = os.Chmod(p, 0o700)
-		}
-		return nil
-	})
-	return os.RemoveAll(dir)
-}
-
-// MinimalEnv is the scrubbed environment of a sandboxed program: nothing of
-// the server's, a fixed PATH, and HOME and TMPDIR in the work directory.
-func MinimalEnv(workDir string) []string {
-	return []string{
-		"PATH=" + MinimalPath,
-		"HOME=" + workDir,
-		"TMPDIR=" + workDir,
-		"LANG=C.UTF-8",
-		"LC_ALL=C.UTF-8",
-		"PWD=" + workDir,
-	}
-}
-
-// MinimalPath is the PATH of sandboxed programs, and where process mode
-// looks for interpreters.
+// MinimalPath is the PATH of the supervisor, and of the programs of process
+// mode, which looks for interpreters there.
 const MinimalPath = "/usr/local/bin:/usr/bin:/bin"

@@ -1,6 +1,6 @@
 //go:build unix && !linux && !freebsd && !dragonfly
 
-package process
+package executor
 
 import "syscall"
 

@@ -1,4 +1,4 @@
-package process_test
+package executor_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/codeexec/codeexec/sandbox"
-	"github.com/codeexec/codeexec/sandbox/process"
+	"github.com/codeexec/codeexec/sandbox/internal/executor"
 )
 
 func BenchmarkSpawnTrue(b *testing.B) {
@@ -24,7 +24,7 @@ func BenchmarkSpawnTrue(b *testing.B) {
 	b.Run("spawn-plain", func(b *testing.B) {
 		for b.Loop() {
 			res := &sandbox.Result{}
-			if err := process.Spawn(context.Background(), process.Spec{Path: "/usr/bin/true", Env: os.Environ(), Dir: dir, Limits: lim}, res); err != nil || res.ExitCode != 0 {
+			if err := executor.Spawn(context.Background(), executor.Spec{Path: "/usr/bin/true", Env: os.Environ(), Dir: dir, Limits: lim}, res); err != nil || res.ExitCode != 0 {
 				b.Fatal(err, res)
 			}
 		}
@@ -34,7 +34,7 @@ func BenchmarkSpawnTrue(b *testing.B) {
 		lim.Processes, lim.MemoryBytes, lim.OpenFiles = 64, 256<<20, 256
 		for b.Loop() {
 			res := &sandbox.Result{}
-			if err := process.Spawn(context.Background(), process.Spec{Path: "/usr/bin/true", Env: os.Environ(), Dir: dir, Limits: lim, Rlimits: true, NoNewPrivs: true}, res); err != nil || res.ExitCode != 0 {
+			if err := executor.Spawn(context.Background(), executor.Spec{Path: "/usr/bin/true", Env: os.Environ(), Dir: dir, Limits: lim, Rlimits: true, NoNewPrivs: true}, res); err != nil || res.ExitCode != 0 {
 				b.Fatal(err, res)
 			}
 		}

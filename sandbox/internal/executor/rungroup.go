@@ -1,11 +1,7 @@
-package process
+package executor
 
 import (
 	"context"
-	"fmt"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"sync"
 
 	"github.com/codeexec/codeexec/sandbox"
@@ -62,32 +58,4 @@ func (g *RunGroup) Close() bool {
 	g.cancel()
 	g.wg.Wait()
 	return true
-}
-
-// RunDir is a fresh directory for one run, holding the program file.
-type RunDir struct {
-	Dir, File string
-	log       *slog.Logger
-}
-
-// NewRunDir makes a run directory in root and writes code to fileName in it
-// with mode perm. Remove deletes it.
-func NewRunDir(root, fileName, code string, perm os.FileMode, log *slog.Logger) (*RunDir, error) {
-	dir, err := os.MkdirTemp(root, "run-")
-	if err != nil {
-		return nil, fmt.Errorf("%w: creating the run directory: %v", sandbox.ErrSandboxUnavailable, err)
-	}
-	rd := &RunDir{Dir: dir, File: filepath.Join(dir, fileName), log: log}
-	if err := os.WriteFile(rd.File, []byte(code), perm); err != nil {
-		rd.Remove()
-		return nil, fmt.Errorf("%w: writing the program: %v", sandbox.ErrSandboxUnavailable, err)
-	}
-	return rd, nil
-}
-
-// Remove deletes the run directory, logging a failure.
-func (rd *RunDir) Remove() {
-	if err := RemoveAll(rd.Dir); err != nil && rd.log != nil {
-		rd.log.Error("could not remove a run directory", "dir", rd.Dir, "err", err)
-	}
 }

@@ -1,6 +1,6 @@
 //go:build freebsd || dragonfly
 
-package process
+package executor
 
 import "syscall"
 

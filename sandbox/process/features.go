@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/codeexec/codeexec/sandbox/internal/executor"
 )
 
 // Feature names one kernel isolation measure of process mode. Each one is
@@ -65,59 +67,38 @@ func featureList(fs []Feature) string {
 	return strings.Join(s, ", ")
 }
 
-// Isolation is the kernel isolation a run gets: which features are on, and
-// what the minimal root contains.
-type Isolation struct {
-	User, PID, Network, IPC, UTS, Mount, Landlock bool
-	// UID and GID are the server's ids, mapped to 0 inside a user namespace.
-	UID, GID int
-	// RootDir is an empty directory where the minimal root is assembled
-	// (in the run's private mount namespace only).
-	RootDir string
-	// ReadOnly are host paths visible read-only (system directories and
-	// the interpreters' own directories).
-	ReadOnly []string
-	// TmpBytes sizes the private /tmp.
-	TmpBytes int64
-}
-
-// field is the switch of feature f (nil for an unknown feature).
-func (i *Isolation) field(f Feature) *bool {
+// featureField is the switch of feature f in iso (nil for an unknown feature).
+func featureField(iso *executor.Isolation, f Feature) *bool {
 	switch f {
 	case FeatureUser:
-		return &i.User
+		return &iso.User
 	case FeaturePID:
-		return &i.PID
+		return &iso.PID
 	case FeatureNetwork:
-		return &i.Network
+		return &iso.Network
 	case FeatureIPC:
-		return &i.IPC
+		return &iso.IPC
 	case FeatureUTS:
-		return &i.UTS
+		return &iso.UTS
 	case FeatureMount:
-		return &i.Mount
+		return &iso.Mount
 	case FeatureLandlock:
-		return &i.Landlock
+		return &iso.Landlock
 	}
 	return nil
 }
 
-// Has reports whether feature f is on.
-func (i Isolation) Has(f Feature) bool {
-	p := i.field(f)
+// hasFeature reports whether feature f is on in iso.
+func hasFeature(iso executor.Isolation, f Feature) bool {
+	p := featureField(&iso, f)
 	return p != nil && *p
 }
 
-// set turns feature f on or off.
-func (i *Isolation) set(f Feature, on bool) {
-	if p := i.field(f); p != nil {
+// setFeature turns feature f on or off in iso.
+func setFeature(iso *executor.Isolation, f Feature, on bool) {
+	if p := featureField(iso, f); p != nil {
 		*p = on
 	}
-}
-
-// namespaces reports whether a namespace is asked for.
-func (i Isolation) namespaces() bool {
-	return i.User || i.PID || i.Network || i.IPC || i.UTS || i.Mount
 }
 
 // systemDirs are the host directories a minimal root shows read-only, when

@@ -1,0 +1,156 @@
+//go:build linux
+
+package executor
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// execMain is the exec stage: it reads the Spec on fd 3, applies the limits,
+// the user and no-new-privileges to itself, and execs the interpreter. On
+// failure it writes one line to stderr and exits 126, like a shell.
+func execMain() int {
+	runtime.LockOSThread()
+	cfg := os.NewFile(3, "spec")
+	var spec Spec
+	if err := json.NewDecoder(cfg).Decode(&spec); err != nil {
+		return execFail("reading the run spec", err)
+	}
+	_ = cfg.Close()
+	argv := append([]string{spec.Path}, spec.Args...)
+	if c := spec.Credential; c != nil {
+		if err := syscall.Setgroups([]int{int(c.GID)}); err != nil {
+			return execFail("dropping supplementary groups", err)
+		}
+		if err := syscall.Setgid(int(c.GID)); err != nil {
+			return execFail("switching group", err)
+		}
+		if err := syscall.Setuid(int(c.UID)); err != nil {
+			return execFail("switching user", err)
+		}
+	}
+	if spec.NoNewPrivs {
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			return execFail("setting no-new-privileges", err)
+		}
+	}
+	if err := lockDown(spec); err != nil {
+		return execFail("isolating the program", err)
+	}
+	return execWithLimits(spec, argv)
+}
+
+// execWithLimits sets the rlimits and execs the interpreter. Once the memory
+// limits are in force this Go process must not allocate (the Go and race
+// runtimes would fail), so everything execve needs is prepared first and the
+// last steps are raw system calls.
+func execWithLimits(spec Spec, argv []string) int {
+	path, err := syscall.BytePtrFromString(spec.Path)
+	if err != nil {
+		return execFail("starting "+spec.Path, err)
+	}
+	argvp, err := syscall.SlicePtrFromStrings(argv)
+	if err != nil {
+		return execFail("starting "+spec.Path, err)
+	}
+	envp, err := syscall.SlicePtrFromStrings(spec.Env)
+	if err != nil {
+		return execFail("starting "+spec.Path, err)
+	}
+	var ls []rlimit
+	if spec.Rlimits {
+		ls = rlimitsFor(spec)
+	}
+	for i := range ls {
+		_, _, e := syscall.RawSyscall6(unix.SYS_PRLIMIT64, 0, uintptr(ls[i].res), uintptr(unsafe.Pointer(&ls[i].lim)), 0, 0, 0)
+		if e != 0 {
+			return execFail("setting "+ls[i].name, e)
+		}
+	}
+	_, _, e := syscall.RawSyscall(unix.SYS_EXECVE, uintptr(unsafe.Pointer(path)), uintptr(unsafe.Pointer(&argvp[0])), uintptr(unsafe.Pointer(&envp[0])))
+	return execFail("starting "+spec.Path, e)
+}
+
+func execFail(what string, err error) int {
+	fmt.Fprintf(os.Stderr, "codeexec: %s: %v\n", what, err)
+	return 126
+}
+
+// rlimit is one kernel resource limit to set.
+type rlimit struct {
+	name string
+	res  int
+	lim  unix.Rlimit
+}
+
+// rlimitsFor derives the run's kernel limits from its Spec, memory last.
+func rlimitsFor(spec Spec) []rlimit {
+	l := spec.Limits
+	var ls []rlimit
+	add := func(name string, res int, cur, max uint64) {
+		ls = append(ls, rlimit{name, res, unix.Rlimit{Cur: cur, Max: max}})
+	}
+	if l.Processes > 0 {
+		// RLIMIT_NPROC counts every process of the user, not only this
+		// run's: allow the user's existing processes plus the run's share.
+		n := uint64(countUserProcesses(os.Getuid()) + l.Processes)
+		add("RLIMIT_NPROC", unix.RLIMIT_NPROC, n, n)
+	}
+	if l.Timeout > 0 {
+		secs := uint64(max(1, l.CPUs)*l.Timeout.Seconds()) + 1
+		// The soft limit sends SIGXCPU, the hard one SIGKILL a second later.
+		add("RLIMIT_CPU", unix.RLIMIT_CPU, secs, secs+1)
+	}
+	if l.OpenFiles > 0 {
+		add("RLIMIT_NOFILE", unix.RLIMIT_NOFILE, uint64(l.OpenFiles), uint64(l.OpenFiles))
+	}
+	if l.FileSizeBytes > 0 {
+		add("RLIMIT_FSIZE", unix.RLIMIT_FSIZE, uint64(l.FileSizeBytes), uint64(l.FileSizeBytes))
+	}
+	add("RLIMIT_CORE", unix.RLIMIT_CORE, 0, 0)
+	if l.MemoryBytes > 0 {
+		as := uint64(l.MemoryBytes + spec.AddressSpaceExtra)
+		add("RLIMIT_DATA", unix.RLIMIT_DATA, uint64(l.MemoryBytes), uint64(l.MemoryBytes))
+		add("RLIMIT_AS", unix.RLIMIT_AS, as, as)
+	}
+	return ls
+}
+
+// countUserProcesses counts the threads owned by uid (RLIMIT_NPROC counts
+// threads).
+func countUserProcesses(uid int) int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		var st syscall.Stat_t
+		if syscall.Stat("/proc/"+e.Name(), &st) != nil || int(st.Uid) != uid {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+				t, _ := strconv.Atoi(strings.TrimSpace(v))
+				n += t
+			}
+		}
+	}
+	return n
+}

@@ -1,0 +1,53 @@
+//go:build unix && !linux
+
+package executor
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"syscall"
+)
+
+const execArg = "__codeexec-sandbox-exec"
+
+// MaybeRunHelper turns this process into the exec stage when it was started
+// as one, and never returns in that case.
+func MaybeRunHelper() {
+	if len(os.Args) >= 2 && os.Args[1] == execArg {
+		os.Exit(execMain())
+	}
+}
+
+func init() { MaybeRunHelper() }
+
+// execMain is the exec stage: it reads the Spec on fd 3, sets the limits
+// and execs the interpreter. On failure it writes one line to stderr and
+// exits 126, like a shell.
+func execMain() int {
+	cfg := os.NewFile(3, "spec")
+	var spec Spec
+	if err := json.NewDecoder(cfg).Decode(&spec); err != nil {
+		fmt.Fprintf(os.Stderr, "codeexec: reading the run spec: %v\n", err)
+		return 126
+	}
+	_ = cfg.Close()
+	l := spec.Limits
+	set := func(res int, v uint64) { _ = syscall.Setrlimit(res, rlimit(v)) }
+	// CPU time, open files and file size are enforced on these systems;
+	// memory rlimits are not (macOS ignores RLIMIT_AS and RLIMIT_DATA), and
+	// RLIMIT_NPROC counts every process of the user, so it is left alone.
+	if l.Timeout > 0 {
+		set(syscall.RLIMIT_CPU, uint64(max(1, l.CPUs)*l.Timeout.Seconds())+1)
+	}
+	if l.OpenFiles > 0 {
+		set(syscall.RLIMIT_NOFILE, uint64(l.OpenFiles))
+	}
+	if l.FileSizeBytes > 0 {
+		set(syscall.RLIMIT_FSIZE, uint64(l.FileSizeBytes))
+	}
+	set(syscall.RLIMIT_CORE, 0)
+	err := syscall.Exec(spec.Path, append([]string{spec.Path}, spec.Args...), spec.Env)
+	fmt.Fprintf(os.Stderr, "codeexec: starting %s: %v\n", spec.Path, err)
+	return 126
+}

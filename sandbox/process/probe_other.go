@@ -1,0 +1,21 @@
+//go:build unix && !linux
+
+package process
+
+import (
+	"context"
+
+	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/internal/executor"
+)
+
+// probeIsolation reports every kernel isolation feature as unavailable:
+// they need Linux.
+func (r *Runner) probeIsolation(ctx context.Context, disabled []Feature) (executor.Isolation, []sandbox.Protection) {
+	var ps []sandbox.Protection
+	for _, f := range Features {
+		ps = append(ps, sandbox.Protection{Name: protectionName(f), Detail: "needs Linux"})
+	}
+	r.shield = sandbox.Protection{Name: "server out of reach", Detail: "needs Linux: code runs as the server's own user and may read its environment"}
+	return executor.Isolation{}, ps
+}
