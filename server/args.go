@@ -10,7 +10,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/codeexec/codeexec/configs"
 	"github.com/codeexec/codeexec/sandbox"
 )
 
@@ -33,10 +32,10 @@ func argErr(format string, a ...any) *ArgError { return &ArgError{Msg: fmt.Sprin
 var executeArgNames = []string{"language", "code", "stdin", "timeout_seconds"}
 
 // DecodeExecuteArgs checks the raw arguments of code_execute against the
-// schema and the operator's limits. raw is what the client sent as
+// schema and the operator's limits in o. raw is what the client sent as
 // "arguments" (normally a map from JSON decoding). Every failure is an
 // *ArgError naming the argument and what to do.
-func DecodeExecuteArgs(raw any, cfg *configs.Config) (ExecuteArgs, error) {
+func DecodeExecuteArgs(raw any, o Options) (ExecuteArgs, error) {
 	var a ExecuteArgs
 	raw, err := decodeRaw(raw)
 	if err != nil {
@@ -64,7 +63,7 @@ func DecodeExecuteArgs(raw any, cfg *configs.Config) (ExecuteArgs, error) {
 	if err != nil {
 		return a, err
 	}
-	enabled := cfg.Languages
+	enabled := o.Languages
 	canon, cerr := sandbox.CanonicalLanguage(lang)
 	if cerr != nil || !slices.Contains(enabled, canon) {
 		return a, argErr("language %q is not supported here: use one of %s", truncateRunes(lang, 40), strings.Join(enabled, ", "))
@@ -77,8 +76,8 @@ func DecodeExecuteArgs(raw any, cfg *configs.Config) (ExecuteArgs, error) {
 	if strings.TrimSpace(a.Code) == "" {
 		return a, argErr("code is empty: send the program text to run")
 	}
-	if n := len(a.Code); int64(n) > int64(cfg.MaxCode) {
-		return a, argErr("code is %d bytes, over this server's limit of %d bytes (CODE_EXEC_MAX_CODE): send a shorter program", n, int64(cfg.MaxCode))
+	if n := len(a.Code); int64(n) > o.MaxCode {
+		return a, argErr("code is %d bytes, over this server's limit of %d bytes (CODE_EXEC_MAX_CODE): send a shorter program", n, o.MaxCode)
 	}
 	if strings.IndexByte(a.Code, 0) >= 0 {
 		return a, argErr("code contains a NUL byte, which no interpreter accepts in program text: remove it")
@@ -90,14 +89,14 @@ func DecodeExecuteArgs(raw any, cfg *configs.Config) (ExecuteArgs, error) {
 	if a.Stdin, err = stringArg(m, "stdin", false); err != nil {
 		return a, err
 	}
-	if n := len(a.Stdin); int64(n) > int64(cfg.MaxStdin) {
-		return a, argErr("stdin is %d bytes, over this server's limit of %d bytes (CODE_EXEC_MAX_STDIN)", n, int64(cfg.MaxStdin))
+	if n := len(a.Stdin); int64(n) > o.MaxStdin {
+		return a, argErr("stdin is %d bytes, over this server's limit of %d bytes (CODE_EXEC_MAX_STDIN)", n, o.MaxStdin)
 	}
 
-	a.Timeout = cfg.Timeout
+	a.Timeout = o.Limits.Timeout
 	if v, present := m["timeout_seconds"]; present && v != nil {
 		secs, ok := number(v)
-		maxSecs := cfg.MaxTimeout.Seconds()
+		maxSecs := o.MaxTimeout.Seconds()
 		switch {
 		case !ok:
 			return a, argErr("timeout_seconds must be a number of seconds, not %s", jsonType(v))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -16,7 +15,6 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/codeexec/codeexec/configs"
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/process"
 )
@@ -55,15 +53,16 @@ func TestLoadGoroutines(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cfg := testConfig(t, "CODE_EXEC_MAX_CONCURRENCY="+strconv.Itoa(limit), "CODE_EXEC_WORK_DIR="+work)
-	log := slog.New(slog.DiscardHandler)
+	opts := testOptions()
+	opts.MaxConcurrency = limit
+	log := opts.Logger
 	runner, err := process.New(context.Background(), process.Config{Languages: sandbox.LanguageNames(), WorkRoot: work, Logger: log})
 	if err != nil {
 		t.Fatalf("process.New: %v", err)
 	}
 	chain := sandbox.Limit(runner, limit)
-	srv := New(cfg, chain, Options{Version: "test", Logger: log})
-	handler, shutdown, err := srv.HTTPHandler(configs.TransportHTTP, "")
+	srv := New(chain, opts)
+	handler, shutdown, err := srv.HTTPHandler(TransportHTTP, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,25 +15,30 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/codeexec/codeexec/configs"
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 )
 
-func testConfig(t *testing.T, env ...string) *configs.Config {
-	t.Helper()
-	c, err := configs.Load(append([]string{"CODE_EXEC_MAX_CODE=1k", "CODE_EXEC_MAX_STDIN=2k"}, env...))
-	if err != nil {
-		t.Fatal(err)
+// testOptions are the server's defaults with 1k of code and 2k of stdin.
+func testOptions() Options {
+	return Options{
+		Version:   "test",
+		Logger:    slog.New(slog.DiscardHandler),
+		Languages: []string{"python", "javascript", "bash"},
+		Limits: sandbox.Limits{Timeout: 10 * time.Second, MemoryBytes: 256 << 20, CPUs: 1, Processes: 64, OpenFiles: 256,
+			FileSizeBytes: 64 << 20, OutputBytes: 1 << 20},
+		MaxTimeout:     60 * time.Second,
+		MaxCode:        1 << 10,
+		MaxStdin:       2 << 10,
+		MaxConcurrency: 4,
 	}
-	return c
 }
 
 func newTestServer(t *testing.T, run func(ctx context.Context, req sandbox.Request) (*sandbox.Result, error)) *Server {
 	t.Helper()
 	fake := &sandboxtest.Fake{RunFunc: run, Caps: sandbox.Capabilities{Mode: sandbox.ModeProcess, Isolation: sandbox.Isolation{Environment: true},
 		Languages: []sandbox.LanguageStatus{{Name: "python", Available: true}}}}
-	return New(testConfig(t), fake, Options{Version: "test", Logger: slog.New(slog.DiscardHandler)})
+	return New(fake, testOptions())
 }
 
 func call(args any) mcp.CallToolRequest {
@@ -54,7 +59,7 @@ func resultText(r *mcp.CallToolResult) string {
 }
 
 func TestDecodeExecuteArgs(t *testing.T) {
-	cfg := testConfig(t)
+	opts := testOptions()
 	cases := []struct {
 		name string
 		args any
@@ -88,7 +93,7 @@ func TestDecodeExecuteArgs(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			a, err := DecodeExecuteArgs(c.args, cfg)
+			a, err := DecodeExecuteArgs(c.args, opts)
 			if c.want == "" {
 				if err != nil {
 					t.Fatalf("rejected valid arguments: %v", err)
@@ -113,14 +118,14 @@ func TestDecodeExecuteArgs(t *testing.T) {
 }
 
 func TestDecodeTimeout(t *testing.T) {
-	a, err := DecodeExecuteArgs(map[string]any{"language": "js", "code": "1", "timeout_seconds": 2.5}, testConfig(t))
+	a, err := DecodeExecuteArgs(map[string]any{"language": "js", "code": "1", "timeout_seconds": 2.5}, testOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if a.Timeout != 2500*time.Millisecond || a.Language != "javascript" {
 		t.Fatalf("decoded %+v", a)
 	}
-	a, _ = DecodeExecuteArgs(map[string]any{"language": "sh", "code": "1"}, testConfig(t))
+	a, _ = DecodeExecuteArgs(map[string]any{"language": "sh", "code": "1"}, testOptions())
 	if a.Timeout != 10*time.Second || a.Language != "bash" {
 		t.Fatalf("default timeout not applied: %+v", a)
 	}
@@ -249,7 +254,7 @@ func TestInfo(t *testing.T) {
 
 func TestToolsDeclareAnnotationsAndSchemas(t *testing.T) {
 	for _, mode := range sandbox.Modes {
-		s := New(testConfig(t), &sandboxtest.Fake{Caps: sandbox.Capabilities{Mode: mode}}, Options{})
+		s := New(&sandboxtest.Fake{Caps: sandbox.Capabilities{Mode: mode}}, testOptions())
 		for _, st := range s.tools() {
 			tool := st.Tool
 			a := tool.Annotations

@@ -12,6 +12,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
+	"github.com/codeexec/codeexec/approvals"
 	"github.com/codeexec/codeexec/sandbox"
 )
 
@@ -191,7 +192,7 @@ func infoTool() mcp.Tool {
 // limit are tool results with isError; a Go error is never returned for
 // anything the model can fix.
 func (s *Server) handleExecute(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	args, err := DecodeExecuteArgs(req.GetRawArguments(), s.cfg)
+	args, err := DecodeExecuteArgs(req.GetRawArguments(), s.opts)
 	if err != nil {
 		s.log.Info("request rejected", "tool", ToolExecute, "reason", err.Error())
 		return mcp.NewToolResultError(err.Error()), nil
@@ -199,22 +200,26 @@ func (s *Server) handleExecute(ctx context.Context, req mcp.CallToolRequest) (*m
 	ctx, done := s.trackRun(ctx)
 	defer done()
 
+	limits := s.opts.Limits
+	limits.Timeout = args.Timeout
 	runReq := sandbox.Request{
 		Language: args.Language,
 		Code:     args.Code,
 		Stdin:    args.Stdin,
-		Limits:   s.cfg.Limits(args.Timeout),
+		Limits:   limits,
 	}
-	if s.approvals != nil {
-		var stop *mcp.CallToolResult
-		if ctx, stop = s.approve(ctx, req, runReq); stop != nil {
-			return stop, nil
-		}
-	}
-	res, err := s.runner.Run(ctx, runReq)
-	if err != nil {
+	res, err := s.runnerFor(ctx, req).Run(ctx, runReq)
+	var input *approvals.InputRequiredError
+	switch {
+	case errors.As(err, &input):
+		// Protocol 2026-07-28: the client asks the person and calls again
+		// with the answer and the state.
+		return mcpserver.NewInputRequestBuilder(input.State).Elicit(approvalInputID, elicitation(input.Ask)).ToolResult(), nil
+	case err != nil:
 		msg := runErrorMessage(err, args)
-		s.log.Warn("run failed", "language", args.Language, "err", err)
+		if _, isApproval := approvalErrorMessage(err); !isApproval {
+			s.log.Warn("run failed", "language", args.Language, "err", err)
+		}
 		return mcp.NewToolResultError(msg), nil
 	}
 	out := ExecuteOutput{
@@ -232,7 +237,7 @@ func (s *Server) handleExecute(ctx context.Context, req mcp.CallToolRequest) (*m
 	s.log.Info("run", "language", args.Language, "sandbox", res.Sandbox, "exit_code", res.ExitCode,
 		"duration_ms", out.DurationMS, "limit", res.LimitHit(), "stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr))
 	result := &mcp.CallToolResult{
-		Content:           []mcp.Content{mcp.NewTextContent(RenderText(out, args.Timeout, s.cfg.MaxOutput.String()))},
+		Content:           []mcp.Content{mcp.NewTextContent(RenderText(out, args.Timeout, formatBytes(s.opts.Limits.OutputBytes)))},
 		StructuredContent: out,
 		IsError:           res.LimitHit() != "",
 	}
@@ -312,6 +317,19 @@ func fmtMillis(ms float64) string {
 	return fmt.Sprintf("%.0f ms", ms)
 }
 
+// formatBytes writes a byte count the way it is configured (256m, 64k, 1g).
+func formatBytes(n int64) string {
+	switch {
+	case n != 0 && n%(1<<30) == 0:
+		return fmt.Sprintf("%dg", n/(1<<30))
+	case n != 0 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dm", n/(1<<20))
+	case n != 0 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dk", n/(1<<10))
+	}
+	return fmt.Sprintf("%d", n)
+}
+
 func capitalize(s string) string {
 	if s == "" {
 		return s
@@ -356,7 +374,7 @@ type InfoLimits struct {
 // Info builds sandbox_info's answer.
 func (s *Server) Info() InfoOutput {
 	caps := s.runner.Capabilities()
-	c := s.cfg
+	o := s.opts
 	network := "not isolated: code can reach the network like any program of the server's user"
 	if caps.Isolation.Network {
 		network = "none: each run has no network but a loopback interface of its own"
@@ -369,22 +387,22 @@ func (s *Server) Info() InfoOutput {
 		Warnings:   caps.Warnings,
 		Languages:  caps.Languages,
 		Limits: InfoLimits{
-			DefaultTimeoutSeconds: c.Timeout.Seconds(),
-			MaxTimeoutSeconds:     c.MaxTimeout.Seconds(),
-			MemoryBytes:           int64(c.Memory),
-			CPUs:                  c.CPUs,
-			Processes:             c.Pids,
-			OpenFiles:             c.OpenFiles,
-			FileSizeBytes:         int64(c.FileSize),
-			MaxOutputBytes:        int64(c.MaxOutput),
-			MaxCodeBytes:          int64(c.MaxCode),
-			MaxStdinBytes:         int64(c.MaxStdin),
-			MaxConcurrency:        c.MaxConcurrency,
+			DefaultTimeoutSeconds: o.Limits.Timeout.Seconds(),
+			MaxTimeoutSeconds:     o.MaxTimeout.Seconds(),
+			MemoryBytes:           o.Limits.MemoryBytes,
+			CPUs:                  o.Limits.CPUs,
+			Processes:             o.Limits.Processes,
+			OpenFiles:             o.Limits.OpenFiles,
+			FileSizeBytes:         o.Limits.FileSizeBytes,
+			MaxOutputBytes:        o.Limits.OutputBytes,
+			MaxCodeBytes:          o.MaxCode,
+			MaxStdinBytes:         o.MaxStdin,
+			MaxConcurrency:        o.MaxConcurrency,
 		},
 		Network:     network,
-		Approval:    s.approval,
+		Approval:    s.approvalDescription(),
 		Protections: caps.Protections,
-		Version:     s.version,
+		Version:     o.Version,
 	}
 }
 

@@ -143,15 +143,15 @@ func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int 
 	announce(log, cfg, runner.Capabilities())
 
 	// Approval is decided before a run takes a slot: Gate(Limit(runner)).
-	appr, err := newApprovals(ctx, cfg, chain, log)
+	gate, consoleURL, err := newGate(ctx, cfg, chain, log)
 	if err != nil {
 		log.Error("cannot start approvals", "err", err)
 		fmt.Fprintf(stderr, "codeexec: %v\n", err)
 		return 1
 	}
-	if appr != nil {
-		chain = appr.Gate
-		if audit := appr.Gate.Audit(); audit != nil {
+	if gate != nil {
+		chain = gate
+		if audit := gate.Audit(); audit != nil {
 			defer func() {
 				n, head := audit.Head()
 				log.Info("audit log closed", "path", audit.Path(), "entries", n, "last_hash", head)
@@ -160,12 +160,12 @@ func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int 
 		}
 	}
 
-	srv := server.New(cfg, chain, server.Options{Version: buildVersion(), Logger: log, Approvals: appr})
+	srv := server.New(chain, serverOptions(cfg, log, consoleURL))
 	switch cfg.Transport {
 	case configs.TransportStdio:
 		err = srv.ServeStdio(ctx, stdin, stdout)
 	default:
-		err = srv.ServeHTTP(ctx, cfg.Transport, cfg.Addr, func(a net.Addr) {
+		err = srv.ServeHTTP(ctx, server.Transport(cfg.Transport), cfg.Addr, func(a net.Addr) {
 			log.Info("listening", "transport", cfg.Transport, "addr", a.String(), "auth", cfg.AuthToken != "")
 		})
 	}
@@ -177,33 +177,48 @@ func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int 
 	return 0
 }
 
-// newApprovals builds the approval gate around next, opens the audit log and
+// serverOptions is what the MCP server needs of the configuration.
+func serverOptions(cfg *configs.Config, log *slog.Logger, consoleURL string) server.Options {
+	return server.Options{
+		Version:        buildVersion(),
+		Logger:         log,
+		Languages:      cfg.Languages,
+		Limits:         cfg.Limits(cfg.Timeout),
+		MaxTimeout:     cfg.MaxTimeout,
+		MaxCode:        int64(cfg.MaxCode),
+		MaxStdin:       int64(cfg.MaxStdin),
+		MaxConcurrency: cfg.MaxConcurrency,
+		AuthToken:      cfg.AuthToken,
+		Elicit:         cfg.ApprovalElicit,
+		ConsoleURL:     consoleURL,
+	}
+}
+
+// newGate builds the approval gate around next, opens the audit log and
 // starts the approvals console, when CODE_EXEC_APPROVAL or
-// CODE_EXEC_AUDIT_LOG ask for them; otherwise it returns nil.
-func newApprovals(ctx context.Context, cfg *configs.Config, next sandbox.Runner, log *slog.Logger) (*server.Approvals, error) {
+// CODE_EXEC_AUDIT_LOG ask for them; otherwise it returns nil. consoleURL is
+// where the console answers ("" without one).
+func newGate(ctx context.Context, cfg *configs.Config, next sandbox.Runner, log *slog.Logger) (gate *approvals.Gate, consoleURL string, err error) {
 	if cfg.Approval == approvals.PolicyNever && cfg.AuditLog == "" {
-		return nil, nil
+		return nil, "", nil
 	}
 	var audit *approvals.AuditLog
 	if cfg.AuditLog != "" {
-		var err error
 		if audit, err = approvals.OpenAudit(cfg.AuditLog); err != nil {
-			return nil, fmt.Errorf("CODE_EXEC_AUDIT_LOG: %w", err)
+			return nil, "", fmt.Errorf("CODE_EXEC_AUDIT_LOG: %w", err)
 		}
 		n, head := audit.Head()
 		log.Info("audit log", "path", cfg.AuditLog, "entries", n, "last_hash", head)
 	}
-	consoleURL := ""
 	var ln net.Listener
 	if cfg.AdminEnabled() {
-		var err error
 		if ln, err = net.Listen("tcp", cfg.AdminAddr); err != nil {
 			_ = audit.Close()
-			return nil, fmt.Errorf("cannot serve the approvals console on CODE_EXEC_ADMIN_ADDR=%s: %w (choose another address, or off)", cfg.AdminAddr, err)
+			return nil, "", fmt.Errorf("cannot serve the approvals console on CODE_EXEC_ADMIN_ADDR=%s: %w (choose another address, or off)", cfg.AdminAddr, err)
 		}
 		consoleURL = "http://" + ln.Addr().String() + "/"
 	}
-	gate := approvals.NewGate(next, approvals.GateConfig{
+	gate = approvals.NewGate(next, approvals.GateConfig{
 		Policy: cfg.Approval, Timeout: cfg.ApprovalTimeout, Audit: audit, OutOfBand: ln != nil, Logger: log,
 	})
 	if ln != nil {
@@ -218,7 +233,7 @@ func newApprovals(ctx context.Context, cfg *configs.Config, next sandbox.Runner,
 	if cfg.Approval != approvals.PolicyNever {
 		log.Info("approvals", "policy", cfg.Approval, "timeout", cfg.ApprovalTimeout, "elicitation", cfg.ApprovalElicit, "console", consoleURL != "")
 	}
-	return &server.Approvals{Gate: gate, Signer: approvals.NewSigner(nil), Elicit: cfg.ApprovalElicit, ConsoleURL: consoleURL}, nil
+	return gate, consoleURL, nil
 }
 
 func newLogger(cfg *configs.Config, w io.Writer) *slog.Logger {

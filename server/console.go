@@ -11,13 +11,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/codeexec/codeexec/approvals"
-	"github.com/codeexec/codeexec/configs"
 )
 
 // The approvals console: a static page whose script renders everything with
@@ -56,7 +56,7 @@ type Admin struct {
 }
 
 // NewAdmin returns the admin handler for gate. An empty token is only safe
-// on a loopback listener (configs.Config.Validate enforces that).
+// on a loopback listener (the configuration refuses anything else).
 func NewAdmin(gate *approvals.Gate, token string, log *slog.Logger) *Admin {
 	if log == nil {
 		log = slog.Default()
@@ -121,13 +121,22 @@ func (a *Admin) checkHost(next http.Handler) http.Handler {
 			if h, _, err := net.SplitHostPort(host); err == nil {
 				host = h
 			}
-			if !configs.IsLoopback(strings.Trim(host, "[]")) {
+			if !isLoopback(strings.Trim(host, "[]")) {
 				http.Error(w, "403 forbidden: the approvals console answers only on a loopback host name without CODE_EXEC_ADMIN_TOKEN", http.StatusForbidden)
 				return
 			}
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// isLoopback reports whether host (an IP or "localhost") is a loopback address.
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 // api authenticates, checks the origin of state-changing requests, and

@@ -52,9 +52,9 @@ func newAdminFixture(t *testing.T, token string) adminFixture {
 func (f adminFixture) startRun(t *testing.T, code string) (approvals.Ask, chan error) {
 	t.Helper()
 	errc := make(chan error, 1)
-	ctx := approvals.WithRequester(context.Background(), approvals.Requester{Client: "test-client 1.0", Transport: "stdio"})
+	run := f.gate.For(approvals.Call{Requester: approvals.Requester{Client: "test-client 1.0", Transport: "stdio"}})
 	go func() {
-		_, err := f.gate.Run(ctx, sandbox.Request{Language: "python", Code: code, Limits: sandbox.Limits{Timeout: time.Second}})
+		_, err := run.Run(context.Background(), sandbox.Request{Language: "python", Code: code, Limits: sandbox.Limits{Timeout: time.Second}})
 		errc <- err
 	}()
 	deadline := time.Now().Add(5 * time.Second)
@@ -178,7 +178,6 @@ func TestAdminApproveAndDeny(t *testing.T) {
 		t.Fatalf("audit log does not say who decided:\n%s", log)
 	}
 }
-
 func TestApprovalsCLI(t *testing.T) {
 	t.Parallel()
 	f := newAdminFixture(t, testAdminToken)
