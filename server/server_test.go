@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -382,5 +384,56 @@ func TestRenderText(t *testing.T) {
 	}
 	if got := RenderText(ExecuteOutput{TimedOut: true, Stdout: "partial", Sandbox: "docker"}, 2*time.Second, "1m"); !strings.Contains(got, "stdout:\npartial\n") || !strings.Contains(got, "2s limit") {
 		t.Fatalf("timeout: %q", got)
+	}
+}
+
+// TestSchemaAndDecoderAgree: the inputSchema that tools/list shows and the
+// decoder come from one declaration: every property is accepted, every
+// required one is required, every type is enforced, nothing else passes.
+func TestSchemaAndDecoderAgree(t *testing.T) {
+	var schema struct {
+		Type                 string                     `json:"type"`
+		Properties           map[string]json.RawMessage `json:"properties"`
+		Required             []string                   `json:"required"`
+		AdditionalProperties *bool                      `json:"additionalProperties"`
+	}
+	if err := json.Unmarshal(executeTool(sandbox.Capabilities{}).RawInputSchema, &schema); err != nil {
+		t.Fatal(err)
+	}
+	if schema.Type != "object" || schema.AdditionalProperties == nil || *schema.AdditionalProperties || len(schema.Properties) != 4 {
+		t.Fatalf("schema = %+v", schema)
+	}
+	valid := map[string]any{"language": "python", "code": "print(1)", "stdin": "x", "timeout_seconds": 2}
+	wrong := map[string]any{"string": 7, "number": "7"}
+	opts := testOptions()
+	for name, raw := range schema.Properties {
+		var prop struct {
+			Type        string `json:"type"`
+			Description string `json:"description"`
+		}
+		if err := json.Unmarshal(raw, &prop); err != nil || prop.Description == "" {
+			t.Fatalf("%s: %s", name, raw)
+		}
+		if _, ok := valid[name]; !ok {
+			t.Fatalf("the schema has %s, which this test does not know", name)
+		}
+		args := maps.Clone(valid)
+		args[name] = wrong[prop.Type]
+		if _, err := DecodeExecuteArgs(args, opts); err == nil || !strings.Contains(err.Error(), name+" must be") {
+			t.Errorf("%s of the wrong type: %v", name, err)
+		}
+		delete(args, name)
+		_, err := DecodeExecuteArgs(args, opts)
+		if required := slices.Contains(schema.Required, name); required != (err != nil && strings.Contains(err.Error(), "missing required argument")) {
+			t.Errorf("%s: required in the schema = %v, but without it the decoder says %v", name, required, err)
+		}
+	}
+	if _, err := DecodeExecuteArgs(valid, opts); err != nil {
+		t.Fatalf("every property at once: %v", err)
+	}
+	args := maps.Clone(valid)
+	args["network"] = true
+	if _, err := DecodeExecuteArgs(args, opts); err == nil || !strings.Contains(err.Error(), "takes language, code, stdin and timeout_seconds") {
+		t.Errorf("a property outside the schema: %v", err)
 	}
 }

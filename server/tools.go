@@ -22,32 +22,6 @@ const (
 	ToolInfo    = "sandbox_info"
 )
 
-// executeInputSchema is the JSON Schema of code_execute's arguments.
-const executeInputSchema = `{
-  "type": "object",
-  "properties": {
-    "language": {
-      "type": "string",
-      "description": "Language of the code: python, javascript or bash (aliases: py, python3, js, node, sh)."
-    },
-    "code": {
-      "type": "string",
-      "description": "The program text. Print what you want to see: only stdout and stderr come back."
-    },
-    "stdin": {
-      "type": "string",
-      "description": "Standard input for the program (optional)."
-    },
-    "timeout_seconds": {
-      "type": "number",
-      "exclusiveMinimum": 0,
-      "description": "Wall-clock limit for this run in seconds (optional; the server's default applies otherwise, and its cap may not be exceeded: see sandbox_info)."
-    }
-  },
-  "required": ["language", "code"],
-  "additionalProperties": false
-}`
-
 // modeEnum is the JSON list of the sandbox modes, for the schemas.
 var modeEnum = func() string {
 	b, err := json.Marshal(sandbox.Modes)
@@ -74,9 +48,6 @@ var executeOutputSchema = `{
   },
   "required": ["exit_code", "stdout", "stderr", "timed_out", "oom_killed", "truncated", "duration_ms", "sandbox"]
 }`
-
-// infoInputSchema: sandbox_info takes no arguments.
-const infoInputSchema = `{"type": "object", "properties": {}, "additionalProperties": false}`
 
 var infoOutputSchema = `{
   "type": "object",
@@ -123,7 +94,7 @@ func executeTool(caps sandbox.Capabilities) mcp.Tool {
 		Name:            ToolExecute,
 		Title:           "Execute code",
 		Description:     desc,
-		RawInputSchema:  json.RawMessage(executeInputSchema),
+		RawInputSchema:  argSchema(executeArgs(&ExecuteArgs{}, &Options{})),
 		RawOutputSchema: json.RawMessage(executeOutputSchema),
 		Annotations: mcp.ToolAnnotation{
 			Title:           "Execute code",
@@ -176,7 +147,7 @@ func infoTool() mcp.Tool {
 		Name:            ToolInfo,
 		Title:           "Sandbox information",
 		Description:     "Describe this code-execution server: the sandbox mode in force, the languages and their versions, the limits, the network and approval policies, and which protections are active on this host.",
-		RawInputSchema:  json.RawMessage(infoInputSchema),
+		RawInputSchema:  argSchema(infoArgs),
 		RawOutputSchema: json.RawMessage(infoOutputSchema),
 		Annotations: mcp.ToolAnnotation{
 			Title:           "Sandbox information",
@@ -407,10 +378,8 @@ func (s *Server) Info() InfoOutput {
 }
 
 func (s *Server) handleInfo(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	if raw, _ := decodeRaw(req.GetRawArguments()); raw != nil {
-		if m, ok := raw.(map[string]any); !ok || len(m) > 0 {
-			return mcp.NewToolResultError("sandbox_info takes no arguments: call it with {}"), nil
-		}
+	if err := decodeArgs(req.GetRawArguments(), infoArgs); err != nil {
+		return mcp.NewToolResultError(err.Error()), nil
 	}
 	info := s.Info()
 	text, _ := json.MarshalIndent(info, "", "  ")
