@@ -76,9 +76,9 @@ func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int 
 	if len(args) > 0 {
 		switch args[0] {
 		case "approvals":
-			return server.ApprovalsCommand(args[1:], environ, stdout, stderr)
+			return approvalsCommand(args[1:], environ, stdout, stderr)
 		case "audit":
-			return server.AuditCommand(args[1:], stdout, stderr)
+			return auditCommand(args[1:], stdout, stderr)
 		}
 	}
 	fs := flag.NewFlagSet("codeexec", flag.ContinueOnError)
