@@ -32,6 +32,7 @@ type approvalOpts struct {
 	protocolVersion string
 	client          *mcp.ClientOptions
 	transport       string
+	token           string // the bearer token of the HTTP transports
 }
 
 // approvalEnv is serverEnv with approvals always on, a console on a free
@@ -63,7 +64,7 @@ func approvalConnect(t *testing.T, o approvalOpts) *approvalServer {
 	if transport == "" {
 		transport = stdio
 	}
-	cs, s := connect(t, transport, env, connectOpts{protocolVersion: o.protocolVersion, ctx: ctx, client: o.client, clientName: "codeexec-e2e-approvals"})
+	cs, s := connect(t, transport, env, connectOpts{protocolVersion: o.protocolVersion, ctx: ctx, client: o.client, clientName: "codeexec-e2e-approvals", token: o.token})
 	as := &approvalServer{cs: cs, srv: s, env: env, audit: env["CODE_EXEC_AUDIT_LOG"], disconnect: cancel}
 	deadline := time.Now().Add(30 * time.Second)
 	for as.console == "" {

@@ -226,6 +226,37 @@ func approvalErrorMessage(err error) (string, bool) {
 	return "", false
 }
 
+// WhoCanApprove says, in one sentence fragment, who can approve a run in
+// this configuration (for sandbox_info and the start-up log).
+func (s *Server) WhoCanApprove() string {
+	var who []string
+	if s.opts.Elicit {
+		who = append(who, "the person behind the MCP client, asked through it (MCP elicitation) when it supports it")
+	}
+	if s.opts.ConsoleURL != "" {
+		who = append(who, "operators on the approvals console at "+s.opts.ConsoleURL+" and with `codeexec approvals`")
+	}
+	var b strings.Builder
+	switch len(who) {
+	case 0:
+		b.WriteString("who can approve: nobody (no elicitation, no console), so such runs are denied")
+	case 1:
+		b.WriteString("who can approve: only " + who[0])
+	default:
+		b.WriteString("who can approve: " + strings.Join(who, ", and "))
+	}
+	switch {
+	case s.opts.Elicit && s.opts.ElicitReason != "":
+		b.WriteString(" (elicitation answers count: " + s.opts.ElicitReason + ")")
+	case !s.opts.Elicit:
+		b.WriteString("; answers through the MCP client (elicitation) do not count")
+		if s.opts.ElicitReason != "" {
+			b.WriteString(": " + s.opts.ElicitReason)
+		}
+	}
+	return b.String()
+}
+
 // approvalDescription describes the approval policy for sandbox_info.
 func (s *Server) approvalDescription() string {
 	g := s.gate
@@ -239,18 +270,8 @@ func (s *Server) approvalDescription() string {
 	case approvals.PolicyRisky:
 		b.WriteString("risky: runs that the risk check flags (network, subprocesses, deleting or overwriting files, privileges, environment variables or credentials, dynamic code) wait for a person's approval")
 	}
-	fmt.Fprintf(&b, "; no answer within %s means denied; asked ", g.Timeout())
-	var where []string
-	if s.opts.Elicit {
-		where = append(where, "through the client (MCP elicitation) when it supports it")
-	}
-	if s.opts.ConsoleURL != "" {
-		where = append(where, "on the approvals console at "+s.opts.ConsoleURL+" and with `codeexec approvals`")
-	}
-	if len(where) == 0 {
-		where = append(where, "nowhere (no elicitation, no console): such runs are denied")
-	}
-	b.WriteString(strings.Join(where, ", and "))
+	fmt.Fprintf(&b, "; no answer within %s means denied", g.Timeout())
+	b.WriteString("; " + s.WhoCanApprove())
 	if p := g.Audit().Path(); p != "" {
 		b.WriteString("; every request, decision and run is recorded in the audit log")
 	}

@@ -99,3 +99,36 @@ func TestExecuteWithoutAWayToAsk(t *testing.T) {
 		t.Fatalf("made-up approval: isError=%v runs=%d %q", res.IsError, runs.Load(), resultText(res))
 	}
 }
+
+// TestWhoCanApprove: sandbox_info says who can approve, and why the
+// client's answers count or not.
+func TestWhoCanApprove(t *testing.T) {
+	t.Parallel()
+	const console = "http://127.0.0.1:8081/"
+	cases := []struct {
+		name         string
+		elicit       bool
+		why          string
+		console      string
+		want, absent []string
+	}{
+		{"stdio", true, "over stdio", console, []string{"the person behind the MCP client", "operators on the approvals console at " + console, "elicitation answers count: over stdio"}, []string{"only", "do not count"}},
+		{"behind a token", false, "a client that holds CODE_EXEC_AUTH_TOKEN", console, []string{"only operators on the approvals console", "do not count: a client that holds CODE_EXEC_AUTH_TOKEN"}, []string{"person behind"}},
+		{"nobody", false, "CODE_EXEC_APPROVAL_ELICIT=false", "", []string{"nobody", "do not count"}, nil},
+	}
+	for _, c := range cases {
+		s, _ := newGatedServer(t, c.elicit)
+		s.opts.ElicitReason, s.opts.ConsoleURL = c.why, c.console
+		info := s.Info()
+		for _, w := range c.want {
+			if !strings.Contains(info.Approval, w) {
+				t.Errorf("%s: sandbox_info approval %q lacks %q", c.name, info.Approval, w)
+			}
+		}
+		for _, w := range c.absent {
+			if strings.Contains(info.Approval, w) {
+				t.Errorf("%s: sandbox_info approval %q says %q", c.name, info.Approval, w)
+			}
+		}
+	}
+}

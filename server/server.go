@@ -63,8 +63,13 @@ type Options struct {
 
 	// Elicit asks through the client (MCP elicitation), when it supports
 	// it, for runs that need a person's approval (with an approvals.Gate
-	// as the Runner).
+	// as the Runner): the client's answer counts as a person's. Set it
+	// only where a person stands behind the client, never where the
+	// client is an agent that would approve its own code.
 	Elicit bool
+	// ElicitReason says why the client's answers count or not, for
+	// sandbox_info.
+	ElicitReason string
 	// ConsoleURL is where people answer approval requests out of band
 	// ("" without a console); it is shown to the client while a run waits.
 	ConsoleURL string

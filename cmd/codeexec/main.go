@@ -160,7 +160,11 @@ func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int 
 		}
 	}
 
-	srv := server.New(chain, serverOptions(cfg, log, consoleURL))
+	opts := serverOptions(cfg, log, consoleURL)
+	srv := server.New(chain, opts)
+	if cfg.Approval != approvals.PolicyNever {
+		log.Info("approvals", "policy", cfg.Approval, "timeout", cfg.ApprovalTimeout, "elicitation", opts.Elicit, "console", consoleURL != "", "who_can_approve", srv.WhoCanApprove())
+	}
 	switch cfg.Transport {
 	case configs.TransportStdio:
 		err = srv.ServeStdio(ctx, stdin, stdout)
@@ -179,6 +183,7 @@ func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int 
 
 // serverOptions is what the MCP server needs of the configuration.
 func serverOptions(cfg *configs.Config, log *slog.Logger, consoleURL string) server.Options {
+	elicit, why := cfg.ElicitationCounts()
 	return server.Options{
 		Version:        buildVersion(),
 		Logger:         log,
@@ -189,7 +194,8 @@ func serverOptions(cfg *configs.Config, log *slog.Logger, consoleURL string) ser
 		MaxStdin:       int64(cfg.MaxStdin),
 		MaxConcurrency: cfg.MaxConcurrency,
 		AuthToken:      cfg.AuthToken,
-		Elicit:         cfg.ApprovalElicit,
+		Elicit:         elicit,
+		ElicitReason:   why,
 		ConsoleURL:     consoleURL,
 	}
 }
@@ -229,9 +235,6 @@ func newGate(ctx context.Context, cfg *configs.Config, next sandbox.Runner, log 
 			}
 		}()
 		log.Info("approvals console", "url", consoleURL, "token", cfg.AdminToken != "")
-	}
-	if cfg.Approval != approvals.PolicyNever {
-		log.Info("approvals", "policy", cfg.Approval, "timeout", cfg.ApprovalTimeout, "elicitation", cfg.ApprovalElicit, "console", consoleURL != "")
 	}
 	return gate, consoleURL, nil
 }
