@@ -81,7 +81,8 @@ func TestApprovalConsoleBrowser(t *testing.T) {
 	a.waitPending(t, 1)
 	var shown string
 	err := chromedp.Run(ctx,
-		chromedp.Navigate(a.console),
+		// The login URL that the server logs carries the token in its fragment.
+		chromedp.Navigate(logField(a.srv.stderr.String(), "approvals console", "login_url")),
 		chromedp.WaitVisible(`li.ask button.approve`, chromedp.ByQuery),
 		chromedp.SendKeys(`#who`, "e2e-browser", chromedp.ByQuery),
 		chromedp.Text(`li.ask code`, &shown, chromedp.ByQuery),

@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -44,9 +43,11 @@ const AdminHeader = "X-Codeexec-Admin"
 //	POST /api/requests/{id}/approve     body {"by": "name", "note": "..."} (optional)
 //	POST /api/requests/{id}/deny
 //
-// With a token, every API call needs "Authorization: Bearer <token>";
-// without one, only requests whose Host is a loopback name are served
-// (against DNS rebinding).
+// Every API call needs "Authorization: Bearer <token>", whatever the
+// address: code that runs on this host without network isolation can reach
+// a loopback console too. The page itself (HTML, script, style) holds no
+// data and is served to anyone; it asks for the token, or takes it from
+// the URL's fragment (#token=...).
 type Admin struct {
 	gate  *approvals.Gate
 	token string
@@ -55,8 +56,8 @@ type Admin struct {
 	LongPoll time.Duration
 }
 
-// NewAdmin returns the admin handler for gate. An empty token is only safe
-// on a loopback listener (the configuration refuses anything else).
+// NewAdmin returns the admin handler for gate. token must not be empty: with
+// an empty token every API call is refused.
 func NewAdmin(gate *approvals.Gate, token string, log *slog.Logger) *Admin {
 	if log == nil {
 		log = slog.Default()
@@ -94,7 +95,7 @@ func (a *Admin) Handler() http.Handler {
 	mux.HandleFunc("GET /healthz", static([]byte("ok\n"), "text/plain; charset=utf-8"))
 	mux.Handle("GET /api/pending", a.api(a.pending))
 	mux.Handle("POST /api/requests/{id}/{action}", a.api(a.answer))
-	return secureHeaders(a.checkHost(mux))
+	return secureHeaders(mux)
 }
 
 func secureHeaders(next http.Handler) http.Handler {
@@ -111,47 +112,17 @@ func secureHeaders(next http.Handler) http.Handler {
 	})
 }
 
-// checkHost refuses, when no token protects the listener, a Host that is
-// not a loopback name: a page elsewhere that rebinds its DNS name to
-// 127.0.0.1 must not reach the console.
-func (a *Admin) checkHost(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if a.token == "" {
-			host := r.Host
-			if h, _, err := net.SplitHostPort(host); err == nil {
-				host = h
-			}
-			if !isLoopback(strings.Trim(host, "[]")) {
-				http.Error(w, "403 forbidden: the approvals console answers only on a loopback host name without CODE_EXEC_ADMIN_TOKEN", http.StatusForbidden)
-				return
-			}
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// isLoopback reports whether host (an IP or "localhost") is a loopback address.
-func isLoopback(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip, err := netip.ParseAddr(host)
-	return err == nil && ip.IsLoopback()
-}
-
 // api authenticates, checks the origin of state-changing requests, and
 // writes JSON.
 func (a *Admin) api(h func(r *http.Request) (int, any)) http.Handler {
 	want := sha256.Sum256([]byte(a.token))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if a.token != "" {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
-			if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="codeexec-admin"`)
-				writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "send Authorization: Bearer <CODE_EXEC_ADMIN_TOKEN>"})
-				return
-			}
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
+		if a.token == "" || !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="codeexec-admin"`)
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "send Authorization: Bearer <token>: CODE_EXEC_ADMIN_TOKEN, or the token the server wrote to its token file at start (see its log)"})
+			return
 		}
 		if r.Method != http.MethodGet {
 			if r.Header.Get(AdminHeader) == "" {

@@ -90,7 +90,7 @@ func doReq(t *testing.T, method, url string, hdr map[string]string, body string)
 
 func TestAdminConsoleHeaders(t *testing.T) {
 	t.Parallel()
-	f := newAdminFixture(t, "")
+	f := newAdminFixture(t, testAdminToken)
 	resp, body := doReq(t, "GET", f.srv.URL+"/", nil, "")
 	if resp.StatusCode != 200 || !strings.Contains(body, "codeexec approvals") {
 		t.Fatalf("GET / = %d %q", resp.StatusCode, body)
@@ -107,9 +107,31 @@ func TestAdminConsoleHeaders(t *testing.T) {
 	if strings.Contains(body, "<script>") || strings.Contains(string(consoleJS), "innerHTML") {
 		t.Error("the console must not use inline scripts or innerHTML")
 	}
-	// DNS rebinding: a non-loopback Host is refused when there is no token.
-	if resp, _ := doReq(t, "GET", f.srv.URL+"/api/pending", map[string]string{"Host": "evil.example:8081"}, ""); resp.StatusCode != http.StatusForbidden {
-		t.Errorf("a foreign Host got %d, want 403", resp.StatusCode)
+}
+
+// TestAdminAlwaysNeedsAToken: on loopback too, and with a loopback Host,
+// the API answers 401 without the token; an Admin made without a token
+// refuses everything.
+func TestAdminAlwaysNeedsAToken(t *testing.T) {
+	t.Parallel()
+	f := newAdminFixture(t, testAdminToken)
+	for _, hdr := range []map[string]string{nil, {"Host": "127.0.0.1"}, {"Authorization": "Bearer "}, {"Authorization": "Bearer wrong-token-0123456789"}} {
+		if resp, _ := doReq(t, "GET", f.srv.URL+"/api/pending", hdr, ""); resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("GET /api/pending with %v: %d, want 401", hdr, resp.StatusCode)
+		}
+		post := map[string]string{AdminHeader: "cli"}
+		for k, v := range hdr {
+			post[k] = v
+		}
+		if resp, _ := doReq(t, "POST", f.srv.URL+"/api/requests/abc/approve", post, ""); resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("POST approve with %v: %d, want 401", hdr, resp.StatusCode)
+		}
+	}
+	open := newAdminFixture(t, "")
+	for _, auth := range []string{"", "Bearer ", "Bearer x"} {
+		if resp, _ := doReq(t, "GET", open.srv.URL+"/api/pending", map[string]string{"Authorization": auth}, ""); resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("an Admin without a token answered %q with %d, want 401", auth, resp.StatusCode)
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/user"
 	"strings"
@@ -24,7 +25,8 @@ import (
 type adminClient struct {
 	// BaseURL is http://host:port of CODE_EXEC_ADMIN_ADDR.
 	BaseURL string
-	// Token is CODE_EXEC_ADMIN_TOKEN ("" when the listener has none).
+	// Token is the console's token: CODE_EXEC_ADMIN_TOKEN, or the one the
+	// server wrote to its token file.
 	Token string
 	HTTP  *http.Client
 }
@@ -127,12 +129,7 @@ func defaultApprover() string {
 // approvalsCommand runs `codeexec approvals list|approve|deny` with args
 // (after "approvals") and returns the exit status: 0 done, 1 failed, 2 usage.
 func approvalsCommand(args, environ []string, stdout, stderr io.Writer) int {
-	env := map[string]string{}
-	for _, kv := range environ {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			env[k] = v
-		}
-	}
+	env := envMap(environ)
 	usage := func() {
 		fmt.Fprint(stderr, `Usage:
   codeexec approvals list [--json]
@@ -140,7 +137,10 @@ func approvalsCommand(args, environ []string, stdout, stderr io.Writer) int {
   codeexec approvals deny    [--by NAME] [--note TEXT] ID
 
 Talks to the approvals console of a running codeexec at CODE_EXEC_ADMIN_ADDR
-(default 127.0.0.1:8081), with CODE_EXEC_ADMIN_TOKEN if it needs one.
+(default 127.0.0.1:8081) with its token: CODE_EXEC_ADMIN_TOKEN if set, else the
+token the server wrote at start to CODE_EXEC_ADMIN_TOKEN_FILE (by default
+$XDG_RUNTIME_DIR/codeexec/admin-HOST-PORT.token, or the same name in
+~/.cache/codeexec without XDG_RUNTIME_DIR).
 `)
 	}
 	if len(args) == 0 {
@@ -161,7 +161,17 @@ Talks to the approvals console of a running codeexec at CODE_EXEC_ADMIN_ADDR
 	if *addr != "" {
 		env["CODE_EXEC_ADMIN_ADDR"] = *addr
 	}
-	c := &adminClient{BaseURL: adminBaseURL(env), Token: env["CODE_EXEC_ADMIN_TOKEN"]}
+	base := adminBaseURL(env)
+	var host string
+	if u, err := url.Parse(base); err == nil {
+		host = u.Host
+	}
+	token, err := readAdminToken(env, host)
+	if err != nil {
+		fmt.Fprintf(stderr, "codeexec approvals: %v\n", err)
+		return 1
+	}
+	c := &adminClient{BaseURL: base, Token: token}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	switch args[0] {

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"github.com/lmittmann/tint"
@@ -143,7 +144,8 @@ func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int 
 	announce(log, cfg, runner.Capabilities())
 
 	// Approval is decided before a run takes a slot: Gate(Limit(runner)).
-	gate, consoleURL, err := newGate(ctx, cfg, chain, log)
+	gate, consoleURL, removeToken, err := newGate(ctx, cfg, envMap(environ), chain, log)
+	defer removeToken()
 	if err != nil {
 		log.Error("cannot start approvals", "err", err)
 		fmt.Fprintf(stderr, "codeexec: %v\n", err)
@@ -203,40 +205,77 @@ func serverOptions(cfg *configs.Config, log *slog.Logger, consoleURL string) ser
 // newGate builds the approval gate around next, opens the audit log and
 // starts the approvals console, when CODE_EXEC_APPROVAL or
 // CODE_EXEC_AUDIT_LOG ask for them; otherwise it returns nil. consoleURL is
-// where the console answers ("" without one).
-func newGate(ctx context.Context, cfg *configs.Config, next sandbox.Runner, log *slog.Logger) (gate *approvals.Gate, consoleURL string, err error) {
+// where the console answers ("" without one). cleanup removes the admin
+// token file the console's start wrote, if any; call it once the server is
+// done.
+func newGate(ctx context.Context, cfg *configs.Config, env map[string]string, next sandbox.Runner, log *slog.Logger) (gate *approvals.Gate, consoleURL string, cleanup func(), err error) {
+	cleanup = func() {}
 	if cfg.Approval == approvals.PolicyNever && cfg.AuditLog == "" {
-		return nil, "", nil
+		return nil, "", cleanup, nil
 	}
 	var audit *approvals.AuditLog
 	if cfg.AuditLog != "" {
 		if audit, err = approvals.OpenAudit(cfg.AuditLog); err != nil {
-			return nil, "", fmt.Errorf("CODE_EXEC_AUDIT_LOG: %w", err)
+			return nil, "", cleanup, fmt.Errorf("CODE_EXEC_AUDIT_LOG: %w", err)
 		}
 		n, head := audit.Head()
 		log.Info("audit log", "path", cfg.AuditLog, "entries", n, "last_hash", head)
 	}
-	var ln net.Listener
+	var (
+		ln        net.Listener
+		token     = cfg.AdminToken
+		tokenFile string
+	)
 	if cfg.AdminEnabled() {
 		if ln, err = net.Listen("tcp", cfg.AdminAddr); err != nil {
 			_ = audit.Close()
-			return nil, "", fmt.Errorf("cannot serve the approvals console on CODE_EXEC_ADMIN_ADDR=%s: %w (choose another address, or off)", cfg.AdminAddr, err)
+			return nil, "", cleanup, fmt.Errorf("cannot serve the approvals console on CODE_EXEC_ADMIN_ADDR=%s: %w (choose another address, or off)", cfg.AdminAddr, err)
 		}
 		consoleURL = "http://" + ln.Addr().String() + "/"
+		if token == "" {
+			// The console and its API always need a token: make one that
+			// this user's `codeexec approvals` finds in a private file.
+			var explicit bool
+			tokenFile, explicit, err = adminTokenFile(env, ln.Addr().String())
+			if err == nil {
+				token = newAdminToken()
+				cleanup, err = writeAdminToken(tokenFile, explicit, token)
+			}
+			if err != nil {
+				_ = ln.Close()
+				_ = audit.Close()
+				return nil, "", func() {}, fmt.Errorf("the approvals console needs a token: %w", err)
+			}
+		}
 	}
 	gate = approvals.NewGate(next, approvals.GateConfig{
 		Policy: cfg.Approval, Timeout: cfg.ApprovalTimeout, Audit: audit, OutOfBand: ln != nil, Logger: log,
 	})
 	if ln != nil {
-		admin := server.NewAdmin(gate, cfg.AdminToken, log)
+		admin := server.NewAdmin(gate, token, log)
 		go func() {
 			if err := admin.Serve(ctx, ln); err != nil {
 				log.Error("approvals console stopped", "err", err)
 			}
 		}()
-		log.Info("approvals console", "url", consoleURL, "token", cfg.AdminToken != "")
+		if tokenFile != "" {
+			log.Info("approvals console", "url", consoleURL, "token", "generated", "token_file", tokenFile, "login_url", consoleURL+"#token="+token)
+		} else {
+			log.Info("approvals console", "url", consoleURL, "token", "CODE_EXEC_ADMIN_TOKEN")
+		}
 	}
-	return gate, consoleURL, nil
+	return gate, consoleURL, cleanup, nil
+}
+
+// envMap turns KEY=value pairs into a map.
+func envMap(environ []string) map[string]string {
+	env := map[string]string{}
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	return env
 }
 
 func newLogger(cfg *configs.Config, w io.Writer) *slog.Logger {
