@@ -1,9 +1,11 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -56,7 +58,11 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) er
 	stdio.SetContextFunc(func(ctx context.Context) context.Context {
 		return context.WithValue(ctx, peerKey{}, peer{transport: TransportStdio})
 	})
-	err := stdio.Listen(ctx, in, out)
+	// Every message is checked for valid UTF-8 before mcp-go decodes it
+	// (see utf8check.go); the answers to those that are not share the
+	// output with mcp-go's, one whole message per write.
+	w := &lockedWriter{w: out}
+	err := stdio.Listen(ctx, &utf8Lines{in: bufio.NewReader(in), out: w, log: s.log}, w)
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}
@@ -70,7 +76,10 @@ func (s *Server) HTTPHandler(transport Transport, baseURL string) (http.Handler,
 		return context.WithValue(ctx, peerKey{}, peer{transport: transport, remote: r.RemoteAddr})
 	}
 	mux := http.NewServeMux()
-	var shutdown func(context.Context) error
+	var (
+		shutdown func(context.Context) error
+		sse      func(session string, resp json.RawMessage) error
+	)
 	switch transport {
 	case TransportHTTP:
 		h := mcpserver.NewStreamableHTTPServer(s.mcp,
@@ -91,11 +100,12 @@ func (s *Server) HTTPHandler(transport Transport, baseURL string) (http.Handler,
 		mux.Handle("/sse", h.SSEHandler())
 		mux.Handle("/message", h.MessageHandler())
 		shutdown = h.Shutdown
+		sse = func(session string, resp json.RawMessage) error { return h.SendEventToSession(session, resp) }
 	default:
 		return nil, nil, fmt.Errorf("transport %q is not served over HTTP", transport)
 	}
 	maxBody := s.opts.MaxCode + s.opts.MaxStdin*2 + 1<<20
-	var h http.Handler = limitBody(mux, maxBody)
+	var h http.Handler = limitBody(rejectInvalidUTF8(mux, sse, s.log), maxBody)
 	h = requireToken(h, s.opts.AuthToken)
 	root := http.NewServeMux()
 	root.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
