@@ -110,11 +110,12 @@ type GateConfig struct {
 // Closing the Gate withdraws pending requests and closes the next Runner,
 // not the audit log.
 type Gate struct {
-	next   sandbox.Runner
-	cfg    GateConfig
-	broker *Broker
-	signer *Signer
-	log    *slog.Logger
+	next    sandbox.Runner
+	cfg     GateConfig
+	broker  *Broker
+	signer  *Signer
+	log     *slog.Logger
+	history *history
 }
 
 var _ sandbox.Runner = (*Gate)(nil)
@@ -130,7 +131,8 @@ func NewGate(next sandbox.Runner, cfg GateConfig) *Gate {
 	if cfg.WaitInterval <= 0 {
 		cfg.WaitInterval = 5 * time.Second
 	}
-	g := &Gate{next: next, cfg: cfg, log: cfg.Logger, signer: NewSigner(nil)}
+	g := &Gate{next: next, cfg: cfg, log: cfg.Logger, signer: NewSigner(nil), history: newHistory(historySize)}
+	g.history.add(cfg.Audit.Tail()...)
 	g.broker = NewBroker(g.recordDecision)
 	return g
 }
@@ -146,6 +148,24 @@ func (g *Gate) Timeout() time.Duration { return g.cfg.Timeout }
 
 // Audit returns the audit log (nil when none).
 func (g *Gate) Audit() *AuditLog { return g.cfg.Audit }
+
+// Recent returns what the audit record says about the latest n requests,
+// latest activity first: the entries the Gate recorded since it started,
+// after the last ones of the audit log it was given (a few dozen requests
+// are kept, with their code cut to 4 KiB).
+func (g *Gate) Recent(n int) []Activity { return g.history.recent(n) }
+
+// record appends e to the audit log and keeps it for Recent.
+func (g *Gate) record(e Entry) error {
+	if e.Time.IsZero() {
+		e.Time = time.Now().UTC()
+	}
+	if err := g.cfg.Audit.Append(e); err != nil {
+		return err
+	}
+	g.history.add(e)
+	return nil
+}
 
 // For returns the Runner of one call: Run as the Gate's, told who asks and
 // how to ask them (see Call). Its Close does nothing: close the Gate.
@@ -231,7 +251,7 @@ func (g *Gate) run(ctx context.Context, req sandbox.Request, c Call) (*sandbox.R
 	if err != nil {
 		e.Error = err.Error()
 	}
-	if aerr := g.cfg.Audit.Append(e); aerr != nil {
+	if aerr := g.record(e); aerr != nil {
 		g.log.Error("audit log", "err", aerr)
 		return nil, fmt.Errorf("%w after the run: %v", ErrAudit, aerr)
 	}
@@ -254,7 +274,7 @@ func (g *Gate) newAsk(req sandbox.Request, requester Requester, findings []Findi
 		Deadline:   now.Add(g.cfg.Timeout),
 	}
 	stdin, timeout := a.StdinBytes, a.TimeoutMS
-	err := g.cfg.Audit.Append(Entry{
+	err := g.record(Entry{
 		Event: EventRequest, ID: a.ID, CodeSHA256: a.CodeSHA256, Language: a.Language, Code: a.Code,
 		StdinSize: &stdin, TimeoutMS: &timeout, Policy: g.cfg.Policy, Reasons: a.Reasons, Requester: &requester, Time: now,
 	})
@@ -389,7 +409,7 @@ func (g *Gate) reject(req sandbox.Request, requester Requester, id string, outco
 }
 
 func (g *Gate) appendDecision(d Decision) error {
-	err := g.cfg.Audit.Append(Entry{Event: EventDecision, ID: d.ID, CodeSHA256: d.CodeSHA256, Outcome: d.Outcome, By: d.By, Via: d.Via, Note: d.Note, Time: d.At})
+	err := g.record(Entry{Event: EventDecision, ID: d.ID, CodeSHA256: d.CodeSHA256, Outcome: d.Outcome, By: d.By, Via: d.Via, Note: d.Note, Time: d.At})
 	if err != nil {
 		g.log.Error("audit log", "err", err)
 		return fmt.Errorf("%w: %v", ErrAudit, err)

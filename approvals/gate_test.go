@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
@@ -328,5 +329,66 @@ func TestBrokerFirstAnswerWins(t *testing.T) {
 	}
 	if _, err := b.Decide(Decision{ID: "nope", Outcome: OutcomeApproved}); !errors.Is(err, ErrUnknownRequest) {
 		t.Fatalf("unknown id: %v", err)
+	}
+}
+
+// TestGateRecent: the Gate keeps what it records for the console, grouped
+// by request, latest first, and a new Gate picks up the end of the audit
+// log it is given.
+func TestGateRecent(t *testing.T) {
+	t.Parallel()
+	f := newGate(t, GateConfig{Policy: PolicyRisky, Timeout: time.Minute, OutOfBand: true})
+	if _, err := f.gate.Run(context.Background(), harmless); err != nil {
+		t.Fatal(err)
+	}
+	answer(t, f.gate, OutcomeDenied)
+	if _, err := f.gate.Run(context.Background(), risky); !errors.Is(err, ErrNotApproved) {
+		t.Fatalf("risky run: %v", err)
+	}
+	recent := f.gate.Recent(10)
+	if len(recent) != 2 {
+		t.Fatalf("Recent = %+v, want 2 requests", recent)
+	}
+	denied, ran := recent[0], recent[1]
+	if denied.Request == nil || denied.Request.Code != risky.Code || len(denied.Decisions) != 1 || denied.Decisions[0].Outcome != OutcomeDenied || denied.Decisions[0].By != "alice" || denied.Run != nil {
+		t.Errorf("latest = %+v", denied)
+	}
+	if ran.Request == nil || len(ran.Decisions) != 1 || ran.Decisions[0].Outcome != OutcomeNotRequired || ran.Run == nil || ran.Run.ExitCode == nil || *ran.Run.ExitCode != 0 {
+		t.Errorf("earlier = %+v", ran)
+	}
+	if got := f.gate.Recent(1); len(got) != 1 || got[0].ID != denied.ID {
+		t.Errorf("Recent(1) = %+v", got)
+	}
+
+	// A Gate over the same log, reopened, shows the same.
+	f.gate.Close()
+	log, err := OpenAudit(f.audit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	g := NewGate(&sandboxtest.Fake{}, GateConfig{Policy: PolicyRisky, Audit: log, Logger: slog.New(slog.DiscardHandler)})
+	if again := g.Recent(10); len(again) != 2 || again[0].ID != denied.ID || again[1].Run == nil {
+		t.Errorf("after reopening: %+v", again)
+	}
+}
+
+func TestHistoryKeepsTheLatest(t *testing.T) {
+	t.Parallel()
+	h := newHistory(4)
+	long := strings.Repeat("é", historyCodeBytes) // two bytes a rune
+	h.add(Entry{ID: "a", Event: EventRequest, Code: long, Time: time.Unix(1, 0)})
+	for i := range 5 {
+		h.add(Entry{ID: string(rune('b' + i)), Event: EventRequest, Time: time.Unix(int64(2+i), 0)})
+	}
+	got := h.recent(10)
+	if len(got) != 4 || got[0].ID != "f" || got[3].ID != "c" {
+		t.Fatalf("recent = %+v, want f, e, d, c", got)
+	}
+	h2 := newHistory(4)
+	h2.add(Entry{ID: "a", Event: EventRequest, Code: long})
+	code := h2.recent(1)[0].Request.Code
+	if len(code) > historyCodeBytes+100 || !utf8.ValidString(code) || !strings.Contains(code, "audit log has all of it") {
+		t.Fatalf("kept code of %d bytes, valid UTF-8 %v", len(code), utf8.ValidString(code))
 	}
 }

@@ -42,6 +42,7 @@ const AdminHeader = "X-Codeexec-Admin"
 //	GET  /api/pending[?since=V&wait=1]  the pending requests (long-poll while the version is V)
 //	POST /api/requests/{id}/approve     body {"by": "name", "note": "..."} (optional)
 //	POST /api/requests/{id}/deny
+//	GET  /api/recent[?n=20]              the latest requests with their decisions and run outcomes (at most 100)
 //
 // Every API call needs "Authorization: Bearer <token>", whatever the
 // address: code that runs on this host without network isolation can reach
@@ -74,6 +75,13 @@ type PendingList struct {
 	Now            time.Time       `json:"now"`
 }
 
+// RecentList is the answer of GET /api/recent: what the audit record says
+// about the latest requests, latest first.
+type RecentList struct {
+	Recent []approvals.Activity `json:"recent"`
+	Now    time.Time            `json:"now"`
+}
+
 // Answer is the body of POST /api/requests/{id}/approve and /deny.
 type Answer struct {
 	By   string `json:"by,omitempty"`
@@ -95,6 +103,7 @@ func (a *Admin) Handler() http.Handler {
 	mux.HandleFunc("GET /healthz", static([]byte("ok\n"), "text/plain; charset=utf-8"))
 	mux.Handle("GET /api/pending", a.api(a.pending))
 	mux.Handle("POST /api/requests/{id}/{action}", a.api(a.answer))
+	mux.Handle("GET /api/recent", a.api(a.recent))
 	return secureHeaders(mux)
 }
 
@@ -171,6 +180,14 @@ func (a *Admin) pending(r *http.Request) (int, any) {
 		asks, v = b.Pending()
 	}
 	return http.StatusOK, PendingList{Version: v, Policy: string(a.gate.Policy()), TimeoutSeconds: a.gate.Timeout().Seconds(), Pending: asks, Now: time.Now().UTC()}
+}
+
+func (a *Admin) recent(r *http.Request) (int, any) {
+	n := 20
+	if v, err := strconv.Atoi(r.URL.Query().Get("n")); err == nil && v > 0 {
+		n = min(v, 100)
+	}
+	return http.StatusOK, RecentList{Recent: a.gate.Recent(n), Now: time.Now().UTC()}
 }
 
 func (a *Admin) answer(r *http.Request) (int, any) {

@@ -195,6 +195,22 @@ func TestAdminApproveAndDeny(t *testing.T) {
 	if err := <-errc2; !errors.As(err, &de) || !strings.Contains(de.Sentence(), "bob") {
 		t.Fatalf("denied run: %v", err)
 	}
+	// The console shows what was decided and how the runs ended.
+	if resp, _ := doReq(t, "GET", f.srv.URL+"/api/recent", nil, ""); resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("GET /api/recent without the token: %d", resp.StatusCode)
+	}
+	resp, body = doReq(t, "GET", f.srv.URL+"/api/recent", auth, "")
+	var recent RecentList
+	if err := json.Unmarshal([]byte(body), &recent); err != nil || resp.StatusCode != 200 || len(recent.Recent) != 2 {
+		t.Fatalf("GET /api/recent = %d %s", resp.StatusCode, body)
+	}
+	latest, first := recent.Recent[0], recent.Recent[1]
+	if latest.ID != ask2.ID || len(latest.Decisions) != 1 || latest.Decisions[0].Outcome != approvals.OutcomeDenied || latest.Run != nil || latest.Request.Code != "print(2)" {
+		t.Errorf("latest = %+v", latest)
+	}
+	if first.ID != ask.ID || len(first.Decisions) != 1 || first.Decisions[0].Outcome != approvals.OutcomeApproved || !strings.HasPrefix(first.Decisions[0].By, "alice") || first.Run == nil || first.Run.ExitCode == nil {
+		t.Errorf("first = %+v", first)
+	}
 	log, _ := os.ReadFile(f.audit)
 	if !strings.Contains(string(log), `"by":"alice (console from 127.0.0.1:`) || !strings.Contains(string(log), `"outcome":"denied","by":"bob (console`) {
 		t.Fatalf("audit log does not say who decided:\n%s", log)
