@@ -84,6 +84,7 @@ type AuditLog struct {
 	seq  int64
 	prev string
 	now  func() time.Time
+	tail []Entry // the last entries found at open
 }
 
 // OpenAudit opens (creating if needed, mode 0600) the audit log at path and
@@ -99,12 +100,34 @@ func OpenAudit(path string) (*AuditLog, error) {
 		f.Close()
 		return nil, fmt.Errorf("reading the audit log: %w", err)
 	}
-	sum, err := Verify(f)
+	var last [][]byte
+	sum, err := verify(f, func(line []byte) {
+		if len(last) == historySize {
+			last = last[1:]
+		}
+		last = append(last, append([]byte(nil), line...))
+	})
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("the audit log %s does not verify, so codeexec will not append to it (move it aside to start a new one): %w", path, err)
 	}
-	return &AuditLog{f: f, path: path, seq: sum.Entries, prev: sum.LastHash, now: time.Now}, nil
+	l := &AuditLog{f: f, path: path, seq: sum.Entries, prev: sum.LastHash, now: time.Now}
+	for _, line := range last {
+		var e Entry
+		if json.Unmarshal(line, &e) == nil {
+			l.tail = append(l.tail, e)
+		}
+	}
+	return l, nil
+}
+
+// Tail returns the last entries that were in the log when it was opened
+// (up to a few dozen requests' worth), oldest first.
+func (l *AuditLog) Tail() []Entry {
+	if l == nil {
+		return nil
+	}
+	return l.tail
 }
 
 // Path returns the file the log writes to.
@@ -211,7 +234,11 @@ var hashSuffix = regexp.MustCompile(`,"hash":"([0-9a-f]{64})"}$`)
 // error wrapping ErrTampered that names the first bad line. An empty log
 // verifies. Removing entries from the end of a log cannot be detected from
 // the log alone: compare the last hash (logged by the server) too.
-func Verify(r io.Reader) (VerifySummary, error) {
+func Verify(r io.Reader) (VerifySummary, error) { return verify(r, nil) }
+
+// verify is Verify that also gives each line that verified (without its
+// newline) to keep, if not nil.
+func verify(r io.Reader, keep func(line []byte)) (VerifySummary, error) {
 	var sum VerifySummary
 	br := bufio.NewReader(r)
 	for lineNo := 1; ; lineNo++ {
@@ -250,6 +277,9 @@ func Verify(r io.Reader) (VerifySummary, error) {
 			return sum, fmt.Errorf("%w: line %d has seq %d, want %d", ErrTampered, lineNo, e.Seq, sum.Entries+1)
 		}
 		sum.Entries, sum.LastHash = e.Seq, want
+		if keep != nil {
+			keep(line)
+		}
 	}
 }
 

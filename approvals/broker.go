@@ -134,17 +134,6 @@ func (b *Broker) Wait(ctx context.Context, id string) (Decision, error) {
 	}
 }
 
-// Get returns the request id and its decision (nil while pending).
-func (b *Broker) Get(id string) (Ask, *Decision, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	it, ok := b.items[id]
-	if !ok {
-		return Ask{}, nil, false
-	}
-	return it.ask, it.decision, true
-}
-
 // Pending lists the requests that wait for a decision, oldest first, and
 // the version of the list (see Changes).
 func (b *Broker) Pending() ([]Ask, uint64) {

@@ -1,7 +1,6 @@
 package approvals
 
 import (
-	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
@@ -190,44 +189,4 @@ func newID() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-type ctxKey int
-
-const (
-	requesterKey ctxKey = iota
-	decisionKey
-	waitKey
-)
-
-// WithRequester returns a context that tells the Gate who asks.
-func WithRequester(ctx context.Context, r Requester) context.Context {
-	return context.WithValue(ctx, requesterKey, r)
-}
-
-// RequesterFrom returns the Requester in ctx, if any.
-func RequesterFrom(ctx context.Context) Requester {
-	r, _ := ctx.Value(requesterKey).(Requester)
-	return r
-}
-
-// WithDecision returns a context that carries a decision already made for
-// the request (for example through MCP elicitation), so that the Gate does
-// not ask again. The Gate uses it only when its CodeSHA256 matches the request.
-func WithDecision(ctx context.Context, d Decision) context.Context {
-	return context.WithValue(ctx, decisionKey, d)
-}
-
-// WaitFunc is called while a run waits for a person: at once, then every
-// few seconds, with what is waiting and how long is left.
-type WaitFunc func(a Ask, waited, left time.Duration)
-
-// WithWaitFunc returns a context whose Gate calls f while the run waits.
-func WithWaitFunc(ctx context.Context, f WaitFunc) context.Context {
-	return context.WithValue(ctx, waitKey, f)
-}
-
-func waitFuncFrom(ctx context.Context) WaitFunc {
-	f, _ := ctx.Value(waitKey).(WaitFunc)
-	return f
 }

@@ -11,10 +11,73 @@ import (
 )
 
 // Approver asks a person whether a run may go ahead. Approve blocks until
-// there is a decision or ctx ends (then it returns ctx's error). A request
-// that nobody answers in time is decided OutcomeTimedOut, not an error.
+// the person answers or ctx ends (then it returns ctx's error); the Gate
+// cancels ctx when the request is decided elsewhere first. The Decision's
+// ID, At and CodeSHA256 are filled in by the Gate.
+//
+// An Approver that cannot wait for the answer within the call returns
+// ErrInputRequired at once: the question then goes back to the client with
+// the call's result, and the answer comes with a later call (Call.Answer).
+// Any other error means the person could not be asked; the request then
+// waits for the approvals console and CLI, if they are served.
 type Approver interface {
 	Approve(ctx context.Context, a Ask) (Decision, error)
+}
+
+// ErrInputRequired is returned by an Approver that hands the question to
+// the client (MCP multi-round-trip requests, protocol 2026-07-28), and is
+// wrapped by the *InputRequiredError that Run then returns.
+var ErrInputRequired = errors.New("approval input required from the client")
+
+// InputRequiredError is what a Gate's Run returns, instead of running, when
+// the call's Approver handed the question to the client: the code did not
+// run, the request stays pending (on the Broker, until its deadline), and
+// the client is to show Ask to a person and call again with the answer and
+// State (see Answer). It is not a denial.
+type InputRequiredError struct {
+	Ask Ask
+	// State is the signed state that must come back with the answer: it
+	// binds the answer to this request and this exact code, once, until
+	// the deadline.
+	State string
+}
+
+func (e *InputRequiredError) Error() string {
+	return "approval of request " + e.Ask.ID + " is asked of the client"
+}
+
+// Unwrap lets errors.Is(err, ErrInputRequired) hold.
+func (e *InputRequiredError) Unwrap() error { return ErrInputRequired }
+
+// Answer is a person's answer that came back with a call, to a question a
+// Gate handed to the client before (InputRequiredError).
+type Answer struct {
+	// State is the InputRequiredError's State, as the client sent it back.
+	State string
+	// Decision is the answer: Outcome, By, Via and Note. Its ID and
+	// CodeSHA256 come from State.
+	Decision Decision
+}
+
+// WaitFunc is called while a run waits for a person: at once, then every
+// few seconds, with what is waiting and how long is left.
+type WaitFunc func(a Ask, waited, left time.Duration)
+
+// Call is what a Gate is told about one call besides its sandbox.Request.
+// The MCP server makes one per tool call and passes it with Gate.For; the
+// zero Call names no requester and asks only on the Broker.
+type Call struct {
+	// Requester says who asks: it is shown to the approver and recorded.
+	Requester Requester
+	// Approver, if not nil, asks the person behind the client while the
+	// request also waits on the Broker (the approvals console and CLI);
+	// the first answer wins.
+	Approver Approver
+	// Answer, if not nil, is an answer to an earlier question that came
+	// back with this call; the Gate checks its State and asks nobody.
+	Answer *Answer
+	// Waiting, if not nil, is called while the run waits for a person.
+	Waiting WaitFunc
 }
 
 // GateConfig configures a Gate.
@@ -27,7 +90,7 @@ type GateConfig struct {
 	Audit *AuditLog
 	// OutOfBand reports whether people answer on the approvals console or
 	// CLI (the Gate's Broker). Without it, a run that needs approval and
-	// brings no decision (from elicitation) is denied OutcomeUnavailable.
+	// whose Call has no Approver is denied OutcomeUnavailable.
 	OutOfBand bool
 	// WaitInterval is how often a waiting run's WaitFunc is called (5s if 0).
 	WaitInterval time.Duration
@@ -36,20 +99,23 @@ type GateConfig struct {
 
 // Gate is a sandbox.Runner that asks before it runs: when its Policy
 // requires approval for a request, the request waits (before it takes a run
-// slot in the Runner it wraps) for a person's decision on the Gate's Broker,
-// unless its context already carries a decision for exactly this request
-// (WithDecision). Code that is not approved never reaches the next Runner;
-// Run then returns a *DeniedError. Every request, decision and run is
-// appended to the audit log before Run returns.
+// slot in the Runner it wraps) for a person's decision, given on the Gate's
+// Broker or through the call's Approver, whichever answers first. Code that
+// is not approved never reaches the next Runner; Run then returns a
+// *DeniedError (or an *InputRequiredError when the question went back to
+// the client). Every request, decision and run is appended to the audit log
+// before Run returns.
 //
+// Run itself knows nothing of the call; For gives the Runner of one call.
 // Closing the Gate withdraws pending requests and closes the next Runner,
 // not the audit log.
 type Gate struct {
-	next     sandbox.Runner
-	cfg      GateConfig
-	broker   *Broker
-	log      *slog.Logger
-	approver Approver
+	next    sandbox.Runner
+	cfg     GateConfig
+	broker  *Broker
+	signer  *Signer
+	log     *slog.Logger
+	history *history
 }
 
 var _ sandbox.Runner = (*Gate)(nil)
@@ -65,9 +131,9 @@ func NewGate(next sandbox.Runner, cfg GateConfig) *Gate {
 	if cfg.WaitInterval <= 0 {
 		cfg.WaitInterval = 5 * time.Second
 	}
-	g := &Gate{next: next, cfg: cfg, log: cfg.Logger}
+	g := &Gate{next: next, cfg: cfg, log: cfg.Logger, signer: NewSigner(nil), history: newHistory(historySize)}
+	g.history.add(cfg.Audit.Tail()...)
 	g.broker = NewBroker(g.recordDecision)
-	g.approver = brokerApprover{g}
 	return g
 }
 
@@ -80,186 +146,93 @@ func (g *Gate) Policy() Policy { return g.cfg.Policy }
 // Timeout returns the approval timeout.
 func (g *Gate) Timeout() time.Duration { return g.cfg.Timeout }
 
-// OutOfBand reports whether the console and CLI answer requests.
-func (g *Gate) OutOfBand() bool { return g.cfg.OutOfBand }
-
 // Audit returns the audit log (nil when none).
 func (g *Gate) Audit() *AuditLog { return g.cfg.Audit }
 
-// Check runs the risk check on req and reports whether the policy requires
-// a person's approval.
-func (g *Gate) Check(req sandbox.Request) (bool, []Finding) {
-	if g.cfg.Policy == PolicyNever {
-		return false, nil
+// Recent returns what the audit record says about the latest n requests,
+// latest activity first: the entries the Gate recorded since it started,
+// after the last ones of the audit log it was given (a few dozen requests
+// are kept, with their code cut to 4 KiB).
+func (g *Gate) Recent(n int) []Activity { return g.history.recent(n) }
+
+// record appends e to the audit log and keeps it for Recent.
+func (g *Gate) record(e Entry) error {
+	if e.Time.IsZero() {
+		e.Time = time.Now().UTC()
 	}
-	f := Assess(req.Language, req.Code)
-	return g.cfg.Policy.Requires(f), f
+	if err := g.cfg.Audit.Append(e); err != nil {
+		return err
+	}
+	g.history.add(e)
+	return nil
 }
 
-// newAsk builds the Ask of req and records the request.
-func (g *Gate) newAsk(ctx context.Context, req sandbox.Request, findings []Finding) (Ask, error) {
-	now := time.Now().UTC()
-	a := Ask{
-		ID:         newID(),
-		Language:   req.Language,
-		Code:       req.Code,
-		StdinBytes: len(req.Stdin),
-		TimeoutMS:  req.Limits.Timeout.Milliseconds(),
-		CodeSHA256: HashRequest(req),
-		Reasons:    Reasons(findings),
-		Requester:  RequesterFrom(ctx),
-		Created:    now,
-		Deadline:   now.Add(g.cfg.Timeout),
-	}
-	stdin, timeout := a.StdinBytes, a.TimeoutMS
-	req2 := a.Requester
-	err := g.cfg.Audit.Append(Entry{
-		Event: EventRequest, ID: a.ID, CodeSHA256: a.CodeSHA256, Language: a.Language, Code: a.Code,
-		StdinSize: &stdin, TimeoutMS: &timeout, Policy: g.cfg.Policy, Reasons: a.Reasons, Requester: &req2, Time: now,
-	})
-	if err != nil {
-		g.log.Error("audit log", "err", err)
-		return a, fmt.Errorf("%w: %v", ErrAudit, err)
-	}
-	return a, nil
+// For returns the Runner of one call: Run as the Gate's, told who asks and
+// how to ask them (see Call). Its Close does nothing: close the Gate.
+func (g *Gate) For(c Call) sandbox.Runner { return callRunner{g: g, call: c} }
+
+// Run decides whether req may run, asking only on the Broker and naming no
+// requester (For names them), runs it on the next Runner if so, and
+// records the outcome.
+func (g *Gate) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
+	return g.run(ctx, req, Call{})
 }
+
+// Capabilities returns the next Runner's capabilities.
+func (g *Gate) Capabilities() sandbox.Capabilities { return g.next.Capabilities() }
+
+// Close withdraws pending requests and closes the next Runner.
+func (g *Gate) Close() error {
+	g.broker.Close()
+	return g.next.Close()
+}
+
+// callRunner is the Gate as one call sees it.
+type callRunner struct {
+	g    *Gate
+	call Call
+}
+
+func (c callRunner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
+	return c.g.run(ctx, req, c.call)
+}
+
+func (c callRunner) Capabilities() sandbox.Capabilities { return c.g.Capabilities() }
+
+func (c callRunner) Close() error { return nil }
 
 // ErrAudit is wrapped when the audit log cannot be written. Nothing runs
 // that could not be recorded.
 var ErrAudit = errors.New("the audit log could not be written")
 
-// Open records req and opens it on the Broker, to be decided through MCP
-// elicitation (Decide) or on the console, whichever answers first. It
-// returns the Ask with its id and deadline.
-func (g *Gate) Open(ctx context.Context, req sandbox.Request, findings []Finding) (Ask, error) {
-	a, err := g.newAsk(ctx, req, findings)
-	if err != nil {
-		return a, err
-	}
-	g.broker.Open(a)
-	g.log.Info("approval requested", "id", a.ID, "language", a.Language, "reasons", len(a.Reasons), "requester", a.Requester.String(), "deadline", a.Deadline)
-	return a, nil
-}
-
-// Decide answers a request opened with Open; the first answer wins and the
-// standing decision is returned.
-func (g *Gate) Decide(d Decision) (Decision, error) {
-	final, err := g.broker.Decide(d)
-	if errors.Is(err, ErrAlreadyDecided) {
-		return final, nil
-	}
-	return final, err
-}
-
-// Reject records that an answer was rejected (forged, replayed or expired
-// state) and returns the *DeniedError to give the client. id is the request
-// the answer claimed to be for; "" records req as a new request first.
-func (g *Gate) Reject(ctx context.Context, req sandbox.Request, id string, outcome Outcome, note string) error {
-	hash := HashRequest(req)
-	if id == "" {
-		a, err := g.newAsk(ctx, req, Assess(req.Language, req.Code))
-		if err != nil {
-			return err
-		}
-		id = a.ID
-	}
-	d := Decision{ID: id, Outcome: outcome, By: "codeexec", Via: ViaServer, At: time.Now().UTC(), CodeSHA256: hash, Note: note}
-	g.log.Warn("approval rejected", "id", id, "outcome", outcome, "note", note, "requester", RequesterFrom(ctx).String())
-	if err := g.appendDecision(d); err != nil {
-		return err
-	}
-	return &DeniedError{Decision: d}
-}
-
-func (g *Gate) appendDecision(d Decision) error {
-	err := g.cfg.Audit.Append(Entry{Event: EventDecision, ID: d.ID, CodeSHA256: d.CodeSHA256, Outcome: d.Outcome, By: d.By, Via: d.Via, Note: d.Note, Time: d.At})
-	if err != nil {
-		g.log.Error("audit log", "err", err)
-		return fmt.Errorf("%w: %v", ErrAudit, err)
-	}
-	return nil
-}
-
-// recordDecision is the Broker's hook.
-func (g *Gate) recordDecision(a Ask, d Decision) {
-	g.log.Info("approval decided", "id", a.ID, "outcome", d.Outcome, "by", d.By, "via", d.Via)
-	_ = g.appendDecision(d)
-}
-
-// brokerApprover waits on the Gate's Broker.
-type brokerApprover struct{ g *Gate }
-
-func (b brokerApprover) Approve(ctx context.Context, a Ask) (Decision, error) {
-	g := b.g
-	g.broker.Open(a)
-	g.log.Info("approval requested", "id", a.ID, "language", a.Language, "reasons", len(a.Reasons), "requester", a.Requester.String(), "deadline", a.Deadline)
-	return g.Wait(ctx, a)
-}
-
-// Wait waits for the decision on a, calling the context's WaitFunc every
-// few seconds. When ctx ends first the request is withdrawn.
-func (g *Gate) Wait(ctx context.Context, a Ask) (Decision, error) {
-	notify := waitFuncFrom(ctx)
-	tick := time.NewTicker(g.cfg.WaitInterval)
-	defer tick.Stop()
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	res := make(chan Decision, 1)
-	errc := make(chan error, 1)
-	go func() {
-		d, err := g.broker.Wait(wctx, a.ID)
-		if err != nil {
-			errc <- err
-			return
-		}
-		res <- d
-	}()
-	for {
-		if notify != nil {
-			notify(a, time.Since(a.Created), time.Until(a.Deadline))
-		}
-		select {
-		case d := <-res:
-			return d, nil
-		case err := <-errc:
-			if ctx.Err() != nil {
-				d, _ := g.broker.Decide(Decision{ID: a.ID, Outcome: OutcomeWithdrawn, By: "codeexec", Via: ViaClient, Note: "the client cancelled the call or went away"})
-				return d, ctx.Err()
-			}
-			return Decision{}, err
-		case <-tick.C:
-		}
-	}
-}
-
-// Run decides whether req may run (see Gate), runs it on the next Runner
-// if so, and records the outcome.
-func (g *Gate) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
+func (g *Gate) run(ctx context.Context, req sandbox.Request, c Call) (*sandbox.Result, error) {
 	hash := HashRequest(req)
 	var d Decision
-	if pre, ok := ctx.Value(decisionKey).(Decision); ok {
-		if pre.CodeSHA256 != hash {
-			return nil, g.Reject(ctx, req, pre.ID, OutcomeForged, "the decision was made for other code")
+	if c.Answer != nil {
+		var err error
+		if d, err = g.redeem(req, hash, c); err != nil {
+			return nil, err
 		}
-		d = pre
 	} else {
-		required, findings := g.Check(req)
-		a, err := g.newAsk(ctx, req, findings)
+		var findings []Finding
+		if g.cfg.Policy != PolicyNever {
+			findings = Assess(req.Language, req.Code)
+		}
+		a, err := g.newAsk(req, c.Requester, findings)
 		if err != nil {
 			return nil, err
 		}
 		switch {
-		case !required:
+		case !g.cfg.Policy.Requires(findings):
 			d = Decision{ID: a.ID, Outcome: OutcomeNotRequired, By: "codeexec", Via: ViaPolicy, At: time.Now().UTC(), CodeSHA256: hash, Note: "policy " + string(g.cfg.Policy)}
 			if err := g.appendDecision(d); err != nil {
 				return nil, err
 			}
-		case !g.cfg.OutOfBand:
-			return nil, g.Reject(ctx, req, a.ID, OutcomeUnavailable, "no way to ask a person")
+		case c.Approver == nil && !g.cfg.OutOfBand:
+			return nil, g.reject(req, c.Requester, a.ID, OutcomeUnavailable, "no way to ask a person")
 		default:
-			d, err = g.approver.Approve(ctx, a)
-			if err != nil {
-				return nil, fmt.Errorf("waiting for approval: %w", err)
+			if d, err = g.ask(ctx, a, c); err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -278,18 +251,174 @@ func (g *Gate) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result, e
 	if err != nil {
 		e.Error = err.Error()
 	}
-	if aerr := g.cfg.Audit.Append(e); aerr != nil {
+	if aerr := g.record(e); aerr != nil {
 		g.log.Error("audit log", "err", aerr)
 		return nil, fmt.Errorf("%w after the run: %v", ErrAudit, aerr)
 	}
 	return res, err
 }
 
-// Capabilities returns the next Runner's capabilities.
-func (g *Gate) Capabilities() sandbox.Capabilities { return g.next.Capabilities() }
+// newAsk builds the Ask of req and records the request.
+func (g *Gate) newAsk(req sandbox.Request, requester Requester, findings []Finding) (Ask, error) {
+	now := time.Now().UTC()
+	a := Ask{
+		ID:         newID(),
+		Language:   req.Language,
+		Code:       req.Code,
+		StdinBytes: len(req.Stdin),
+		TimeoutMS:  req.Limits.Timeout.Milliseconds(),
+		CodeSHA256: HashRequest(req),
+		Reasons:    Reasons(findings),
+		Requester:  requester,
+		Created:    now,
+		Deadline:   now.Add(g.cfg.Timeout),
+	}
+	stdin, timeout := a.StdinBytes, a.TimeoutMS
+	err := g.record(Entry{
+		Event: EventRequest, ID: a.ID, CodeSHA256: a.CodeSHA256, Language: a.Language, Code: a.Code,
+		StdinSize: &stdin, TimeoutMS: &timeout, Policy: g.cfg.Policy, Reasons: a.Reasons, Requester: &requester, Time: now,
+	})
+	if err != nil {
+		g.log.Error("audit log", "err", err)
+		return a, fmt.Errorf("%w: %v", ErrAudit, err)
+	}
+	return a, nil
+}
 
-// Close withdraws pending requests and closes the next Runner.
-func (g *Gate) Close() error {
-	g.broker.Close()
-	return g.next.Close()
+// ask opens a on the Broker and waits for the first answer: from the
+// console or CLI, from the call's Approver, or the timeout. When ctx ends
+// first the request is withdrawn.
+func (g *Gate) ask(ctx context.Context, a Ask, c Call) (Decision, error) {
+	g.broker.Open(a)
+	g.log.Info("approval requested", "id", a.ID, "language", a.Language, "reasons", len(a.Reasons), "requester", a.Requester.String(), "deadline", a.Deadline)
+
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type answer struct {
+		d   Decision
+		err error
+	}
+	var fromClient chan answer
+	if c.Approver != nil {
+		fromClient = make(chan answer, 1)
+		go func() {
+			d, err := c.Approver.Approve(wctx, a)
+			fromClient <- answer{d, err}
+		}()
+	}
+	decided := make(chan answer, 1)
+	go func() {
+		d, err := g.broker.Wait(wctx, a.ID)
+		decided <- answer{d, err}
+	}()
+
+	tick := time.NewTicker(g.cfg.WaitInterval)
+	defer tick.Stop()
+	if c.Waiting != nil {
+		c.Waiting(a, time.Since(a.Created), time.Until(a.Deadline))
+	}
+	for {
+		select {
+		case r := <-decided:
+			if r.err == nil {
+				return r.d, nil
+			}
+			if ctx.Err() != nil {
+				d, _ := g.broker.Decide(Decision{ID: a.ID, Outcome: OutcomeWithdrawn, By: "codeexec", Via: ViaClient, Note: "the client cancelled the call or went away"})
+				return d, fmt.Errorf("waiting for approval: %w", ctx.Err())
+			}
+			return Decision{}, fmt.Errorf("waiting for approval: %w", r.err)
+		case r := <-fromClient:
+			fromClient = nil
+			switch {
+			case errors.Is(r.err, ErrInputRequired):
+				return Decision{}, &InputRequiredError{Ask: a, State: g.signer.Issue(a.ID, a.CodeSHA256, a.Deadline)}
+			case r.err != nil && wctx.Err() != nil:
+				// The call ended: the Broker's answer says how.
+			case r.err != nil:
+				g.log.Warn("asking through the client failed; waiting for the console", "id", a.ID, "err", r.err)
+				if !g.cfg.OutOfBand {
+					_, _ = g.broker.Decide(Decision{ID: a.ID, Outcome: OutcomeUnavailable, By: "codeexec", Via: ViaServer, Note: r.err.Error()})
+				}
+			default:
+				// The first answer wins; the Broker hands the standing
+				// decision to the wait above.
+				r.d.ID = a.ID
+				_, _ = g.broker.Decide(r.d)
+			}
+		case <-tick.C:
+			if c.Waiting != nil {
+				c.Waiting(a, time.Since(a.Created), time.Until(a.Deadline))
+			}
+		}
+	}
+}
+
+// redeem checks an answer that came with a call: its state must have been
+// issued by this Gate for exactly req, be used once, and be in time. It
+// returns the decision that stands for the request (the first answer
+// wins), or the error that rejects the answer.
+func (g *Gate) redeem(req sandbox.Request, hash string, c Call) (Decision, error) {
+	id, verdict := g.signer.Redeem(c.Answer.State, hash)
+	if verdict != OutcomeApproved {
+		note := map[Outcome]string{
+			OutcomeForged:   "the approval state was not issued by this server for these arguments",
+			OutcomeReplayed: "the approval state was used before",
+			OutcomeExpired:  "the approval state expired",
+		}[verdict]
+		if verdict == OutcomeForged {
+			id = "" // issued for other code, or not at all: record this request on its own
+		}
+		return Decision{}, g.reject(req, c.Requester, id, verdict, note)
+	}
+	d := c.Answer.Decision
+	d.ID = id
+	final, err := g.broker.Decide(d)
+	switch {
+	case errors.Is(err, ErrAlreadyDecided):
+		// The first answer stands.
+	case errors.Is(err, ErrUnknownRequest):
+		return Decision{}, g.reject(req, c.Requester, id, OutcomeExpired, "the request is no longer pending")
+	case err != nil:
+		return Decision{}, err
+	}
+	if final.CodeSHA256 != hash {
+		return Decision{}, g.reject(req, c.Requester, id, OutcomeForged, "the decision was made for other code")
+	}
+	return final, nil
+}
+
+// reject records that an answer was rejected (forged, replayed or expired
+// state) or that nobody can be asked, and returns the *DeniedError to give
+// the client. id is the request it is about; "" records req as a new
+// request first.
+func (g *Gate) reject(req sandbox.Request, requester Requester, id string, outcome Outcome, note string) error {
+	if id == "" {
+		a, err := g.newAsk(req, requester, Assess(req.Language, req.Code))
+		if err != nil {
+			return err
+		}
+		id = a.ID
+	}
+	d := Decision{ID: id, Outcome: outcome, By: "codeexec", Via: ViaServer, At: time.Now().UTC(), CodeSHA256: HashRequest(req), Note: note}
+	g.log.Warn("approval rejected", "id", id, "outcome", outcome, "note", note, "requester", requester.String())
+	if err := g.appendDecision(d); err != nil {
+		return err
+	}
+	return &DeniedError{Decision: d}
+}
+
+func (g *Gate) appendDecision(d Decision) error {
+	err := g.record(Entry{Event: EventDecision, ID: d.ID, CodeSHA256: d.CodeSHA256, Outcome: d.Outcome, By: d.By, Via: d.Via, Note: d.Note, Time: d.At})
+	if err != nil {
+		g.log.Error("audit log", "err", err)
+		return fmt.Errorf("%w: %v", ErrAudit, err)
+	}
+	return nil
+}
+
+// recordDecision is the Broker's hook.
+func (g *Gate) recordDecision(a Ask, d Decision) {
+	g.log.Info("approval decided", "id", a.ID, "outcome", d.Outcome, "by", d.By, "via", d.Via)
+	_ = g.appendDecision(d)
 }

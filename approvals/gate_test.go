@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
@@ -149,11 +150,14 @@ func TestGateWithoutOutOfBandIsUnavailable(t *testing.T) {
 func TestGateWithdrawsWhenTheClientLeaves(t *testing.T) {
 	t.Parallel()
 	f := newGate(t, GateConfig{Policy: PolicyAlways, Timeout: time.Minute, OutOfBand: true})
-	ctx, cancel := context.WithCancel(WithRequester(context.Background(), Requester{Client: "test 1.0", Session: "s1"}))
+	ctx, cancel := context.WithCancel(context.Background())
 	waited := make(chan struct{}, 100)
-	ctx = WithWaitFunc(ctx, func(a Ask, waited_, left time.Duration) { waited <- struct{}{} })
+	run := f.gate.For(Call{
+		Requester: Requester{Client: "test 1.0", Session: "s1"},
+		Waiting:   func(a Ask, waited_, left time.Duration) { waited <- struct{}{} },
+	})
 	errc := make(chan error, 1)
-	go func() { _, err := f.gate.Run(ctx, harmless); errc <- err }()
+	go func() { _, err := run.Run(ctx, harmless); errc <- err }()
 	<-waited
 	asks, _ := f.gate.Broker().Pending()
 	if len(asks) != 1 || asks[0].Requester.Client != "test 1.0" || asks[0].Code != harmless.Code {
@@ -166,39 +170,225 @@ func TestGateWithdrawsWhenTheClientLeaves(t *testing.T) {
 	if asks, _ := f.gate.Broker().Pending(); len(asks) != 0 {
 		t.Fatalf("the request is still pending after its client left: %+v", asks)
 	}
-	if log := f.auditText(t); !strings.Contains(log, `"outcome":"withdrawn"`) {
-		t.Fatalf("audit log does not record the withdrawal:\n%s", log)
+	if log := f.auditText(t); !strings.Contains(log, `"outcome":"withdrawn"`) || !strings.Contains(log, `"client":"test 1.0"`) {
+		t.Fatalf("audit log does not record the requester and the withdrawal:\n%s", log)
+	}
+}
+
+// approverFunc is an Approver made of a function.
+type approverFunc func(ctx context.Context, a Ask) (Decision, error)
+
+func (f approverFunc) Approve(ctx context.Context, a Ask) (Decision, error) { return f(ctx, a) }
+
+// TestGateAsksTheCallsApprover: the call's Approver is asked; its answer
+// lets the code run or not, and the console can answer first.
+func TestGateAsksTheCallsApprover(t *testing.T) {
+	t.Parallel()
+	elicit := func(o Outcome) Approver {
+		return approverFunc(func(ctx context.Context, a Ask) (Decision, error) {
+			if a.Requester.Client != "ide 2.0" || a.Code != risky.Code || len(a.Reasons) == 0 {
+				t.Errorf("the approver was shown %+v", a)
+			}
+			return Decision{Outcome: o, By: "the user of ide 2.0", Via: ViaElicitation}, nil
+		})
+	}
+	t.Run("approved", func(t *testing.T) {
+		t.Parallel()
+		f := newGate(t, GateConfig{Policy: PolicyRisky, Timeout: time.Minute})
+		res, err := f.gate.For(Call{Requester: Requester{Client: "ide 2.0"}, Approver: elicit(OutcomeApproved)}).Run(context.Background(), risky)
+		if err != nil || res.Stdout != "ok\n" || f.runs.Load() != 1 {
+			t.Fatalf("Run = %+v, %v (runs %d)", res, err, f.runs.Load())
+		}
+		if log := f.auditText(t); !strings.Contains(log, `"outcome":"approved","by":"the user of ide 2.0","via":"elicitation"`) {
+			t.Fatalf("audit log:\n%s", log)
+		}
+	})
+	t.Run("declined", func(t *testing.T) {
+		t.Parallel()
+		f := newGate(t, GateConfig{Policy: PolicyRisky, Timeout: time.Minute})
+		_, err := f.gate.For(Call{Requester: Requester{Client: "ide 2.0"}, Approver: elicit(OutcomeDenied)}).Run(context.Background(), risky)
+		var de *DeniedError
+		if !errors.As(err, &de) || de.Decision.Outcome != OutcomeDenied || f.runs.Load() != 0 {
+			t.Fatalf("Run = %v (runs %d), want denied", err, f.runs.Load())
+		}
+	})
+	t.Run("the console answers first", func(t *testing.T) {
+		t.Parallel()
+		f := newGate(t, GateConfig{Policy: PolicyAlways, Timeout: time.Minute, OutOfBand: true})
+		stopped := make(chan struct{})
+		slow := approverFunc(func(ctx context.Context, a Ask) (Decision, error) {
+			<-ctx.Done()
+			close(stopped)
+			return Decision{}, ctx.Err()
+		})
+		answer(t, f.gate, OutcomeDenied)
+		_, err := f.gate.For(Call{Approver: slow}).Run(context.Background(), harmless)
+		var de *DeniedError
+		if !errors.As(err, &de) || de.Decision.By != "alice" {
+			t.Fatalf("Run = %v, want alice's denial", err)
+		}
+		select {
+		case <-stopped:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the approver was not told to stop once the console answered")
+		}
+	})
+	t.Run("failed without a console", func(t *testing.T) {
+		t.Parallel()
+		f := newGate(t, GateConfig{Policy: PolicyAlways, Timeout: time.Minute})
+		broken := approverFunc(func(ctx context.Context, a Ask) (Decision, error) {
+			return Decision{}, errors.New("elicitation failed: the client hung up")
+		})
+		_, err := f.gate.For(Call{Approver: broken}).Run(context.Background(), harmless)
+		var de *DeniedError
+		if !errors.As(err, &de) || de.Decision.Outcome != OutcomeUnavailable || !strings.Contains(de.Decision.Note, "the client hung up") {
+			t.Fatalf("Run = %v, want unavailable with the reason", err)
+		}
+	})
+}
+
+// TestGateInputRequired: an Approver that hands the question to the client
+// makes Run return an *InputRequiredError; the answer that comes back with
+// its state is bound to the code, good once, and cannot be made up.
+func TestGateInputRequired(t *testing.T) {
+	t.Parallel()
+	f := newGate(t, GateConfig{Policy: PolicyAlways, Timeout: time.Minute})
+	later := approverFunc(func(ctx context.Context, a Ask) (Decision, error) { return Decision{}, ErrInputRequired })
+	ask := func(req sandbox.Request) *InputRequiredError {
+		t.Helper()
+		_, err := f.gate.For(Call{Approver: later}).Run(context.Background(), req)
+		var ir *InputRequiredError
+		if !errors.As(err, &ir) || !errors.Is(err, ErrInputRequired) || errors.Is(err, ErrNotApproved) || ir.State == "" || ir.Ask.Code != req.Code {
+			t.Fatalf("Run = %v, want an *InputRequiredError for this code", err)
+		}
+		return ir
+	}
+	approve := Decision{Outcome: OutcomeApproved, By: "the user of x", Via: ViaElicitation}
+	retry := func(state string, req sandbox.Request, d Decision) error {
+		_, err := f.gate.For(Call{Answer: &Answer{State: state, Decision: d}}).Run(context.Background(), req)
+		return err
+	}
+	outcome := func(err error) Outcome {
+		var de *DeniedError
+		if !errors.As(err, &de) {
+			t.Fatalf("error %v is not a denial", err)
+		}
+		return de.Decision.Outcome
+	}
+
+	ir := ask(harmless)
+	if f.runs.Load() != 0 {
+		t.Fatal("the code ran before anyone answered")
+	}
+	if err := retry(ir.State, harmless, approve); err != nil || f.runs.Load() != 1 {
+		t.Fatalf("approved retry: %v (runs %d)", err, f.runs.Load())
+	}
+	if o := outcome(retry(ir.State, harmless, approve)); o != OutcomeReplayed {
+		t.Fatalf("replayed state: %s", o)
+	}
+	if o := outcome(retry(ask(harmless).State, risky, approve)); o != OutcomeForged {
+		t.Fatalf("state for other code: %s", o)
+	}
+	if o := outcome(retry("", harmless, approve)); o != OutcomeForged {
+		t.Fatalf("no state: %s", o)
+	}
+	if o := outcome(retry(ask(harmless).State, harmless, Decision{Outcome: OutcomeDenied, Via: ViaElicitation})); o != OutcomeDenied {
+		t.Fatalf("declined: %s", o)
+	}
+	// The console may answer before the client comes back: the first answer stands.
+	ir = ask(harmless)
+	if _, err := f.gate.Broker().Decide(Decision{ID: ir.Ask.ID, Outcome: OutcomeDenied, By: "bob", Via: ViaCLI}); err != nil {
+		t.Fatal(err)
+	}
+	if err := retry(ir.State, harmless, approve); outcome(err) != OutcomeDenied {
+		t.Fatalf("the client's approval overrode the console's denial: %v", err)
+	}
+	if f.runs.Load() != 1 {
+		t.Fatalf("runs = %d, want exactly 1", f.runs.Load())
+	}
+	log := f.auditText(t)
+	for _, w := range []string{`"outcome":"replayed"`, `"outcome":"forged"`, `"outcome":"denied","by":"bob"`} {
+		if !strings.Contains(log, w) {
+			t.Errorf("audit log lacks %s", w)
+		}
 	}
 }
 
 func TestBrokerFirstAnswerWins(t *testing.T) {
 	t.Parallel()
-	f := newGate(t, GateConfig{Policy: PolicyAlways, Timeout: time.Minute, OutOfBand: true})
-	a, err := f.gate.Open(context.Background(), harmless, nil)
+	b := NewBroker(nil)
+	a := Ask{ID: "r1", CodeSHA256: "h", Deadline: time.Now().Add(time.Minute)}
+	b.Open(a)
+	first, err := b.Decide(Decision{ID: a.ID, Outcome: OutcomeDenied, By: "bob", Via: ViaCLI})
+	if err != nil || first.Outcome != OutcomeDenied || first.CodeSHA256 != "h" {
+		t.Fatalf("first answer: %+v, %v", first, err)
+	}
+	second, err := b.Decide(Decision{ID: a.ID, Outcome: OutcomeApproved, By: "user", Via: ViaElicitation})
+	if !errors.Is(err, ErrAlreadyDecided) || second.Outcome != OutcomeDenied || second.By != "bob" {
+		t.Fatalf("second answer changed the decision: %+v, %v", second, err)
+	}
+	if _, err := b.Decide(Decision{ID: "nope", Outcome: OutcomeApproved}); !errors.Is(err, ErrUnknownRequest) {
+		t.Fatalf("unknown id: %v", err)
+	}
+}
+
+// TestGateRecent: the Gate keeps what it records for the console, grouped
+// by request, latest first, and a new Gate picks up the end of the audit
+// log it is given.
+func TestGateRecent(t *testing.T) {
+	t.Parallel()
+	f := newGate(t, GateConfig{Policy: PolicyRisky, Timeout: time.Minute, OutOfBand: true})
+	if _, err := f.gate.Run(context.Background(), harmless); err != nil {
+		t.Fatal(err)
+	}
+	answer(t, f.gate, OutcomeDenied)
+	if _, err := f.gate.Run(context.Background(), risky); !errors.Is(err, ErrNotApproved) {
+		t.Fatalf("risky run: %v", err)
+	}
+	recent := f.gate.Recent(10)
+	if len(recent) != 2 {
+		t.Fatalf("Recent = %+v, want 2 requests", recent)
+	}
+	denied, ran := recent[0], recent[1]
+	if denied.Request == nil || denied.Request.Code != risky.Code || len(denied.Decisions) != 1 || denied.Decisions[0].Outcome != OutcomeDenied || denied.Decisions[0].By != "alice" || denied.Run != nil {
+		t.Errorf("latest = %+v", denied)
+	}
+	if ran.Request == nil || len(ran.Decisions) != 1 || ran.Decisions[0].Outcome != OutcomeNotRequired || ran.Run == nil || ran.Run.ExitCode == nil || *ran.Run.ExitCode != 0 {
+		t.Errorf("earlier = %+v", ran)
+	}
+	if got := f.gate.Recent(1); len(got) != 1 || got[0].ID != denied.ID {
+		t.Errorf("Recent(1) = %+v", got)
+	}
+
+	// A Gate over the same log, reopened, shows the same.
+	f.gate.Close()
+	log, err := OpenAudit(f.audit)
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, err := f.gate.Decide(Decision{ID: a.ID, Outcome: OutcomeDenied, By: "bob", Via: ViaCLI})
-	if err != nil || first.Outcome != OutcomeDenied {
-		t.Fatalf("first answer: %+v, %v", first, err)
+	defer log.Close()
+	g := NewGate(&sandboxtest.Fake{}, GateConfig{Policy: PolicyRisky, Audit: log, Logger: slog.New(slog.DiscardHandler)})
+	if again := g.Recent(10); len(again) != 2 || again[0].ID != denied.ID || again[1].Run == nil {
+		t.Errorf("after reopening: %+v", again)
 	}
-	second, err := f.gate.Decide(Decision{ID: a.ID, Outcome: OutcomeApproved, By: "user", Via: ViaElicitation})
-	if err != nil || second.Outcome != OutcomeDenied || second.By != "bob" {
-		t.Fatalf("second answer changed the decision: %+v, %v", second, err)
+}
+
+func TestHistoryKeepsTheLatest(t *testing.T) {
+	t.Parallel()
+	h := newHistory(4)
+	long := strings.Repeat("é", historyCodeBytes) // two bytes a rune
+	h.add(Entry{ID: "a", Event: EventRequest, Code: long, Time: time.Unix(1, 0)})
+	for i := range 5 {
+		h.add(Entry{ID: string(rune('b' + i)), Event: EventRequest, Time: time.Unix(int64(2+i), 0)})
 	}
-	if _, err := f.gate.Broker().Decide(Decision{ID: "nope", Outcome: OutcomeApproved}); !errors.Is(err, ErrUnknownRequest) {
-		t.Fatalf("unknown id: %v", err)
+	got := h.recent(10)
+	if len(got) != 4 || got[0].ID != "f" || got[3].ID != "c" {
+		t.Fatalf("recent = %+v, want f, e, d, c", got)
 	}
-	// A decision carried in the context for other code is rejected.
-	ctx := WithDecision(context.Background(), Decision{ID: a.ID, Outcome: OutcomeApproved, CodeSHA256: HashRequest(harmless)})
-	if _, err := f.gate.Run(ctx, risky); err == nil || f.runs.Load() != 0 {
-		t.Fatalf("a decision for other code let risky code run: %v", err)
-	}
-	// And used for its own code it runs without asking again.
-	if _, err := f.gate.Run(ctx, harmless); err != nil || f.runs.Load() != 1 {
-		t.Fatalf("a decision for this code: %v", err)
-	}
-	if log := f.auditText(t); strings.Count(log, `"event":"decision"`) != 2 || !strings.Contains(log, `"outcome":"forged"`) {
-		t.Fatalf("audit log:\n%s", log)
+	h2 := newHistory(4)
+	h2.add(Entry{ID: "a", Event: EventRequest, Code: long})
+	code := h2.recent(1)[0].Request.Code
+	if len(code) > historyCodeBytes+100 || !utf8.ValidString(code) || !strings.Contains(code, "audit log has all of it") {
+		t.Fatalf("kept code of %d bytes, valid UTF-8 %v", len(code), utf8.ValidString(code))
 	}
 }

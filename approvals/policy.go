@@ -7,11 +7,15 @@
 //     whose reasons are shown to the approver. The risk check is a triage
 //     aid, not a security boundary: code can hide what it does.
 //   - Broker, the pending requests that the approvals console and the
-//     codeexec approvals CLI list and answer; it is also an Approver.
-//   - Gate, a sandbox.Runner that asks an Approver before it calls the next
-//     Runner, and records everything in an AuditLog.
-//   - Signer, which binds an approval that round-trips through an MCP client
-//     (elicitation) to the exact request that was shown, once, until it expires.
+//     codeexec approvals CLI list and answer (the first answer wins, and no
+//     answer by the deadline is a denial).
+//   - Gate, a sandbox.Runner that, when the policy requires it, waits for a
+//     decision on its Broker and from the Approver of the call (Call, For:
+//     the MCP server supplies one that asks through the client) before it
+//     calls the next Runner, and records everything in an AuditLog.
+//   - Signer, which the Gate uses to bind an approval that round-trips
+//     through an MCP client (a multi-round-trip input request) to the exact
+//     request that was shown, once, until it expires.
 //   - AuditLog and Verify: an append-only JSON Lines log whose entries carry
 //     the hash of the previous one.
 package approvals

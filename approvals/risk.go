@@ -51,7 +51,7 @@ func r(c Category, what, pattern string) rule {
 }
 
 // credentialPaths are files that hold secrets, whatever the language.
-const credentialPaths = `(\.ssh/|id_rsa|id_ed25519|id_ecdsa|\.aws/credentials|\.aws/config|\.netrc|\.git-credentials|/etc/shadow|/etc/sudoers|\.kube/config|\.docker/config\.json|\.npmrc|\.pypirc|\.gnupg|/proc/(self|\d+)/environ)`
+const credentialPaths = `(\.ssh/|id_rsa|id_ed25519|id_ecdsa|\.aws/credentials|\.aws/config|\.netrc|\.git-credentials|/etc/shadow|/etc/sudoers|\.kube/config|\.docker/config\.json|\.npmrc|\.pypirc|\.gnupg|/proc/(self|\d+)/environ|codeexec/admin-[^/\s'"]*\.token)`
 
 var commonRules = []rule{
 	r(CategorySecrets, "names a credential file %s", credentialPaths),

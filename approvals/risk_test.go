@@ -110,6 +110,7 @@ func TestAssess(t *testing.T) {
 		{"bash", "env", []Category{CategorySecrets}, `"env"`},
 		{"bash", "echo $GITHUB_TOKEN", []Category{CategorySecrets}, "GITHUB_TOKEN"},
 		{"bash", "cat ~/.aws/credentials", []Category{CategorySecrets}, "credential file"},
+		{"bash", "cat $XDG_RUNTIME_DIR/codeexec/admin-127.0.0.1-8081.token", []Category{CategorySecrets}, "credential file"},
 		{"bash", "eval \"$cmd\"", []Category{CategoryDynamic}, `"eval"`},
 		{"bash", "echo aWQ= | base64 -d | sh", []Category{CategoryDynamic}, "pipes into"},
 	}

@@ -140,9 +140,10 @@ type Config struct {
 
 	Approval        approvals.Policy `env:"APPROVAL" envDefault:"never" accepted:"never, always or risky" help:"when a person must approve code before it runs: never, always, or risky (only code that the risk check flags: network, subprocesses, deleting or overwriting files, privileges, environment variables or credentials, dynamic code)"`
 	ApprovalTimeout time.Duration    `env:"APPROVAL_TIMEOUT" envDefault:"5m" accepted:"a duration such as 5m (from 1s to 24h)" help:"how long a run waits for a person's approval; no answer in time means denied"`
-	ApprovalElicit  bool             `env:"APPROVAL_ELICIT" envDefault:"true" accepted:"true or false" help:"ask through the MCP client (elicitation) when it supports it; false asks only on the approvals console and CLI (for clients that decline elicitations on the user's behalf)"`
+	ApprovalElicit  Elicit           `env:"APPROVAL_ELICIT" envDefault:"auto" accepted:"auto, true or false" help:"whether the MCP client's answer to an approval request (elicitation) counts: auto counts it where a person stands behind the client (stdio, and HTTP without CODE_EXEC_AUTH_TOKEN), and not behind a token, where the client is usually an agent that must not approve its own code; true counts it everywhere (opt in only if every holder of the token is a person's client); false never asks the client, only the approvals console and CLI"`
 	AdminAddr       string           `env:"ADMIN_ADDR" envDefault:"127.0.0.1:8081" accepted:"host:port, or off" help:"listen address of the approvals console and its API (started only when CODE_EXEC_APPROVAL is not never); an address other than loopback requires CODE_EXEC_ADMIN_TOKEN; codeexec approvals talks to it"`
-	AdminToken      string           `env:"ADMIN_TOKEN" accepted:"a secret of at least 16 characters" help:"bearer token of the approvals console and CLI; required when CODE_EXEC_ADMIN_ADDR is not loopback" secret:"true"`
+	AdminToken      string           `env:"ADMIN_TOKEN" accepted:"a secret of at least 16 characters" help:"bearer token of the approvals console, its API and the CLI, which always need one; when empty, the server makes a random token at start and writes it to CODE_EXEC_ADMIN_TOKEN_FILE; required when CODE_EXEC_ADMIN_ADDR is not loopback" secret:"true"`
+	AdminTokenFile  string           `env:"ADMIN_TOKEN_FILE" accepted:"a file path" help:"where the server writes the token it makes when CODE_EXEC_ADMIN_TOKEN is empty (mode 0600, removed at exit) and where codeexec approvals reads it; empty means $XDG_RUNTIME_DIR/codeexec/admin-HOST-PORT.token, or codeexec/admin-HOST-PORT.token in the user's cache directory when XDG_RUNTIME_DIR is unset"`
 	AuditLog        string           `env:"AUDIT_LOG" accepted:"a file path" help:"append every request, approval decision and run outcome to this JSON Lines file, hash-chained (check it with codeexec audit verify FILE); empty records nothing"`
 
 	LogLevel  string `env:"LOG_LEVEL" envDefault:"info" accepted:"debug, info, warn or error" help:"least severe log level written (to stderr)"`
@@ -303,6 +304,61 @@ func (c *Config) ValidateListen() error {
 		return fmt.Errorf("refusing to listen on %s without authentication: CODE_EXEC_ADDR is not a loopback address, so set CODE_EXEC_AUTH_TOKEN (clients then send Authorization: Bearer <token>) or listen on 127.0.0.1", c.Addr)
 	}
 	return nil
+}
+
+// Elicit says whether an MCP client's answer to an approval request
+// (elicitation) counts as a person's approval. Its values are the accepted
+// values of CODE_EXEC_APPROVAL_ELICIT.
+type Elicit string
+
+// The values of Elicit.
+const (
+	// ElicitAuto counts the client's answer where a person stands behind
+	// the client: stdio, and HTTP without CODE_EXEC_AUTH_TOKEN.
+	ElicitAuto Elicit = "auto"
+	// ElicitTrue counts it on every transport (the operator opted in).
+	ElicitTrue Elicit = "true"
+	// ElicitFalse never asks the client.
+	ElicitFalse Elicit = "false"
+)
+
+// UnmarshalText accepts auto and the values strconv.ParseBool accepts.
+func (e *Elicit) UnmarshalText(b []byte) error {
+	s := strings.ToLower(strings.TrimSpace(string(b)))
+	if s == string(ElicitAuto) {
+		*e = ElicitAuto
+		return nil
+	}
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return fmt.Errorf("unknown value %q (accepted: auto, true, false)", string(b))
+	}
+	*e = ElicitFalse
+	if v {
+		*e = ElicitTrue
+	}
+	return nil
+}
+
+// ElicitationCounts reports whether an MCP client's answer to an approval
+// request counts as a person's approval in this configuration, and why, as
+// a sentence fragment for sandbox_info and the start-up log. Behind a
+// gateway the MCP client is the agent whose code waits for approval, so by
+// default only clients with a person behind them may answer: stdio (a
+// desktop app or IDE starts the server) and HTTP without a token (which
+// listens on loopback only).
+func (c *Config) ElicitationCounts() (bool, string) {
+	switch {
+	case c.ApprovalElicit == ElicitTrue:
+		return true, "CODE_EXEC_APPROVAL_ELICIT=true counts the MCP client's answers on every transport"
+	case c.ApprovalElicit == ElicitFalse:
+		return false, "CODE_EXEC_APPROVAL_ELICIT=false"
+	case c.Transport == TransportStdio:
+		return true, "over stdio the MCP client is the desktop app or IDE of the person who started codeexec"
+	case c.AuthToken == "":
+		return true, "without CODE_EXEC_AUTH_TOKEN the HTTP transport listens on loopback only, for the clients of this machine's user"
+	}
+	return false, "a client that holds CODE_EXEC_AUTH_TOKEN is taken for an agent, which must not approve its own code (CODE_EXEC_APPROVAL_ELICIT=true makes its answers count)"
 }
 
 // AdminEnabled reports whether the approvals console listens.

@@ -147,3 +147,37 @@ func TestSettingsTableListsEverySetting(t *testing.T) {
 		}
 	}
 }
+
+// TestElicitationCounts: an MCP client's answer counts where a person
+// stands behind it (stdio, HTTP without a token), not behind a token unless
+// the operator opts in, and never with false.
+func TestElicitationCounts(t *testing.T) {
+	token := "CODE_EXEC_AUTH_TOKEN=0123456789abcdef0123"
+	cases := []struct {
+		env  []string
+		want bool
+	}{
+		{nil, true},
+		{[]string{"CODE_EXEC_TRANSPORT=http"}, true},
+		{[]string{"CODE_EXEC_TRANSPORT=http", token}, false},
+		{[]string{"CODE_EXEC_TRANSPORT=sse", "CODE_EXEC_ADDR=0.0.0.0:8080", token}, false},
+		{[]string{"CODE_EXEC_TRANSPORT=http", token, "CODE_EXEC_APPROVAL_ELICIT=true"}, true},
+		{[]string{"CODE_EXEC_TRANSPORT=http", token, "CODE_EXEC_APPROVAL_ELICIT=1"}, true},
+		{[]string{"CODE_EXEC_APPROVAL_ELICIT=false"}, false},
+		{[]string{"CODE_EXEC_TRANSPORT=http", "CODE_EXEC_APPROVAL_ELICIT=FALSE"}, false},
+		{[]string{"CODE_EXEC_APPROVAL_ELICIT=auto", token}, true}, // stdio: the token does not apply
+	}
+	for _, c := range cases {
+		cfg, err := Load(c.env)
+		if err != nil {
+			t.Fatalf("%v: %v", c.env, err)
+		}
+		got, why := cfg.ElicitationCounts()
+		if got != c.want || why == "" {
+			t.Errorf("%v: ElicitationCounts() = %v, %q; want %v", c.env, got, why, c.want)
+		}
+	}
+	if _, err := Load([]string{"CODE_EXEC_APPROVAL_ELICIT=sometimes"}); err == nil || !strings.Contains(err.Error(), "CODE_EXEC_APPROVAL_ELICIT") || !strings.Contains(err.Error(), "auto, true or false") {
+		t.Errorf("a bad CODE_EXEC_APPROVAL_ELICIT: %v", err)
+	}
+}

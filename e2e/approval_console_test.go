@@ -81,7 +81,8 @@ func TestApprovalConsoleBrowser(t *testing.T) {
 	a.waitPending(t, 1)
 	var shown string
 	err := chromedp.Run(ctx,
-		chromedp.Navigate(a.console),
+		// The login URL that the server logs carries the token in its fragment.
+		chromedp.Navigate(logField(a.srv.stderr.String(), "approvals console", "login_url")),
 		chromedp.WaitVisible(`li.ask button.approve`, chromedp.ByQuery),
 		chromedp.SendKeys(`#who`, "e2e-browser", chromedp.ByQuery),
 		chromedp.Text(`li.ask code`, &shown, chromedp.ByQuery),
@@ -119,6 +120,20 @@ func TestApprovalConsoleBrowser(t *testing.T) {
 	if ans.err != nil || ans.res.IsError {
 		t.Fatalf("approved run: %v %q", ans.err, text(ans.res))
 	}
+	// The recent list shows the decision and how the run ended.
+	recentShows := func(words ...string) string {
+		js := `(() => { const li = document.querySelector("#recent li.done"); return !!li`
+		for _, w := range words {
+			b, _ := jsonMarshal(w)
+			js += ` && li.textContent.includes(` + string(b) + `)`
+		}
+		return js + `; })()`
+	}
+	if err := chromedp.Run(ctx, chromedp.Poll(recentShows("approved", "by e2e-browser", "via console", "exit code 0"), nil, chromedp.WithPollingTimeout(15*time.Second))); err != nil {
+		var shown string
+		_ = chromedp.Run(ctx, chromedp.Text(`#history`, &shown, chromedp.ByQuery))
+		t.Fatalf("the console's recent list does not show the approved run: %v\n%s", err, shown)
+	}
 
 	// Attacker-controlled code is shown as text, never as markup; Deny.
 	xss := "print(1) # </code></pre><img src=x onerror=\"document.title='pwned'\"><script>document.title='pwned'</script>"
@@ -148,6 +163,9 @@ func TestApprovalConsoleBrowser(t *testing.T) {
 	}
 	ans = <-ch
 	wantDenied(t, ans.res, ans.err, "e2e-browser", "console")
+	if err := chromedp.Run(ctx, chromedp.Poll(recentShows("denied", "by e2e-browser", "did not run"), nil, chromedp.WithPollingTimeout(15*time.Second))); err != nil {
+		t.Fatalf("the console's recent list does not show the denial: %v", err)
+	}
 
 	log := a.auditLog(t)
 	for _, w := range []string{`"outcome":"approved","by":"e2e-browser (console from 127.0.0.1`, `"outcome":"denied","by":"e2e-browser (console from 127.0.0.1`} {

@@ -23,6 +23,10 @@ type approvalServer struct {
 	env     map[string]string
 	audit   string
 	console string // http://127.0.0.1:port/ of the approvals console
+	// token is the console's token, which the server made and wrote to
+	// tokenFile (its log says where).
+	token     string
+	tokenFile string
 	// disconnect cancels the context of Connect, which holds the SSE stream.
 	disconnect context.CancelFunc
 }
@@ -32,10 +36,12 @@ type approvalOpts struct {
 	protocolVersion string
 	client          *mcp.ClientOptions
 	transport       string
+	token           string // the bearer token of the HTTP transports
 }
 
 // approvalEnv is serverEnv with approvals always on, a console on a free
-// loopback port and an audit log in a temporary directory.
+// loopback port, an audit log in a temporary directory, and a private
+// XDG_RUNTIME_DIR for the console's token file.
 func approvalEnv(t *testing.T, extra map[string]string) map[string]string {
 	t.Helper()
 	env := serverEnv(t, map[string]string{
@@ -43,6 +49,7 @@ func approvalEnv(t *testing.T, extra map[string]string) map[string]string {
 		"CODE_EXEC_APPROVAL_TIMEOUT": "60s",
 		"CODE_EXEC_ADMIN_ADDR":       "127.0.0.1:0",
 		"CODE_EXEC_AUDIT_LOG":        filepath.Join(t.TempDir(), "audit.jsonl"),
+		"XDG_RUNTIME_DIR":            t.TempDir(),
 	})
 	for k, v := range extra {
 		env[k] = v
@@ -63,7 +70,7 @@ func approvalConnect(t *testing.T, o approvalOpts) *approvalServer {
 	if transport == "" {
 		transport = stdio
 	}
-	cs, s := connect(t, transport, env, connectOpts{protocolVersion: o.protocolVersion, ctx: ctx, client: o.client, clientName: "codeexec-e2e-approvals"})
+	cs, s := connect(t, transport, env, connectOpts{protocolVersion: o.protocolVersion, ctx: ctx, client: o.client, clientName: "codeexec-e2e-approvals", token: o.token})
 	as := &approvalServer{cs: cs, srv: s, env: env, audit: env["CODE_EXEC_AUDIT_LOG"], disconnect: cancel}
 	deadline := time.Now().Add(30 * time.Second)
 	for as.console == "" {
@@ -75,7 +82,27 @@ func approvalConnect(t *testing.T, o approvalOpts) *approvalServer {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
+	as.tokenFile = logField(s.stderr.String(), "approvals console", "token_file")
+	if as.tokenFile == "" {
+		t.Fatalf("codeexec did not log where it wrote the console's token; stderr:\n%s", s.logTail())
+	}
+	b, err := os.ReadFile(as.tokenFile)
+	if err != nil {
+		t.Fatalf("reading the console's token: %v", err)
+	}
+	as.token = strings.TrimSpace(string(b))
 	return as
+}
+
+// api calls the console's API with the token.
+func (a *approvalServer) api(t *testing.T, method, path string) (*http.Response, error) {
+	t.Helper()
+	req, err := http.NewRequest(method, a.console+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+a.token)
+	return http.DefaultClient.Do(req)
 }
 
 // logField finds field of the first JSON log record with msg.
@@ -107,11 +134,13 @@ func (a *approvalServer) auditLog(t *testing.T) string {
 	return string(b)
 }
 
-// cli runs `codeexec approvals ...` against the server's console.
+// cli runs `codeexec approvals ...` against the server's console, as the
+// same user in the same session (XDG_RUNTIME_DIR) but without the token:
+// it finds the token file itself.
 func (a *approvalServer) cli(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	cmd := exec.Command(binPath, append([]string{"approvals"}, args...)...)
-	cmd.Env = []string{"CODE_EXEC_ADMIN_ADDR=" + strings.TrimSuffix(strings.TrimPrefix(a.console, "http://"), "/"), "PATH=" + os.Getenv("PATH")}
+	cmd.Env = []string{"CODE_EXEC_ADMIN_ADDR=" + strings.TrimSuffix(strings.TrimPrefix(a.console, "http://"), "/"), "PATH=" + os.Getenv("PATH"), "XDG_RUNTIME_DIR=" + a.env["XDG_RUNTIME_DIR"]}
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -121,7 +150,7 @@ func (a *approvalServer) waitPending(t *testing.T, n int) []string {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		resp, err := http.Get(a.console + "api/pending")
+		resp, err := a.api(t, http.MethodGet, "api/pending")
 		if err == nil {
 			var list struct {
 				Pending []struct {

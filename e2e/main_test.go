@@ -336,6 +336,8 @@ type connectOpts struct {
 	// client and clientName set the go-sdk client's handlers and name.
 	client     *mcp.ClientOptions
 	clientName string
+	// wrapHTTP, if set, wraps the HTTP client's transport (sse and http).
+	wrapHTTP func(http.RoundTripper) http.RoundTripper
 }
 
 // connect starts codeexec on transport with env and connects the go-sdk
@@ -402,10 +404,14 @@ func dialErr(t *testing.T, s *server, o connectOpts) (*mcp.ClientSession, error)
 	if o.protocolVersion != "" {
 		sessOpts = &mcp.ClientSessionOptions{ProtocolVersion: o.protocolVersion}
 	}
-	hc := &http.Client{}
+	var rt http.RoundTripper = http.DefaultTransport
 	if o.token != "" {
-		hc.Transport = bearerTransport{token: o.token, next: http.DefaultTransport}
+		rt = bearerTransport{token: o.token, next: rt}
 	}
+	if o.wrapHTTP != nil {
+		rt = o.wrapHTTP(rt)
+	}
+	hc := &http.Client{Transport: rt}
 	var tr mcp.Transport
 	if s.transport == sse {
 		tr = &mcp.SSEClientTransport{Endpoint: s.baseURL + "/sse", HTTPClient: hc}

@@ -83,6 +83,58 @@
     }
   }
 
+  // The latest requests with their decisions and how their runs ended,
+  // from the audit record (those still waiting are listed above).
+  function renderRecent(items) {
+    items = items.filter((it) => (it.decisions || []).length > 0);
+    const list = $("recent");
+    list.replaceChildren();
+    $("norecent").hidden = items.length > 0;
+    for (const it of items) {
+      const li = el("li", "done");
+      li.dataset.id = it.id;
+      const req = it.request || {};
+      const when = new Date(it.latest).toLocaleString();
+      li.append(el("p", "line meta", when + " · " + (req.language || "?") + " — request " + it.id +
+        (req.requester && req.requester.client ? " · from " + req.requester.client : "")));
+      for (const d of it.decisions || []) {
+        const p = el("p", "line");
+        const allowed = d.outcome === "approved" || d.outcome === "not_required";
+        p.append(el("span", "outcome " + (allowed ? "allowed" : "refused"), d.outcome.replace("_", " ")));
+        p.append(document.createTextNode(" by " + (d.by || "?") + " via " + (d.via || "?") + (d.note ? " — " + d.note : "")));
+        li.append(p);
+      }
+      const run = it.run;
+      if (run) {
+        let how = "ran in the " + (run.sandbox || "?") + " sandbox: exit code " + run.exit_code;
+        if (run.duration_ms !== undefined) how += " after " + Math.round(run.duration_ms) + " ms";
+        if (run.limit) how += ", stopped by its " + run.limit + " limit";
+        if (run.error) how = "could not run: " + run.error;
+        li.append(el("p", "line run", how));
+      } else if ((it.decisions || []).length) {
+        li.append(el("p", "line run", "did not run"));
+      }
+      if (req.code) {
+        const details = el("details");
+        details.append(el("summary", null, "code (" + req.code.length + " characters" + (req.reasons && req.reasons.length ? "; flagged: " + req.reasons.join("; ") : "") + ")"));
+        const pre = el("pre");
+        pre.append(el("code", null, req.code));
+        details.append(pre);
+        li.append(details);
+      }
+      list.append(li);
+    }
+  }
+
+  async function refreshRecent() {
+    try {
+      const resp = await fetch("/api/recent", { headers: headers(), credentials: "omit", cache: "no-store" });
+      if (resp.ok) renderRecent((await resp.json()).recent || []);
+    } catch (e) {
+      // The pending list reports connection problems.
+    }
+  }
+
   async function answer(id, action, li) {
     for (const b of li.querySelectorAll("button")) b.disabled = true;
     try {
@@ -99,6 +151,7 @@
         $("status").textContent = (action === "approve" ? "Approved " : "Denied ") + id + ".";
         asks = asks.filter((a) => a.id !== id);
         render();
+        refreshRecent();
       }
     } catch (e) {
       $("status").textContent = "Could not reach codeexec: " + e;
@@ -122,6 +175,7 @@
         asks = body.pending || [];
         $("status").textContent = "Live · policy " + body.policy + " · " + asks.length + " waiting";
         render();
+        refreshRecent();
       } catch (e) {
         $("status").textContent = "Disconnected (" + e.message + "); retrying…";
         version = "";
@@ -129,6 +183,9 @@
       }
     }
   }
+
+  // Runs end after their decision: keep the recent list current.
+  setInterval(refreshRecent, 3000);
 
   setInterval(() => {
     for (const li of document.querySelectorAll("li.ask")) {

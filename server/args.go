@@ -10,9 +10,158 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/codeexec/codeexec/configs"
 	"github.com/codeexec/codeexec/sandbox"
 )
+
+// A tool's arguments are declared once, as a list of params: its inputSchema
+// (argSchema) and its argument decoder (decodeArgs) are both made from that
+// list, so that the two cannot drift.
+
+// param declares one argument: its name, JSON type and description for the
+// schema, and how a value of that type is checked and stored.
+type param struct {
+	name        string
+	description string
+	required    bool
+	// jsonType is "string" or "number".
+	jsonType string
+	// expected names the type in errors ("a string", "a number of seconds").
+	expected string
+	// exclusiveMinimum, if not nil, is declared in the schema; set gives
+	// the model a more helpful error for a value at or below it.
+	exclusiveMinimum *float64
+	// set checks a value of jsonType (string or float64) against the
+	// operator's limits and stores it; a refusal is an *ArgError.
+	set func(v any) error
+}
+
+// stringParam declares a string argument; set receives the string.
+func stringParam(name, description string, required bool, set func(string) error) param {
+	return param{name: name, description: description, required: required, jsonType: "string", expected: "a string",
+		set: func(v any) error { return set(v.(string)) }}
+}
+
+// numberParam declares a number argument above exclusiveMinimum; set
+// receives the number.
+func numberParam(name, description, expected string, exclusiveMinimum float64, set func(float64) error) param {
+	return param{name: name, description: description, jsonType: "number", expected: expected, exclusiveMinimum: &exclusiveMinimum,
+		set: func(v any) error { return set(v.(float64)) }}
+}
+
+// argList declares the arguments of one tool.
+type argList struct {
+	tool string
+	// example is a valid set of arguments, shown when none came.
+	example string
+	params  []param
+}
+
+// argSchema is the JSON Schema of the arguments in l.
+func argSchema(l argList) json.RawMessage {
+	props := map[string]any{}
+	var required []string
+	for _, p := range l.params {
+		prop := map[string]any{"type": p.jsonType, "description": p.description}
+		if p.exclusiveMinimum != nil {
+			prop["exclusiveMinimum"] = *p.exclusiveMinimum
+		}
+		props[p.name] = prop
+		if p.required {
+			required = append(required, p.name)
+		}
+	}
+	schema := map[string]any{"type": "object", "properties": props, "additionalProperties": false}
+	if len(required) > 0 {
+		schema["required"] = required
+	}
+	b, err := json.Marshal(schema)
+	if err != nil {
+		panic("server: the argument schema of " + l.tool + " does not encode: " + err.Error())
+	}
+	return b
+}
+
+// names lists the names of the params for which keep is true.
+func (l argList) names(keep func(param) bool) []string {
+	var out []string
+	for _, p := range l.params {
+		if keep(p) {
+			out = append(out, p.name)
+		}
+	}
+	return out
+}
+
+// decodeArgs checks raw, the "arguments" a client sent (normally a map from
+// JSON decoding), against l and stores each argument with its param's set,
+// in the order of l. Every failure is an *ArgError naming the argument and
+// what to do.
+func decodeArgs(raw any, l argList) error {
+	raw, err := decodeRaw(raw)
+	if len(l.params) == 0 {
+		if m, ok := raw.(map[string]any); err != nil || (raw != nil && (!ok || len(m) > 0)) {
+			return argErr("%s takes no arguments: call it with {}", l.tool)
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	all := l.names(func(param) bool { return true })
+	required := l.names(func(p param) bool { return p.required })
+	m, ok := raw.(map[string]any)
+	if raw == nil {
+		return argErr("%s needs arguments: send %s", l.tool, l.example)
+	}
+	if !ok {
+		return argErr("%s arguments must be a JSON object with %s, not %s", l.tool, joinAnd(required), jsonType(raw))
+	}
+	var unknown []string
+	for k := range m {
+		if !slices.Contains(all, k) {
+			unknown = append(unknown, fmt.Sprintf("%q", truncateRunes(k, 40)))
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return argErr("unknown argument %s: %s takes %s", strings.Join(unknown, ", "), l.tool, joinAnd(all))
+	}
+	for _, p := range l.params {
+		v, ok := m[p.name]
+		if !ok || v == nil {
+			if p.required {
+				return argErr("missing required argument %q: %s needs %s", p.name, l.tool, joinAnd(required))
+			}
+			continue
+		}
+		switch p.jsonType {
+		case "string":
+			s, ok := v.(string)
+			if !ok {
+				return argErr("%s must be %s, not %s", p.name, p.expected, jsonType(v))
+			}
+			v = s
+		case "number":
+			n, ok := number(v)
+			if !ok {
+				return argErr("%s must be %s, not %s", p.name, p.expected, jsonType(v))
+			}
+			v = n
+		}
+		if err := p.set(v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// joinAnd writes names as "a, b and c".
+func joinAnd(names []string) string {
+	if len(names) <= 1 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+}
 
 // ExecuteArgs are the decoded, validated arguments of code_execute.
 type ExecuteArgs struct {
@@ -30,88 +179,68 @@ func (e *ArgError) Error() string { return e.Msg }
 
 func argErr(format string, a ...any) *ArgError { return &ArgError{Msg: fmt.Sprintf(format, a...)} }
 
-var executeArgNames = []string{"language", "code", "stdin", "timeout_seconds"}
+// executeArgs declares code_execute's arguments, checked against the
+// operator's limits in o and stored in a.
+func executeArgs(a *ExecuteArgs, o *Options) argList {
+	return argList{tool: ToolExecute, example: `{"language": "python", "code": "print(2**64)"}`, params: []param{
+		stringParam("language", "Language of the code: python, javascript or bash (aliases: py, python3, js, node, sh).", true, func(lang string) error {
+			canon, err := sandbox.CanonicalLanguage(lang)
+			if err != nil || !slices.Contains(o.Languages, canon) {
+				return argErr("language %q is not supported here: use one of %s", truncateRunes(lang, 40), strings.Join(o.Languages, ", "))
+			}
+			a.Language = canon
+			return nil
+		}),
+		stringParam("code", "The program text. Print what you want to see: only stdout and stderr come back.", true, func(code string) error {
+			switch {
+			case strings.TrimSpace(code) == "":
+				return argErr("code is empty: send the program text to run")
+			case int64(len(code)) > o.MaxCode:
+				return argErr("code is %d bytes, over this server's limit of %d bytes (CODE_EXEC_MAX_CODE): send a shorter program", len(code), o.MaxCode)
+			case strings.IndexByte(code, 0) >= 0:
+				return argErr("code contains a NUL byte, which no interpreter accepts in program text: remove it")
+			case !utf8.ValidString(code):
+				return argErr("code is not valid UTF-8: send the program as text")
+			}
+			a.Code = code
+			return nil
+		}),
+		stringParam("stdin", "Standard input for the program (optional).", false, func(stdin string) error {
+			if int64(len(stdin)) > o.MaxStdin {
+				return argErr("stdin is %d bytes, over this server's limit of %d bytes (CODE_EXEC_MAX_STDIN)", len(stdin), o.MaxStdin)
+			}
+			a.Stdin = stdin
+			return nil
+		}),
+		numberParam("timeout_seconds", "Wall-clock limit for this run in seconds (optional; the server's default applies otherwise, and its cap may not be exceeded: see sandbox_info).",
+			"a number of seconds", 0, func(secs float64) error {
+				maxSecs := o.MaxTimeout.Seconds()
+				switch {
+				case math.IsNaN(secs) || secs <= 0:
+					return argErr("timeout_seconds must be above 0 (at most %s)", fmtSeconds(maxSecs))
+				case secs > maxSecs:
+					return argErr("timeout_seconds %s is above this server's cap of %s seconds (CODE_EXEC_MAX_TIMEOUT): ask for at most %s", fmtSeconds(secs), fmtSeconds(maxSecs), fmtSeconds(maxSecs))
+				case secs < 0.001:
+					return argErr("timeout_seconds %s is too short to run anything: ask for at least 0.001", fmtSeconds(secs))
+				}
+				a.Timeout = time.Duration(secs * float64(time.Second))
+				return nil
+			}),
+	}}
+}
 
-// DecodeExecuteArgs checks the raw arguments of code_execute against the
-// schema and the operator's limits. raw is what the client sent as
+// DecodeExecuteArgs checks the raw arguments of code_execute against their
+// declaration and the operator's limits in o. raw is what the client sent as
 // "arguments" (normally a map from JSON decoding). Every failure is an
 // *ArgError naming the argument and what to do.
-func DecodeExecuteArgs(raw any, cfg *configs.Config) (ExecuteArgs, error) {
-	var a ExecuteArgs
-	raw, err := decodeRaw(raw)
-	if err != nil {
-		return a, err
-	}
-	m, ok := raw.(map[string]any)
-	if raw == nil {
-		return a, argErr("code_execute needs arguments: send {\"language\": \"python\", \"code\": \"print(2**64)\"}")
-	}
-	if !ok {
-		return a, argErr("code_execute arguments must be a JSON object with language and code, not %s", jsonType(raw))
-	}
-	var unknown []string
-	for k := range m {
-		if !slices.Contains(executeArgNames, k) {
-			unknown = append(unknown, fmt.Sprintf("%q", truncateRunes(k, 40)))
-		}
-	}
-	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		return a, argErr("unknown argument %s: code_execute takes language, code, stdin and timeout_seconds", strings.Join(unknown, ", "))
-	}
-
-	lang, err := stringArg(m, "language", true)
-	if err != nil {
-		return a, err
-	}
-	enabled := cfg.Languages
-	canon, cerr := sandbox.CanonicalLanguage(lang)
-	if cerr != nil || !slices.Contains(enabled, canon) {
-		return a, argErr("language %q is not supported here: use one of %s", truncateRunes(lang, 40), strings.Join(enabled, ", "))
-	}
-	a.Language = canon
-
-	if a.Code, err = stringArg(m, "code", true); err != nil {
-		return a, err
-	}
-	if strings.TrimSpace(a.Code) == "" {
-		return a, argErr("code is empty: send the program text to run")
-	}
-	if n := len(a.Code); int64(n) > int64(cfg.MaxCode) {
-		return a, argErr("code is %d bytes, over this server's limit of %d bytes (CODE_EXEC_MAX_CODE): send a shorter program", n, int64(cfg.MaxCode))
-	}
-	if strings.IndexByte(a.Code, 0) >= 0 {
-		return a, argErr("code contains a NUL byte, which no interpreter accepts in program text: remove it")
-	}
-	if !utf8.ValidString(a.Code) {
-		return a, argErr("code is not valid UTF-8: send the program as text")
-	}
-
-	if a.Stdin, err = stringArg(m, "stdin", false); err != nil {
-		return a, err
-	}
-	if n := len(a.Stdin); int64(n) > int64(cfg.MaxStdin) {
-		return a, argErr("stdin is %d bytes, over this server's limit of %d bytes (CODE_EXEC_MAX_STDIN)", n, int64(cfg.MaxStdin))
-	}
-
-	a.Timeout = cfg.Timeout
-	if v, present := m["timeout_seconds"]; present && v != nil {
-		secs, ok := number(v)
-		maxSecs := cfg.MaxTimeout.Seconds()
-		switch {
-		case !ok:
-			return a, argErr("timeout_seconds must be a number of seconds, not %s", jsonType(v))
-		case math.IsNaN(secs) || secs <= 0:
-			return a, argErr("timeout_seconds must be above 0 (at most %s)", fmtSeconds(maxSecs))
-		case secs > maxSecs:
-			return a, argErr("timeout_seconds %s is above this server's cap of %s seconds (CODE_EXEC_MAX_TIMEOUT): ask for at most %s", fmtSeconds(secs), fmtSeconds(maxSecs), fmtSeconds(maxSecs))
-		case secs < 0.001:
-			return a, argErr("timeout_seconds %s is too short to run anything: ask for at least 0.001", fmtSeconds(secs))
-		}
-		a.Timeout = time.Duration(secs * float64(time.Second))
-	}
-	return a, nil
+func DecodeExecuteArgs(raw any, o Options) (ExecuteArgs, error) {
+	a := ExecuteArgs{Timeout: o.Limits.Timeout}
+	err := decodeArgs(raw, executeArgs(&a, &o))
+	return a, err
 }
+
+// infoArgs declares sandbox_info's arguments: none.
+var infoArgs = argList{tool: ToolInfo}
 
 // decodeRaw turns arguments that arrive as raw JSON into Go values.
 func decodeRaw(raw any) (any, error) {
@@ -132,23 +261,6 @@ func decodeRaw(raw any) (any, error) {
 		return nil, argErr("the arguments are not valid JSON: %v", err)
 	}
 	return v, nil
-}
-
-// stringArg returns m[key] as a string. A missing optional argument (or an
-// explicit null) is "".
-func stringArg(m map[string]any, key string, required bool) (string, error) {
-	v, ok := m[key]
-	if !ok || v == nil {
-		if required {
-			return "", argErr("missing required argument %q: code_execute needs language and code", key)
-		}
-		return "", nil
-	}
-	s, ok := v.(string)
-	if !ok {
-		return "", argErr("%s must be a string, not %s", key, jsonType(v))
-	}
-	return s, nil
 }
 
 // number accepts the numeric types JSON decoding produces.

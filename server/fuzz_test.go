@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,7 +14,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/codeexec/codeexec/configs"
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 )
@@ -32,12 +30,9 @@ func FuzzDecodeExecuteArgs(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	cfg, err := configs.Load([]string{"CODE_EXEC_MAX_CODE=1k"})
-	if err != nil {
-		f.Fatal(err)
-	}
+	opts := testOptions()
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		a, err := DecodeExecuteArgs(json.RawMessage(raw), cfg)
+		a, err := DecodeExecuteArgs(json.RawMessage(raw), opts)
 		if err != nil {
 			if msg := err.Error(); msg == "" || strings.Contains(msg, "\n") {
 				t.Fatalf("error is not one line: %q", msg)
@@ -47,27 +42,23 @@ func FuzzDecodeExecuteArgs(f *testing.F) {
 		if _, ok := sandbox.Languages[a.Language]; !ok {
 			t.Fatalf("accepted language %q", a.Language)
 		}
-		if strings.TrimSpace(a.Code) == "" || len(a.Code) > int(cfg.MaxCode) || strings.ContainsRune(a.Code, 0) || !utf8.ValidString(a.Code) {
+		if strings.TrimSpace(a.Code) == "" || int64(len(a.Code)) > opts.MaxCode || strings.ContainsRune(a.Code, 0) || !utf8.ValidString(a.Code) {
 			t.Fatalf("accepted code %q", a.Code)
 		}
-		if a.Timeout <= 0 || a.Timeout > cfg.MaxTimeout {
+		if a.Timeout <= 0 || a.Timeout > opts.MaxTimeout {
 			t.Fatalf("accepted timeout %v", a.Timeout)
 		}
 	})
 }
 
 func fuzzServer(t testing.TB) *Server {
-	cfg, err := configs.Load(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	fake := &sandboxtest.Fake{
 		Caps: sandbox.Capabilities{Mode: sandbox.ModeProcess, Languages: []sandbox.LanguageStatus{{Name: "python", Available: true}}},
 		RunFunc: func(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
 			return &sandbox.Result{Stdout: "ok\n", Sandbox: sandbox.ModeProcess}, nil
 		},
 	}
-	return New(cfg, fake, Options{Logger: slog.New(slog.DiscardHandler)})
+	return New(fake, testOptions())
 }
 
 const validCall = `{"jsonrpc":"2.0","id":99,"method":"tools/call","params":{"name":"code_execute","arguments":{"language":"python","code":"print(1)"}}}`
@@ -86,7 +77,7 @@ func FuzzHTTPTransport(f *testing.F) {
 		f.Add([]byte(s), "2025-06-18")
 	}
 	s := fuzzServer(f)
-	h, _, err := s.HTTPHandler(configs.TransportHTTP, "http://127.0.0.1")
+	h, _, err := s.HTTPHandler(TransportHTTP, "http://127.0.0.1")
 	if err != nil {
 		f.Fatal(err)
 	}

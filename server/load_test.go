@@ -4,37 +4,44 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/codeexec/codeexec/configs"
 	"github.com/codeexec/codeexec/sandbox"
-	"github.com/codeexec/codeexec/sandbox/process"
+	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 )
 
-// TestMain lets this test binary act as the process sandbox's supervisor,
-// which is the binary itself re-executed (see process.MaybeRunHelper).
-func TestMain(m *testing.M) {
-	process.MaybeRunHelper()
-	os.Exit(m.Run())
+// echoRunner is a Runner that answers print("token") with token after a
+// few milliseconds, as a short program would.
+func echoRunner() *sandboxtest.Fake {
+	return &sandboxtest.Fake{
+		Caps: sandbox.Capabilities{Mode: sandbox.ModeProcess},
+		RunFunc: func(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
+			select {
+			case <-time.After(2 * time.Millisecond):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			tok := strings.TrimSuffix(strings.TrimPrefix(req.Code, `print("`), `")`)
+			return &sandbox.Result{Stdout: tok + "\n", Sandbox: sandbox.ModeProcess, Duration: 2 * time.Millisecond}, nil
+		},
+	}
 }
 
-// TestLoadGoroutines serves the real process runner, limited to 4 runs at
-// once, over streamable HTTP, sends it 500 calls 32 at a time with the
-// official go-sdk client, and checks that every call gets its own answer and
-// that the goroutines come back to their level before the load (the binary
+// TestLoadGoroutines serves a runner limited to 4 runs at once over
+// streamable HTTP, sends it 500 calls 32 at a time with the official go-sdk
+// client, and checks that every call gets its own answer and that the
+// server's goroutines come back to their level before the load (the binary
 // cannot show its goroutines; the e2e load test checks its memory and
-// threads). It compares counts, never durations, and is not parallel: other
-// tests' goroutines would blur the count.
+// threads with the real sandboxes). It compares counts, never durations,
+// and is not parallel: other tests' goroutines would blur the count.
 func TestLoadGoroutines(t *testing.T) {
 	if testing.Short() {
 		t.Skip("sends 500 calls; -short skips it")
@@ -47,23 +54,12 @@ func TestLoadGoroutines(t *testing.T) {
 	)
 	start := runtime.NumGoroutine()
 
-	work := t.TempDir()
-	// The sandbox may run code as another user, who must reach its run
-	// directory.
-	for _, p := range []string{filepath.Dir(work), work} {
-		if err := os.Chmod(p, 0o711); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cfg := testConfig(t, "CODE_EXEC_MAX_CONCURRENCY="+strconv.Itoa(limit), "CODE_EXEC_WORK_DIR="+work)
-	log := slog.New(slog.DiscardHandler)
-	runner, err := process.New(context.Background(), process.Config{Languages: sandbox.LanguageNames(), WorkRoot: work, Logger: log})
-	if err != nil {
-		t.Fatalf("process.New: %v", err)
-	}
+	opts := testOptions()
+	opts.MaxConcurrency = limit
+	runner := echoRunner()
 	chain := sandbox.Limit(runner, limit)
-	srv := New(cfg, chain, Options{Version: "test", Logger: log})
-	handler, shutdown, err := srv.HTTPHandler(configs.TransportHTTP, "")
+	srv := New(chain, opts)
+	handler, shutdown, err := srv.HTTPHandler(TransportHTTP, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,9 +193,5 @@ func TestLoadGoroutines(t *testing.T) {
 		t.Errorf("goroutines left after everything closed: %d, %d before the server was made", final, start)
 		buf := make([]byte, 1<<20)
 		t.Logf("%s", buf[:runtime.Stack(buf, true)])
-	}
-	entries, _ := os.ReadDir(work)
-	if len(entries) != 0 {
-		t.Errorf("the runner left %d entries in its work directory", len(entries))
 	}
 }

@@ -1,24 +1,22 @@
 // Package server wires codeexec's tools to MCP: the tool declarations and
-// handlers, the stdio, SSE and streamable HTTP transports, and the bearer-token
-// authentication of the HTTP transports.
+// handlers, the stdio, SSE and streamable HTTP transports with the
+// bearer-token authentication of the HTTP ones, the asking of a person
+// through the client (MCP elicitation) when runs need approval, and the
+// approvals console and its API.
+//
+// The server knows nothing of the configuration: Options carries what it
+// needs, and cmd/codeexec fills it in.
 package server
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
-	"errors"
-	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
-	"strings"
 	"sync"
 	"time"
 
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
-	"github.com/codeexec/codeexec/configs"
+	"github.com/codeexec/codeexec/approvals"
 	"github.com/codeexec/codeexec/sandbox"
 )
 
@@ -27,51 +25,74 @@ const Name = "codeexec"
 
 // Server is codeexec's MCP server: tools over a Runner, served on one transport.
 type Server struct {
-	cfg      *configs.Config
-	runner   sandbox.Runner
-	log      *slog.Logger
-	version  string
-	approval string
-	mcp      *mcpserver.MCPServer
-	// approvals is nil unless approvals or the audit log are configured.
-	approvals *Approvals
+	opts   Options
+	runner sandbox.Runner
+	// gate is runner when it is an approvals.Gate (nil otherwise): each
+	// call tells it who asks and how to ask them.
+	gate *approvals.Gate
+	log  *slog.Logger
+	mcp  *mcpserver.MCPServer
 
 	mu   sync.Mutex
 	runs map[string]map[*int]context.CancelFunc // session id -> cancel funcs of its runs
 }
 
-// Options are the parts of a Server that do not come from the configuration.
+// Options are what a Server needs to know besides its Runner.
 type Options struct {
-	// Version is announced to clients and in sandbox_info.
+	// Version is announced to clients and in sandbox_info ("dev" if empty).
 	Version string
-	// Approval describes the approval policy in sandbox_info.
-	Approval string
-	// Approvals, if not nil, asks people before code runs (see Approvals).
-	Approvals *Approvals
-	Logger    *slog.Logger
+	Logger  *slog.Logger
+
+	// Languages are the canonical names of the languages that may run.
+	Languages []string
+	// Limits are the operator's limits of every run; Limits.Timeout is the
+	// timeout of a request that asks for none.
+	Limits sandbox.Limits
+	// MaxTimeout is the most a request's timeout_seconds may ask for.
+	MaxTimeout time.Duration
+	// MaxCode and MaxStdin are the largest code and stdin accepted, in
+	// bytes; together they also bound the body of an HTTP request.
+	MaxCode, MaxStdin int64
+	// MaxConcurrency is how many runs the Runner lets happen at once (see
+	// sandbox.Limit); sandbox_info reports it.
+	MaxConcurrency int
+
+	// AuthToken, if not empty, is the bearer token that clients of the
+	// HTTP transports must send.
+	AuthToken string
+
+	// Elicit asks through the client (MCP elicitation), when it supports
+	// it, for runs that need a person's approval (with an approvals.Gate
+	// as the Runner): the client's answer counts as a person's. Set it
+	// only where a person stands behind the client, never where the
+	// client is an agent that would approve its own code.
+	Elicit bool
+	// ElicitReason says why the client's answers count or not, for
+	// sandbox_info.
+	ElicitReason string
+	// ConsoleURL is where people answer approval requests out of band
+	// ("" without a console); it is shown to the client while a run waits.
+	ConsoleURL string
 }
 
 // New builds the MCP server around runner. runner should already enforce the
-// concurrency limit (see sandbox.Limit); the Server does not close it.
-func New(cfg *configs.Config, runner sandbox.Runner, opts Options) *Server {
+// concurrency limit (see sandbox.Limit); the Server does not close it. When
+// runner is an *approvals.Gate, each call tells it who asks and, with
+// opts.Elicit, asks the person behind the client too (see approvals.Call).
+func New(runner sandbox.Runner, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
-	}
-	if opts.Approval == "" {
-		opts.Approval = approvalDescription(opts.Approvals)
-	}
-	if opts.Approval == "" {
-		opts.Approval = "never: code runs without asking a person (CODE_EXEC_APPROVAL is not configured)"
 	}
 	if opts.Version == "" {
 		opts.Version = "dev"
 	}
-	s := &Server{cfg: cfg, runner: runner, log: opts.Logger, version: opts.Version, approval: opts.Approval, approvals: opts.Approvals, runs: map[string]map[*int]context.CancelFunc{}}
+	s := &Server{opts: opts, runner: runner, log: opts.Logger, runs: map[string]map[*int]context.CancelFunc{}}
+	s.gate, _ = runner.(*approvals.Gate)
 	hooks := &mcpserver.Hooks{}
 	hooks.AddOnUnregisterSession(func(ctx context.Context, session mcpserver.ClientSession) {
 		s.cancelSession(session.SessionID())
-		if s.approvals != nil {
-			s.approvals.Gate.Broker().WithdrawSession(session.SessionID())
+		if s.gate != nil {
+			s.gate.Broker().WithdrawSession(session.SessionID())
 		}
 	})
 	s.mcp = mcpserver.NewMCPServer(Name, opts.Version,
@@ -84,9 +105,6 @@ func New(cfg *configs.Config, runner sandbox.Runner, opts Options) *Server {
 	s.mcp.AddTools(s.tools()...)
 	return s
 }
-
-// MCP returns the underlying mcp-go server (for in-process tests).
-func (s *Server) MCP() *mcpserver.MCPServer { return s.mcp }
 
 // trackRun derives the context of one run, which is cancelled when its
 // client session goes away (an SSE client that disconnects, for example).
@@ -127,143 +145,4 @@ func (s *Server) cancelSession(id string) {
 	for _, c := range cancels {
 		c()
 	}
-}
-
-// ServeStdio serves MCP on in and out until ctx is cancelled or in ends.
-func (s *Server) ServeStdio(ctx context.Context, in interface{ Read([]byte) (int, error) }, out interface{ Write([]byte) (int, error) }) error {
-	// mcp-go runs tool calls on a worker pool (5 workers by default); size
-	// it so that it never throttles below CODE_EXEC_MAX_CONCURRENCY: calls
-	// beyond the concurrency limit wait, cancellable, in sandbox.Limit.
-	const maxWorkers = 100
-	if s.cfg.MaxConcurrency > maxWorkers-10 {
-		s.log.Warn("the stdio transport serves at most 100 tool calls at once", "max_concurrency", s.cfg.MaxConcurrency)
-	}
-	stdio := mcpserver.NewStdioServer(s.mcp)
-	mcpserver.WithWorkerPoolSize(maxWorkers)(stdio)
-	mcpserver.WithQueueSize(10000)(stdio)
-	stdio.SetErrorLogger(slog.NewLogLogger(s.log.Handler(), slog.LevelWarn))
-	err := stdio.Listen(ctx, in, out)
-	if errors.Is(err, context.Canceled) {
-		return nil
-	}
-	return err
-}
-
-// HTTPHandler returns the handler of the sse or http transport, with
-// authentication and request size limits.
-func (s *Server) HTTPHandler(transport configs.Transport, baseURL string) (http.Handler, func(context.Context) error, error) {
-	mux := http.NewServeMux()
-	var shutdown func(context.Context) error
-	switch transport {
-	case configs.TransportHTTP:
-		h := mcpserver.NewStreamableHTTPServer(s.mcp,
-			mcpserver.WithEndpointPath("/mcp"),
-			mcpserver.WithStreamableHTTPLogger(s.log),
-			mcpserver.WithHeartbeatInterval(15*time.Second),
-			mcpserver.WithHTTPContextFunc(withRemoteAddr),
-		)
-		mux.Handle("/mcp", modernNotifications(h))
-		shutdown = h.Shutdown
-	case configs.TransportSSE:
-		h := mcpserver.NewSSEServer(s.mcp,
-			mcpserver.WithBaseURL(baseURL),
-			mcpserver.WithKeepAlive(true),
-			mcpserver.WithKeepAliveInterval(15*time.Second),
-			mcpserver.WithSSEContextFunc(withRemoteAddr),
-		)
-		mux.Handle("/sse", h.SSEHandler())
-		mux.Handle("/message", h.MessageHandler())
-		shutdown = h.Shutdown
-	default:
-		return nil, nil, fmt.Errorf("transport %q is not served over HTTP", transport)
-	}
-	maxBody := int64(s.cfg.MaxCode) + int64(s.cfg.MaxStdin)*2 + 1<<20
-	var h http.Handler = limitBody(mux, maxBody)
-	h = requireToken(h, s.cfg.AuthToken)
-	root := http.NewServeMux()
-	root.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	root.Handle("/", h)
-	return root, shutdown, nil
-}
-
-// ServeHTTP listens on addr and serves the sse or http transport until ctx
-// is cancelled, then shuts down. ready, if not nil, receives the bound
-// address once listening.
-func (s *Server) ServeHTTP(ctx context.Context, transport configs.Transport, addr string, ready func(net.Addr)) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listening on %s: %w", addr, err)
-	}
-	base := "http://" + ln.Addr().String()
-	handler, shutdownMCP, err := s.HTTPHandler(transport, base)
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	if ready != nil {
-		ready(ln.Addr())
-	}
-	return serveUntilDone(ctx, ln, handler, 5*time.Second, shutdownMCP)
-}
-
-// serveUntilDone serves handler on ln until ctx ends, then shuts down
-// gracefully within grace (after beforeShutdown, if set), closing whatever
-// is still open after that.
-func serveUntilDone(ctx context.Context, ln net.Listener, handler http.Handler, grace time.Duration, beforeShutdown func(context.Context) error) error {
-	srv := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-	}
-	errCh := make(chan error, 1)
-	go func() { errCh <- srv.Serve(ln) }()
-	select {
-	case err := <-errCh:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	if beforeShutdown != nil {
-		_ = beforeShutdown(sctx)
-	}
-	if err := srv.Shutdown(sctx); err != nil {
-		_ = srv.Close()
-	}
-	return nil
-}
-
-// requireToken rejects requests without "Authorization: Bearer <token>"
-// with 401. The comparison is constant-time (over SHA-256 digests, so the
-// token's length does not leak either). An empty token disables the check.
-func requireToken(next http.Handler, token string) http.Handler {
-	if token == "" {
-		return next
-	}
-	want := sha256.Sum256([]byte(token))
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
-		if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="codeexec"`)
-			http.Error(w, "401 unauthorized: send Authorization: Bearer <CODE_EXEC_AUTH_TOKEN>", http.StatusUnauthorized)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// limitBody rejects request bodies over max bytes with 413.
-func limitBody(next http.Handler, max int64) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ContentLength > max {
-			http.Error(w, fmt.Sprintf("413 request too large: %d bytes, the limit is %d (CODE_EXEC_MAX_CODE and CODE_EXEC_MAX_STDIN)", r.ContentLength, max), http.StatusRequestEntityTooLarge)
-			return
-		}
-		r.Body = http.MaxBytesReader(w, r.Body, max)
-		next.ServeHTTP(w, r)
-	})
 }

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,25 +17,30 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/codeexec/codeexec/configs"
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 )
 
-func testConfig(t *testing.T, env ...string) *configs.Config {
-	t.Helper()
-	c, err := configs.Load(append([]string{"CODE_EXEC_MAX_CODE=1k", "CODE_EXEC_MAX_STDIN=2k"}, env...))
-	if err != nil {
-		t.Fatal(err)
+// testOptions are the server's defaults with 1k of code and 2k of stdin.
+func testOptions() Options {
+	return Options{
+		Version:   "test",
+		Logger:    slog.New(slog.DiscardHandler),
+		Languages: []string{"python", "javascript", "bash"},
+		Limits: sandbox.Limits{Timeout: 10 * time.Second, MemoryBytes: 256 << 20, CPUs: 1, Processes: 64, OpenFiles: 256,
+			FileSizeBytes: 64 << 20, OutputBytes: 1 << 20},
+		MaxTimeout:     60 * time.Second,
+		MaxCode:        1 << 10,
+		MaxStdin:       2 << 10,
+		MaxConcurrency: 4,
 	}
-	return c
 }
 
 func newTestServer(t *testing.T, run func(ctx context.Context, req sandbox.Request) (*sandbox.Result, error)) *Server {
 	t.Helper()
 	fake := &sandboxtest.Fake{RunFunc: run, Caps: sandbox.Capabilities{Mode: sandbox.ModeProcess, Isolation: sandbox.Isolation{Environment: true},
 		Languages: []sandbox.LanguageStatus{{Name: "python", Available: true}}}}
-	return New(testConfig(t), fake, Options{Version: "test", Logger: slog.New(slog.DiscardHandler)})
+	return New(fake, testOptions())
 }
 
 func call(args any) mcp.CallToolRequest {
@@ -54,7 +61,7 @@ func resultText(r *mcp.CallToolResult) string {
 }
 
 func TestDecodeExecuteArgs(t *testing.T) {
-	cfg := testConfig(t)
+	opts := testOptions()
 	cases := []struct {
 		name string
 		args any
@@ -88,7 +95,7 @@ func TestDecodeExecuteArgs(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			a, err := DecodeExecuteArgs(c.args, cfg)
+			a, err := DecodeExecuteArgs(c.args, opts)
 			if c.want == "" {
 				if err != nil {
 					t.Fatalf("rejected valid arguments: %v", err)
@@ -113,14 +120,14 @@ func TestDecodeExecuteArgs(t *testing.T) {
 }
 
 func TestDecodeTimeout(t *testing.T) {
-	a, err := DecodeExecuteArgs(map[string]any{"language": "js", "code": "1", "timeout_seconds": 2.5}, testConfig(t))
+	a, err := DecodeExecuteArgs(map[string]any{"language": "js", "code": "1", "timeout_seconds": 2.5}, testOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if a.Timeout != 2500*time.Millisecond || a.Language != "javascript" {
 		t.Fatalf("decoded %+v", a)
 	}
-	a, _ = DecodeExecuteArgs(map[string]any{"language": "sh", "code": "1"}, testConfig(t))
+	a, _ = DecodeExecuteArgs(map[string]any{"language": "sh", "code": "1"}, testOptions())
 	if a.Timeout != 10*time.Second || a.Language != "bash" {
 		t.Fatalf("default timeout not applied: %+v", a)
 	}
@@ -249,7 +256,7 @@ func TestInfo(t *testing.T) {
 
 func TestToolsDeclareAnnotationsAndSchemas(t *testing.T) {
 	for _, mode := range sandbox.Modes {
-		s := New(testConfig(t), &sandboxtest.Fake{Caps: sandbox.Capabilities{Mode: mode}}, Options{})
+		s := New(&sandboxtest.Fake{Caps: sandbox.Capabilities{Mode: mode}}, testOptions())
 		for _, st := range s.tools() {
 			tool := st.Tool
 			a := tool.Annotations
@@ -377,5 +384,56 @@ func TestRenderText(t *testing.T) {
 	}
 	if got := RenderText(ExecuteOutput{TimedOut: true, Stdout: "partial", Sandbox: "docker"}, 2*time.Second, "1m"); !strings.Contains(got, "stdout:\npartial\n") || !strings.Contains(got, "2s limit") {
 		t.Fatalf("timeout: %q", got)
+	}
+}
+
+// TestSchemaAndDecoderAgree: the inputSchema that tools/list shows and the
+// decoder come from one declaration: every property is accepted, every
+// required one is required, every type is enforced, nothing else passes.
+func TestSchemaAndDecoderAgree(t *testing.T) {
+	var schema struct {
+		Type                 string                     `json:"type"`
+		Properties           map[string]json.RawMessage `json:"properties"`
+		Required             []string                   `json:"required"`
+		AdditionalProperties *bool                      `json:"additionalProperties"`
+	}
+	if err := json.Unmarshal(executeTool(sandbox.Capabilities{}).RawInputSchema, &schema); err != nil {
+		t.Fatal(err)
+	}
+	if schema.Type != "object" || schema.AdditionalProperties == nil || *schema.AdditionalProperties || len(schema.Properties) != 4 {
+		t.Fatalf("schema = %+v", schema)
+	}
+	valid := map[string]any{"language": "python", "code": "print(1)", "stdin": "x", "timeout_seconds": 2}
+	wrong := map[string]any{"string": 7, "number": "7"}
+	opts := testOptions()
+	for name, raw := range schema.Properties {
+		var prop struct {
+			Type        string `json:"type"`
+			Description string `json:"description"`
+		}
+		if err := json.Unmarshal(raw, &prop); err != nil || prop.Description == "" {
+			t.Fatalf("%s: %s", name, raw)
+		}
+		if _, ok := valid[name]; !ok {
+			t.Fatalf("the schema has %s, which this test does not know", name)
+		}
+		args := maps.Clone(valid)
+		args[name] = wrong[prop.Type]
+		if _, err := DecodeExecuteArgs(args, opts); err == nil || !strings.Contains(err.Error(), name+" must be") {
+			t.Errorf("%s of the wrong type: %v", name, err)
+		}
+		delete(args, name)
+		_, err := DecodeExecuteArgs(args, opts)
+		if required := slices.Contains(schema.Required, name); required != (err != nil && strings.Contains(err.Error(), "missing required argument")) {
+			t.Errorf("%s: required in the schema = %v, but without it the decoder says %v", name, required, err)
+		}
+	}
+	if _, err := DecodeExecuteArgs(valid, opts); err != nil {
+		t.Fatalf("every property at once: %v", err)
+	}
+	args := maps.Clone(valid)
+	args["network"] = true
+	if _, err := DecodeExecuteArgs(args, opts); err == nil || !strings.Contains(err.Error(), "takes language, code, stdin and timeout_seconds") {
+		t.Errorf("a property outside the schema: %v", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
+	"github.com/codeexec/codeexec/approvals"
 	"github.com/codeexec/codeexec/sandbox"
 )
 
@@ -20,32 +21,6 @@ const (
 	ToolExecute = "code_execute"
 	ToolInfo    = "sandbox_info"
 )
-
-// executeInputSchema is the JSON Schema of code_execute's arguments.
-const executeInputSchema = `{
-  "type": "object",
-  "properties": {
-    "language": {
-      "type": "string",
-      "description": "Language of the code: python, javascript or bash (aliases: py, python3, js, node, sh)."
-    },
-    "code": {
-      "type": "string",
-      "description": "The program text. Print what you want to see: only stdout and stderr come back."
-    },
-    "stdin": {
-      "type": "string",
-      "description": "Standard input for the program (optional)."
-    },
-    "timeout_seconds": {
-      "type": "number",
-      "exclusiveMinimum": 0,
-      "description": "Wall-clock limit for this run in seconds (optional; the server's default applies otherwise, and its cap may not be exceeded: see sandbox_info)."
-    }
-  },
-  "required": ["language", "code"],
-  "additionalProperties": false
-}`
 
 // modeEnum is the JSON list of the sandbox modes, for the schemas.
 var modeEnum = func() string {
@@ -73,9 +48,6 @@ var executeOutputSchema = `{
   },
   "required": ["exit_code", "stdout", "stderr", "timed_out", "oom_killed", "truncated", "duration_ms", "sandbox"]
 }`
-
-// infoInputSchema: sandbox_info takes no arguments.
-const infoInputSchema = `{"type": "object", "properties": {}, "additionalProperties": false}`
 
 var infoOutputSchema = `{
   "type": "object",
@@ -122,7 +94,7 @@ func executeTool(caps sandbox.Capabilities) mcp.Tool {
 		Name:            ToolExecute,
 		Title:           "Execute code",
 		Description:     desc,
-		RawInputSchema:  json.RawMessage(executeInputSchema),
+		RawInputSchema:  argSchema(executeArgs(&ExecuteArgs{}, &Options{})),
 		RawOutputSchema: json.RawMessage(executeOutputSchema),
 		Annotations: mcp.ToolAnnotation{
 			Title:           "Execute code",
@@ -175,7 +147,7 @@ func infoTool() mcp.Tool {
 		Name:            ToolInfo,
 		Title:           "Sandbox information",
 		Description:     "Describe this code-execution server: the sandbox mode in force, the languages and their versions, the limits, the network and approval policies, and which protections are active on this host.",
-		RawInputSchema:  json.RawMessage(infoInputSchema),
+		RawInputSchema:  argSchema(infoArgs),
 		RawOutputSchema: json.RawMessage(infoOutputSchema),
 		Annotations: mcp.ToolAnnotation{
 			Title:           "Sandbox information",
@@ -191,7 +163,7 @@ func infoTool() mcp.Tool {
 // limit are tool results with isError; a Go error is never returned for
 // anything the model can fix.
 func (s *Server) handleExecute(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	args, err := DecodeExecuteArgs(req.GetRawArguments(), s.cfg)
+	args, err := DecodeExecuteArgs(req.GetRawArguments(), s.opts)
 	if err != nil {
 		s.log.Info("request rejected", "tool", ToolExecute, "reason", err.Error())
 		return mcp.NewToolResultError(err.Error()), nil
@@ -199,22 +171,26 @@ func (s *Server) handleExecute(ctx context.Context, req mcp.CallToolRequest) (*m
 	ctx, done := s.trackRun(ctx)
 	defer done()
 
+	limits := s.opts.Limits
+	limits.Timeout = args.Timeout
 	runReq := sandbox.Request{
 		Language: args.Language,
 		Code:     args.Code,
 		Stdin:    args.Stdin,
-		Limits:   s.cfg.Limits(args.Timeout),
+		Limits:   limits,
 	}
-	if s.approvals != nil {
-		var stop *mcp.CallToolResult
-		if ctx, stop = s.approve(ctx, req, runReq); stop != nil {
-			return stop, nil
-		}
-	}
-	res, err := s.runner.Run(ctx, runReq)
-	if err != nil {
+	res, err := s.runnerFor(ctx, req).Run(ctx, runReq)
+	var input *approvals.InputRequiredError
+	switch {
+	case errors.As(err, &input):
+		// Protocol 2026-07-28: the client asks the person and calls again
+		// with the answer and the state.
+		return mcpserver.NewInputRequestBuilder(input.State).Elicit(approvalInputID, elicitation(input.Ask)).ToolResult(), nil
+	case err != nil:
 		msg := runErrorMessage(err, args)
-		s.log.Warn("run failed", "language", args.Language, "err", err)
+		if _, isApproval := approvalErrorMessage(err); !isApproval {
+			s.log.Warn("run failed", "language", args.Language, "err", err)
+		}
 		return mcp.NewToolResultError(msg), nil
 	}
 	out := ExecuteOutput{
@@ -232,7 +208,7 @@ func (s *Server) handleExecute(ctx context.Context, req mcp.CallToolRequest) (*m
 	s.log.Info("run", "language", args.Language, "sandbox", res.Sandbox, "exit_code", res.ExitCode,
 		"duration_ms", out.DurationMS, "limit", res.LimitHit(), "stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr))
 	result := &mcp.CallToolResult{
-		Content:           []mcp.Content{mcp.NewTextContent(RenderText(out, args.Timeout, s.cfg.MaxOutput.String()))},
+		Content:           []mcp.Content{mcp.NewTextContent(RenderText(out, args.Timeout, formatBytes(s.opts.Limits.OutputBytes)))},
 		StructuredContent: out,
 		IsError:           res.LimitHit() != "",
 	}
@@ -312,6 +288,19 @@ func fmtMillis(ms float64) string {
 	return fmt.Sprintf("%.0f ms", ms)
 }
 
+// formatBytes writes a byte count the way it is configured (256m, 64k, 1g).
+func formatBytes(n int64) string {
+	switch {
+	case n != 0 && n%(1<<30) == 0:
+		return fmt.Sprintf("%dg", n/(1<<30))
+	case n != 0 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dm", n/(1<<20))
+	case n != 0 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dk", n/(1<<10))
+	}
+	return fmt.Sprintf("%d", n)
+}
+
 func capitalize(s string) string {
 	if s == "" {
 		return s
@@ -356,7 +345,7 @@ type InfoLimits struct {
 // Info builds sandbox_info's answer.
 func (s *Server) Info() InfoOutput {
 	caps := s.runner.Capabilities()
-	c := s.cfg
+	o := s.opts
 	network := "not isolated: code can reach the network like any program of the server's user"
 	if caps.Isolation.Network {
 		network = "none: each run has no network but a loopback interface of its own"
@@ -369,30 +358,28 @@ func (s *Server) Info() InfoOutput {
 		Warnings:   caps.Warnings,
 		Languages:  caps.Languages,
 		Limits: InfoLimits{
-			DefaultTimeoutSeconds: c.Timeout.Seconds(),
-			MaxTimeoutSeconds:     c.MaxTimeout.Seconds(),
-			MemoryBytes:           int64(c.Memory),
-			CPUs:                  c.CPUs,
-			Processes:             c.Pids,
-			OpenFiles:             c.OpenFiles,
-			FileSizeBytes:         int64(c.FileSize),
-			MaxOutputBytes:        int64(c.MaxOutput),
-			MaxCodeBytes:          int64(c.MaxCode),
-			MaxStdinBytes:         int64(c.MaxStdin),
-			MaxConcurrency:        c.MaxConcurrency,
+			DefaultTimeoutSeconds: o.Limits.Timeout.Seconds(),
+			MaxTimeoutSeconds:     o.MaxTimeout.Seconds(),
+			MemoryBytes:           o.Limits.MemoryBytes,
+			CPUs:                  o.Limits.CPUs,
+			Processes:             o.Limits.Processes,
+			OpenFiles:             o.Limits.OpenFiles,
+			FileSizeBytes:         o.Limits.FileSizeBytes,
+			MaxOutputBytes:        o.Limits.OutputBytes,
+			MaxCodeBytes:          o.MaxCode,
+			MaxStdinBytes:         o.MaxStdin,
+			MaxConcurrency:        o.MaxConcurrency,
 		},
 		Network:     network,
-		Approval:    s.approval,
+		Approval:    s.approvalDescription(),
 		Protections: caps.Protections,
-		Version:     s.version,
+		Version:     o.Version,
 	}
 }
 
 func (s *Server) handleInfo(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	if raw, _ := decodeRaw(req.GetRawArguments()); raw != nil {
-		if m, ok := raw.(map[string]any); !ok || len(m) > 0 {
-			return mcp.NewToolResultError("sandbox_info takes no arguments: call it with {}"), nil
-		}
+	if err := decodeArgs(req.GetRawArguments(), infoArgs); err != nil {
+		return mcp.NewToolResultError(err.Error()), nil
 	}
 	info := s.Info()
 	text, _ := json.MarshalIndent(info, "", "  ")

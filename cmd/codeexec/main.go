@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"github.com/lmittmann/tint"
@@ -76,9 +77,9 @@ func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int 
 	if len(args) > 0 {
 		switch args[0] {
 		case "approvals":
-			return server.ApprovalsCommand(args[1:], environ, stdout, stderr)
+			return approvalsCommand(args[1:], environ, stdout, stderr)
 		case "audit":
-			return server.AuditCommand(args[1:], stdout, stderr)
+			return auditCommand(args[1:], stdout, stderr)
 		}
 	}
 	fs := flag.NewFlagSet("codeexec", flag.ContinueOnError)
@@ -143,15 +144,16 @@ func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int 
 	announce(log, cfg, runner.Capabilities())
 
 	// Approval is decided before a run takes a slot: Gate(Limit(runner)).
-	appr, err := newApprovals(ctx, cfg, chain, log)
+	gate, consoleURL, removeToken, err := newGate(ctx, cfg, envMap(environ), chain, log)
+	defer removeToken()
 	if err != nil {
 		log.Error("cannot start approvals", "err", err)
 		fmt.Fprintf(stderr, "codeexec: %v\n", err)
 		return 1
 	}
-	if appr != nil {
-		chain = appr.Gate
-		if audit := appr.Gate.Audit(); audit != nil {
+	if gate != nil {
+		chain = gate
+		if audit := gate.Audit(); audit != nil {
 			defer func() {
 				n, head := audit.Head()
 				log.Info("audit log closed", "path", audit.Path(), "entries", n, "last_hash", head)
@@ -160,12 +162,16 @@ func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int 
 		}
 	}
 
-	srv := server.New(cfg, chain, server.Options{Version: buildVersion(), Logger: log, Approvals: appr})
+	opts := serverOptions(cfg, log, consoleURL)
+	srv := server.New(chain, opts)
+	if cfg.Approval != approvals.PolicyNever {
+		log.Info("approvals", "policy", cfg.Approval, "timeout", cfg.ApprovalTimeout, "elicitation", opts.Elicit, "console", consoleURL != "", "who_can_approve", srv.WhoCanApprove())
+	}
 	switch cfg.Transport {
 	case configs.TransportStdio:
 		err = srv.ServeStdio(ctx, stdin, stdout)
 	default:
-		err = srv.ServeHTTP(ctx, cfg.Transport, cfg.Addr, func(a net.Addr) {
+		err = srv.ServeHTTP(ctx, server.Transport(cfg.Transport), cfg.Addr, func(a net.Addr) {
 			log.Info("listening", "transport", cfg.Transport, "addr", a.String(), "auth", cfg.AuthToken != "")
 		})
 	}
@@ -177,48 +183,99 @@ func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int 
 	return 0
 }
 
-// newApprovals builds the approval gate around next, opens the audit log and
+// serverOptions is what the MCP server needs of the configuration.
+func serverOptions(cfg *configs.Config, log *slog.Logger, consoleURL string) server.Options {
+	elicit, why := cfg.ElicitationCounts()
+	return server.Options{
+		Version:        buildVersion(),
+		Logger:         log,
+		Languages:      cfg.Languages,
+		Limits:         cfg.Limits(cfg.Timeout),
+		MaxTimeout:     cfg.MaxTimeout,
+		MaxCode:        int64(cfg.MaxCode),
+		MaxStdin:       int64(cfg.MaxStdin),
+		MaxConcurrency: cfg.MaxConcurrency,
+		AuthToken:      cfg.AuthToken,
+		Elicit:         elicit,
+		ElicitReason:   why,
+		ConsoleURL:     consoleURL,
+	}
+}
+
+// newGate builds the approval gate around next, opens the audit log and
 // starts the approvals console, when CODE_EXEC_APPROVAL or
-// CODE_EXEC_AUDIT_LOG ask for them; otherwise it returns nil.
-func newApprovals(ctx context.Context, cfg *configs.Config, next sandbox.Runner, log *slog.Logger) (*server.Approvals, error) {
+// CODE_EXEC_AUDIT_LOG ask for them; otherwise it returns nil. consoleURL is
+// where the console answers ("" without one). cleanup removes the admin
+// token file the console's start wrote, if any; call it once the server is
+// done.
+func newGate(ctx context.Context, cfg *configs.Config, env map[string]string, next sandbox.Runner, log *slog.Logger) (gate *approvals.Gate, consoleURL string, cleanup func(), err error) {
+	cleanup = func() {}
 	if cfg.Approval == approvals.PolicyNever && cfg.AuditLog == "" {
-		return nil, nil
+		return nil, "", cleanup, nil
 	}
 	var audit *approvals.AuditLog
 	if cfg.AuditLog != "" {
-		var err error
 		if audit, err = approvals.OpenAudit(cfg.AuditLog); err != nil {
-			return nil, fmt.Errorf("CODE_EXEC_AUDIT_LOG: %w", err)
+			return nil, "", cleanup, fmt.Errorf("CODE_EXEC_AUDIT_LOG: %w", err)
 		}
 		n, head := audit.Head()
 		log.Info("audit log", "path", cfg.AuditLog, "entries", n, "last_hash", head)
 	}
-	consoleURL := ""
-	var ln net.Listener
+	var (
+		ln        net.Listener
+		token     = cfg.AdminToken
+		tokenFile string
+	)
 	if cfg.AdminEnabled() {
-		var err error
 		if ln, err = net.Listen("tcp", cfg.AdminAddr); err != nil {
 			_ = audit.Close()
-			return nil, fmt.Errorf("cannot serve the approvals console on CODE_EXEC_ADMIN_ADDR=%s: %w (choose another address, or off)", cfg.AdminAddr, err)
+			return nil, "", cleanup, fmt.Errorf("cannot serve the approvals console on CODE_EXEC_ADMIN_ADDR=%s: %w (choose another address, or off)", cfg.AdminAddr, err)
 		}
 		consoleURL = "http://" + ln.Addr().String() + "/"
+		if token == "" {
+			// The console and its API always need a token: make one that
+			// this user's `codeexec approvals` finds in a private file.
+			var explicit bool
+			tokenFile, explicit, err = adminTokenFile(env, ln.Addr().String())
+			if err == nil {
+				token = newAdminToken()
+				cleanup, err = writeAdminToken(tokenFile, explicit, token)
+			}
+			if err != nil {
+				_ = ln.Close()
+				_ = audit.Close()
+				return nil, "", func() {}, fmt.Errorf("the approvals console needs a token: %w", err)
+			}
+		}
 	}
-	gate := approvals.NewGate(next, approvals.GateConfig{
+	gate = approvals.NewGate(next, approvals.GateConfig{
 		Policy: cfg.Approval, Timeout: cfg.ApprovalTimeout, Audit: audit, OutOfBand: ln != nil, Logger: log,
 	})
 	if ln != nil {
-		admin := server.NewAdmin(gate, cfg.AdminToken, log)
+		admin := server.NewAdmin(gate, token, log)
 		go func() {
 			if err := admin.Serve(ctx, ln); err != nil {
 				log.Error("approvals console stopped", "err", err)
 			}
 		}()
-		log.Info("approvals console", "url", consoleURL, "token", cfg.AdminToken != "")
+		if tokenFile != "" {
+			log.Info("approvals console", "url", consoleURL, "token", "generated", "token_file", tokenFile, "login_url", consoleURL+"#token="+token)
+		} else {
+			log.Info("approvals console", "url", consoleURL, "token", "CODE_EXEC_ADMIN_TOKEN")
+		}
 	}
-	if cfg.Approval != approvals.PolicyNever {
-		log.Info("approvals", "policy", cfg.Approval, "timeout", cfg.ApprovalTimeout, "elicitation", cfg.ApprovalElicit, "console", consoleURL != "")
+	return gate, consoleURL, cleanup, nil
+}
+
+// envMap turns KEY=value pairs into a map.
+func envMap(environ []string) map[string]string {
+	env := map[string]string{}
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
 	}
-	return &server.Approvals{Gate: gate, Signer: approvals.NewSigner(nil), Elicit: cfg.ApprovalElicit, ConsoleURL: consoleURL}, nil
+	return env
 }
 
 func newLogger(cfg *configs.Config, w io.Writer) *slog.Logger {

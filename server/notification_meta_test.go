@@ -48,9 +48,9 @@ func TestAddMetaVersion(t *testing.T) {
 	}
 }
 
-func TestModernNotificationsOnlyTouchModernPosts(t *testing.T) {
+func TestNotificationMetaOnlyTouchesModernPosts(t *testing.T) {
 	var got string
-	h := modernNotifications(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := notificationMeta(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		got = string(b)
 	}))

@@ -1,4 +1,4 @@
-package server
+package main
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/user"
 	"strings"
@@ -16,19 +17,21 @@ import (
 	"time"
 
 	"github.com/codeexec/codeexec/approvals"
+	"github.com/codeexec/codeexec/server"
 )
 
-// AdminClient talks to the admin listener of a running codeexec (the API
+// adminClient talks to the admin listener of a running codeexec (the API
 // that the approvals console uses).
-type AdminClient struct {
+type adminClient struct {
 	// BaseURL is http://host:port of CODE_EXEC_ADMIN_ADDR.
 	BaseURL string
-	// Token is CODE_EXEC_ADMIN_TOKEN ("" when the listener has none).
+	// Token is the console's token: CODE_EXEC_ADMIN_TOKEN, or the one the
+	// server wrote to its token file.
 	Token string
 	HTTP  *http.Client
 }
 
-func (c *AdminClient) do(ctx context.Context, method, path string, body any, out any) error {
+func (c *adminClient) do(ctx context.Context, method, path string, body any, out any) error {
 	var rd io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
@@ -38,7 +41,7 @@ func (c *AdminClient) do(ctx context.Context, method, path string, body any, out
 	if err != nil {
 		return err
 	}
-	req.Header.Set(AdminHeader, "cli")
+	req.Header.Set(server.AdminHeader, "cli")
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -63,28 +66,28 @@ func (c *AdminClient) do(ctx context.Context, method, path string, body any, out
 		if e.Error == "" {
 			e.Error = strings.TrimSpace(string(raw))
 		}
-		return &AdminError{Status: resp.StatusCode, Msg: e.Error}
+		return &adminError{Status: resp.StatusCode, Msg: e.Error}
 	}
 	return json.Unmarshal(raw, out)
 }
 
-// AdminError is an error answer of the admin API.
-type AdminError struct {
+// adminError is an error answer of the admin API.
+type adminError struct {
 	Status int
 	Msg    string
 }
 
-func (e *AdminError) Error() string { return fmt.Sprintf("%s (HTTP %d)", e.Msg, e.Status) }
+func (e *adminError) Error() string { return fmt.Sprintf("%s (HTTP %d)", e.Msg, e.Status) }
 
 // Pending lists the requests waiting for approval.
-func (c *AdminClient) Pending(ctx context.Context) (PendingList, error) {
-	var out PendingList
+func (c *adminClient) Pending(ctx context.Context) (server.PendingList, error) {
+	var out server.PendingList
 	err := c.do(ctx, http.MethodGet, "/api/pending", nil, &out)
 	return out, err
 }
 
 // Answer approves (approve true) or denies request id.
-func (c *AdminClient) Answer(ctx context.Context, id string, approve bool, a Answer) (approvals.Decision, error) {
+func (c *adminClient) Answer(ctx context.Context, id string, approve bool, a server.Answer) (approvals.Decision, error) {
 	action := "deny"
 	if approve {
 		action = "approve"
@@ -123,15 +126,10 @@ func defaultApprover() string {
 	return name
 }
 
-// ApprovalsCommand runs `codeexec approvals list|approve|deny` with args
+// approvalsCommand runs `codeexec approvals list|approve|deny` with args
 // (after "approvals") and returns the exit status: 0 done, 1 failed, 2 usage.
-func ApprovalsCommand(args, environ []string, stdout, stderr io.Writer) int {
-	env := map[string]string{}
-	for _, kv := range environ {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			env[k] = v
-		}
-	}
+func approvalsCommand(args, environ []string, stdout, stderr io.Writer) int {
+	env := envMap(environ)
 	usage := func() {
 		fmt.Fprint(stderr, `Usage:
   codeexec approvals list [--json]
@@ -139,7 +137,10 @@ func ApprovalsCommand(args, environ []string, stdout, stderr io.Writer) int {
   codeexec approvals deny    [--by NAME] [--note TEXT] ID
 
 Talks to the approvals console of a running codeexec at CODE_EXEC_ADMIN_ADDR
-(default 127.0.0.1:8081), with CODE_EXEC_ADMIN_TOKEN if it needs one.
+(default 127.0.0.1:8081) with its token: CODE_EXEC_ADMIN_TOKEN if set, else the
+token the server wrote at start to CODE_EXEC_ADMIN_TOKEN_FILE (by default
+$XDG_RUNTIME_DIR/codeexec/admin-HOST-PORT.token, or the same name in
+~/.cache/codeexec without XDG_RUNTIME_DIR).
 `)
 	}
 	if len(args) == 0 {
@@ -160,7 +161,17 @@ Talks to the approvals console of a running codeexec at CODE_EXEC_ADMIN_ADDR
 	if *addr != "" {
 		env["CODE_EXEC_ADMIN_ADDR"] = *addr
 	}
-	c := &AdminClient{BaseURL: adminBaseURL(env), Token: env["CODE_EXEC_ADMIN_TOKEN"]}
+	base := adminBaseURL(env)
+	var host string
+	if u, err := url.Parse(base); err == nil {
+		host = u.Host
+	}
+	token, err := readAdminToken(env, host)
+	if err != nil {
+		fmt.Fprintf(stderr, "codeexec approvals: %v\n", err)
+		return 1
+	}
+	c := &adminClient{BaseURL: base, Token: token}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	switch args[0] {
@@ -214,9 +225,9 @@ Talks to the approvals console of a running codeexec at CODE_EXEC_ADMIN_ADDR
 			fmt.Fprintf(stderr, "codeexec approvals %s: give exactly one request id (see codeexec approvals list)\n", args[0])
 			return 2
 		}
-		d, err := c.Answer(ctx, fs.Arg(0), args[0] == "approve", Answer{By: *by, Note: *note})
+		d, err := c.Answer(ctx, fs.Arg(0), args[0] == "approve", server.Answer{By: *by, Note: *note})
 		if err != nil {
-			var ae *AdminError
+			var ae *adminError
 			if errors.As(err, &ae) && ae.Status == http.StatusConflict {
 				fmt.Fprintf(stderr, "codeexec approvals: request %s was already decided; the first answer stands\n", fs.Arg(0))
 				return 1
@@ -244,20 +255,4 @@ func sanitize(s string) string {
 		}
 		return r
 	}, s)
-}
-
-// AuditCommand runs `codeexec audit verify FILE` with args (after "audit")
-// and returns the exit status: 0 intact, 1 tampered or unreadable, 2 usage.
-func AuditCommand(args []string, stdout, stderr io.Writer) int {
-	if len(args) != 2 || args[0] != "verify" {
-		fmt.Fprintln(stderr, "Usage: codeexec audit verify FILE")
-		return 2
-	}
-	sum, err := approvals.VerifyFile(args[1])
-	if err != nil {
-		fmt.Fprintf(stderr, "codeexec audit verify: %s: %v\n", args[1], err)
-		return 1
-	}
-	fmt.Fprintf(stdout, "%s: intact, %d entries, last hash %s\n", args[1], sum.Entries, sum.LastHash)
-	return 0
 }

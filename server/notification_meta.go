@@ -9,7 +9,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
-// modernNotifications lets notifications through that a client sends
+// notificationMeta lets notifications through that a client sends
 // without params._meta on protocol 2026-07-28 and later.
 //
 // mcp-go's streamable HTTP server asks every modern POST for the protocol
@@ -18,7 +18,7 @@ import (
 // notifications/cancelled without it. Rejecting them with 400 makes that
 // client drop its whole session; here the version is filled in from the
 // MCP-Protocol-Version header, which the transport has already required.
-func modernNotifications(next http.Handler) http.Handler {
+func notificationMeta(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		version := r.Header.Get(mcp.HeaderProtocolVersion)
 		if r.Method != http.MethodPost || !mcp.IsModernProtocol(version) || r.Body == nil {

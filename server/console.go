@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/codeexec/codeexec/approvals"
-	"github.com/codeexec/codeexec/configs"
 )
 
 // The approvals console: a static page whose script renders everything with
@@ -43,10 +42,13 @@ const AdminHeader = "X-Codeexec-Admin"
 //	GET  /api/pending[?since=V&wait=1]  the pending requests (long-poll while the version is V)
 //	POST /api/requests/{id}/approve     body {"by": "name", "note": "..."} (optional)
 //	POST /api/requests/{id}/deny
+//	GET  /api/recent[?n=20]              the latest requests with their decisions and run outcomes (at most 100)
 //
-// With a token, every API call needs "Authorization: Bearer <token>";
-// without one, only requests whose Host is a loopback name are served
-// (against DNS rebinding).
+// Every API call needs "Authorization: Bearer <token>", whatever the
+// address: code that runs on this host without network isolation can reach
+// a loopback console too. The page itself (HTML, script, style) holds no
+// data and is served to anyone; it asks for the token, or takes it from
+// the URL's fragment (#token=...).
 type Admin struct {
 	gate  *approvals.Gate
 	token string
@@ -55,8 +57,8 @@ type Admin struct {
 	LongPoll time.Duration
 }
 
-// NewAdmin returns the admin handler for gate. An empty token is only safe
-// on a loopback listener (configs.Config.Validate enforces that).
+// NewAdmin returns the admin handler for gate. token must not be empty: with
+// an empty token every API call is refused.
 func NewAdmin(gate *approvals.Gate, token string, log *slog.Logger) *Admin {
 	if log == nil {
 		log = slog.Default()
@@ -71,6 +73,13 @@ type PendingList struct {
 	TimeoutSeconds float64         `json:"timeout_seconds"`
 	Pending        []approvals.Ask `json:"pending"`
 	Now            time.Time       `json:"now"`
+}
+
+// RecentList is the answer of GET /api/recent: what the audit record says
+// about the latest requests, latest first.
+type RecentList struct {
+	Recent []approvals.Activity `json:"recent"`
+	Now    time.Time            `json:"now"`
 }
 
 // Answer is the body of POST /api/requests/{id}/approve and /deny.
@@ -94,7 +103,8 @@ func (a *Admin) Handler() http.Handler {
 	mux.HandleFunc("GET /healthz", static([]byte("ok\n"), "text/plain; charset=utf-8"))
 	mux.Handle("GET /api/pending", a.api(a.pending))
 	mux.Handle("POST /api/requests/{id}/{action}", a.api(a.answer))
-	return secureHeaders(a.checkHost(mux))
+	mux.Handle("GET /api/recent", a.api(a.recent))
+	return secureHeaders(mux)
 }
 
 func secureHeaders(next http.Handler) http.Handler {
@@ -111,38 +121,17 @@ func secureHeaders(next http.Handler) http.Handler {
 	})
 }
 
-// checkHost refuses, when no token protects the listener, a Host that is
-// not a loopback name: a page elsewhere that rebinds its DNS name to
-// 127.0.0.1 must not reach the console.
-func (a *Admin) checkHost(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if a.token == "" {
-			host := r.Host
-			if h, _, err := net.SplitHostPort(host); err == nil {
-				host = h
-			}
-			if !configs.IsLoopback(strings.Trim(host, "[]")) {
-				http.Error(w, "403 forbidden: the approvals console answers only on a loopback host name without CODE_EXEC_ADMIN_TOKEN", http.StatusForbidden)
-				return
-			}
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
 // api authenticates, checks the origin of state-changing requests, and
 // writes JSON.
 func (a *Admin) api(h func(r *http.Request) (int, any)) http.Handler {
 	want := sha256.Sum256([]byte(a.token))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if a.token != "" {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
-			if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="codeexec-admin"`)
-				writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "send Authorization: Bearer <CODE_EXEC_ADMIN_TOKEN>"})
-				return
-			}
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
+		if a.token == "" || !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="codeexec-admin"`)
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "send Authorization: Bearer <token>: CODE_EXEC_ADMIN_TOKEN, or the token the server wrote to its token file at start (see its log)"})
+			return
 		}
 		if r.Method != http.MethodGet {
 			if r.Header.Get(AdminHeader) == "" {
@@ -191,6 +180,14 @@ func (a *Admin) pending(r *http.Request) (int, any) {
 		asks, v = b.Pending()
 	}
 	return http.StatusOK, PendingList{Version: v, Policy: string(a.gate.Policy()), TimeoutSeconds: a.gate.Timeout().Seconds(), Pending: asks, Now: time.Now().UTC()}
+}
+
+func (a *Admin) recent(r *http.Request) (int, any) {
+	n := 20
+	if v, err := strconv.Atoi(r.URL.Query().Get("n")); err == nil && v > 0 {
+		n = min(v, 100)
+	}
+	return http.StatusOK, RecentList{Recent: a.gate.Recent(n), Now: time.Now().UTC()}
 }
 
 func (a *Admin) answer(r *http.Request) (int, any) {

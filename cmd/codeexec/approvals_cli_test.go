@@ -1,0 +1,128 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/codeexec/codeexec/approvals"
+	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/sandboxtest"
+	"github.com/codeexec/codeexec/server"
+)
+
+const testAdminToken = "0123456789abcdef-admin"
+
+// adminFixture is a Gate with an audit log, served by the approvals
+// console's API on a loopback httptest server.
+type adminFixture struct {
+	gate  *approvals.Gate
+	srv   *httptest.Server
+	audit string
+}
+
+func newAdminFixture(t *testing.T, token string) adminFixture {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	log, err := approvals.OpenAudit(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { log.Close() })
+	gate := approvals.NewGate(&sandboxtest.Fake{Caps: sandbox.Capabilities{Mode: sandbox.ModeProcess}},
+		approvals.GateConfig{Policy: approvals.PolicyAlways, Timeout: time.Minute, Audit: log, OutOfBand: true, Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(func() { gate.Close() })
+	srv := httptest.NewServer(server.NewAdmin(gate, token, slog.New(slog.DiscardHandler)).Handler())
+	t.Cleanup(srv.Close)
+	return adminFixture{gate: gate, srv: srv, audit: path}
+}
+
+// startRun starts a run that waits for approval and returns it, with the
+// channel of its result, once it is pending.
+func (f adminFixture) startRun(t *testing.T, code string) (approvals.Ask, chan error) {
+	t.Helper()
+	errc := make(chan error, 1)
+	run := f.gate.For(approvals.Call{Requester: approvals.Requester{Client: "test-client 1.0", Transport: "stdio"}})
+	go func() {
+		_, err := run.Run(context.Background(), sandbox.Request{Language: "python", Code: code, Limits: sandbox.Limits{Timeout: time.Second}})
+		errc <- err
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if asks, _ := f.gate.Broker().Pending(); len(asks) > 0 {
+			return asks[0], errc
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatal("the run never became pending")
+	return approvals.Ask{}, nil
+}
+
+func TestApprovalsCLI(t *testing.T) {
+	t.Parallel()
+	f := newAdminFixture(t, testAdminToken)
+	env := []string{"CODE_EXEC_ADMIN_ADDR=" + strings.TrimPrefix(f.srv.URL, "http://"), "CODE_EXEC_ADMIN_TOKEN=" + testAdminToken}
+	run := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := approvalsCommand(args, env, &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	if code, out, _ := run("list"); code != 0 || !strings.Contains(out, "No run is waiting") {
+		t.Fatalf("list (empty) = %d %q", code, out)
+	}
+	ask, errc := f.startRun(t, "import socket\nprint('\x1b[2J')")
+	code, out, _ := run("list")
+	if code != 0 || !strings.Contains(out, ask.ID) || !strings.Contains(out, "import socket") || !strings.Contains(out, "test-client 1.0") || strings.Contains(out, "\x1b") {
+		t.Fatalf("list = %d %q", code, out)
+	}
+	if code, out, _ := run("list", "--json"); code != 0 || !strings.Contains(out, `"id": "`+ask.ID+`"`) {
+		t.Fatalf("list --json = %d %q", code, out)
+	}
+	if code, out, errs := run("approve", "--by", "carol", ask.ID); code != 0 || !strings.Contains(out, "approved by carol (cli") {
+		t.Fatalf("approve = %d %q %q", code, out, errs)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := run("deny", ask.ID); code != 1 || !strings.Contains(errs, "already decided") {
+		t.Fatalf("deny after approve = %d %q", code, errs)
+	}
+	ask2, errc2 := f.startRun(t, "print(3)")
+	if code, out, _ := run("deny", ask2.ID); code != 0 || !strings.Contains(out, "denied") {
+		t.Fatalf("deny = %d %q", code, out)
+	}
+	if err := <-errc2; !errors.Is(err, approvals.ErrNotApproved) {
+		t.Fatalf("denied run: %v", err)
+	}
+	if code, _, errs := run("approve", "nope"); code != 1 || !strings.Contains(errs, "no pending request") {
+		t.Fatalf("approve unknown = %d %q", code, errs)
+	}
+	if code, _, _ := run("approve"); code != 2 {
+		t.Fatalf("approve without id = %d, want 2", code)
+	}
+	// Wrong token.
+	env[1] = "CODE_EXEC_ADMIN_TOKEN=wrong-token-0123456789"
+	if code, _, errs := run("list"); code != 1 || !strings.Contains(errs, "401") {
+		t.Fatalf("wrong token = %d %q", code, errs)
+	}
+
+	// codeexec audit verify on the log these decisions wrote, then tampered.
+	var out2, errb bytes.Buffer
+	if code := auditCommand([]string{"verify", f.audit}, &out2, &errb); code != 0 || !strings.Contains(out2.String(), "intact") {
+		t.Fatalf("audit verify = %d %q %q", code, out2.String(), errb.String())
+	}
+	b, _ := os.ReadFile(f.audit)
+	tampered := filepath.Join(t.TempDir(), "tampered.jsonl")
+	os.WriteFile(tampered, bytes.Replace(b, []byte(`"outcome":"denied"`), []byte(`"outcome":"approved"`), 1), 0o600)
+	errb.Reset()
+	if code := auditCommand([]string{"verify", tampered}, &out2, &errb); code != 1 || !strings.Contains(errb.String(), "was changed") {
+		t.Fatalf("audit verify (tampered) = %d %q", code, errb.String())
+	}
+}

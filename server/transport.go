@@ -1,0 +1,196 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	mcpserver "github.com/mark3labs/mcp-go/server"
+)
+
+// Transport names how MCP clients reach the server. The values are those of
+// CODE_EXEC_TRANSPORT.
+type Transport string
+
+// The transports.
+const (
+	TransportStdio Transport = "stdio"
+	TransportSSE   Transport = "sse"
+	TransportHTTP  Transport = "http" // streamable HTTP
+)
+
+// peer is how the client of a request is connected, for the approver to see.
+type peer struct {
+	transport Transport
+	remote    string // the HTTP peer's address
+}
+
+type peerKey struct{}
+
+func peerFrom(ctx context.Context) peer {
+	p, _ := ctx.Value(peerKey{}).(peer)
+	return p
+}
+
+// ServeStdio serves MCP on in and out until ctx is cancelled or in ends.
+func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
+	// mcp-go runs tool calls on a worker pool (5 workers by default); size
+	// it so that it never throttles below CODE_EXEC_MAX_CONCURRENCY: calls
+	// beyond the concurrency limit wait, cancellable, in sandbox.Limit.
+	const maxWorkers = 100
+	if s.opts.MaxConcurrency > maxWorkers-10 {
+		s.log.Warn("the stdio transport serves at most 100 tool calls at once", "max_concurrency", s.opts.MaxConcurrency)
+	}
+	stdio := mcpserver.NewStdioServer(s.mcp)
+	mcpserver.WithWorkerPoolSize(maxWorkers)(stdio)
+	mcpserver.WithQueueSize(10000)(stdio)
+	stdio.SetErrorLogger(slog.NewLogLogger(s.log.Handler(), slog.LevelWarn))
+	stdio.SetContextFunc(func(ctx context.Context) context.Context {
+		return context.WithValue(ctx, peerKey{}, peer{transport: TransportStdio})
+	})
+	// Every message is checked for valid UTF-8 before mcp-go decodes it
+	// (see utf8check.go); the answers to those that are not share the
+	// output with mcp-go's, one whole message per write.
+	w := &lockedWriter{w: out}
+	err := stdio.Listen(ctx, &utf8Lines{in: bufio.NewReader(in), out: w, log: s.log}, w)
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// HTTPHandler returns the handler of the sse or http transport, with
+// authentication and request size limits.
+func (s *Server) HTTPHandler(transport Transport, baseURL string) (http.Handler, func(context.Context) error, error) {
+	withPeer := func(ctx context.Context, r *http.Request) context.Context {
+		return context.WithValue(ctx, peerKey{}, peer{transport: transport, remote: r.RemoteAddr})
+	}
+	mux := http.NewServeMux()
+	var (
+		shutdown func(context.Context) error
+		sse      func(session string, resp json.RawMessage) error
+	)
+	switch transport {
+	case TransportHTTP:
+		h := mcpserver.NewStreamableHTTPServer(s.mcp,
+			mcpserver.WithEndpointPath("/mcp"),
+			mcpserver.WithStreamableHTTPLogger(s.log),
+			mcpserver.WithHeartbeatInterval(15*time.Second),
+			mcpserver.WithHTTPContextFunc(withPeer),
+		)
+		mux.Handle("/mcp", notificationMeta(h))
+		shutdown = h.Shutdown
+	case TransportSSE:
+		h := mcpserver.NewSSEServer(s.mcp,
+			mcpserver.WithBaseURL(baseURL),
+			mcpserver.WithKeepAlive(true),
+			mcpserver.WithKeepAliveInterval(15*time.Second),
+			mcpserver.WithSSEContextFunc(withPeer),
+		)
+		mux.Handle("/sse", h.SSEHandler())
+		mux.Handle("/message", h.MessageHandler())
+		shutdown = h.Shutdown
+		sse = func(session string, resp json.RawMessage) error { return h.SendEventToSession(session, resp) }
+	default:
+		return nil, nil, fmt.Errorf("transport %q is not served over HTTP", transport)
+	}
+	maxBody := s.opts.MaxCode + s.opts.MaxStdin*2 + 1<<20
+	var h http.Handler = limitBody(rejectInvalidUTF8(mux, sse, s.log), maxBody)
+	h = requireToken(h, s.opts.AuthToken)
+	root := http.NewServeMux()
+	root.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	root.Handle("/", h)
+	return root, shutdown, nil
+}
+
+// ServeHTTP listens on addr and serves the sse or http transport until ctx
+// is cancelled, then shuts down. ready, if not nil, receives the bound
+// address once listening.
+func (s *Server) ServeHTTP(ctx context.Context, transport Transport, addr string, ready func(net.Addr)) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", addr, err)
+	}
+	base := "http://" + ln.Addr().String()
+	handler, shutdownMCP, err := s.HTTPHandler(transport, base)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	if ready != nil {
+		ready(ln.Addr())
+	}
+	return serveUntilDone(ctx, ln, handler, 5*time.Second, shutdownMCP)
+}
+
+// serveUntilDone serves handler on ln until ctx ends, then shuts down
+// gracefully within grace (after beforeShutdown, if set), closing whatever
+// is still open after that.
+func serveUntilDone(ctx context.Context, ln net.Listener, handler http.Handler, grace time.Duration, beforeShutdown func(context.Context) error) error {
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	errCh := make(chan error, 1)
+	go func() { errCh <- srv.Serve(ln) }()
+	select {
+	case err := <-errCh:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if beforeShutdown != nil {
+		_ = beforeShutdown(sctx)
+	}
+	if err := srv.Shutdown(sctx); err != nil {
+		_ = srv.Close()
+	}
+	return nil
+}
+
+// requireToken rejects requests without "Authorization: Bearer <token>"
+// with 401. The comparison is constant-time (over SHA-256 digests, so the
+// token's length does not leak either). An empty token disables the check.
+func requireToken(next http.Handler, token string) http.Handler {
+	if token == "" {
+		return next
+	}
+	want := sha256.Sum256([]byte(token))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
+		if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="codeexec"`)
+			http.Error(w, "401 unauthorized: send Authorization: Bearer <CODE_EXEC_AUTH_TOKEN>", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// limitBody rejects request bodies over max bytes with 413.
+func limitBody(next http.Handler, max int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > max {
+			http.Error(w, fmt.Sprintf("413 request too large: %d bytes, the limit is %d (CODE_EXEC_MAX_CODE and CODE_EXEC_MAX_STDIN)", r.ContentLength, max), http.StatusRequestEntityTooLarge)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, max)
+		next.ServeHTTP(w, r)
+	})
+}
