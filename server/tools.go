@@ -61,9 +61,21 @@ var infoOutputSchema = `{
     "network": {"type": "string"},
     "approval": {"type": "string"},
     "protections": {"type": "array", "items": {"type": "object"}},
+    "boundaries": {
+      "type": "object",
+      "description": "which boundaries between a run and the host hold, said the same way in every mode",
+      "properties": {
+        "network": {"type": "boolean"},
+        "filesystem": {"type": "boolean"},
+        "identity": {"type": "boolean"},
+        "environment": {"type": "boolean"},
+        "processes": {"type": "boolean"}
+      },
+      "required": ["network", "filesystem", "identity", "environment", "processes"]
+    },
     "version": {"type": "string"}
   },
-  "required": ["mode", "sandboxed", "languages", "limits", "network", "approval", "protections"]
+  "required": ["mode", "sandboxed", "languages", "limits", "network", "approval", "protections", "boundaries"]
 }`
 
 // ExecuteOutput is code_execute's structuredContent.
