@@ -9,8 +9,7 @@
 #
 # Run it as root from the checkout. It creates the user $CI_USER (default
 # codeexec-ci) if needed, gives it a copy of this checkout (and ../shared, as
-# on CI) with root's Go module and build caches, so that nothing is downloaded
-# again, and runs COMMAND there with a clean environment plus the CODE_EXEC_*
+# on CI) and of root's Go module cache, so that nothing is downloaded again, and runs COMMAND there with a clean environment plus the CODE_EXEC_*
 # variables passed through. The user cannot reach the Docker Engine, so
 # docker-mode tests skip there; docker mode is tested as root.
 set -euo pipefail
@@ -43,15 +42,15 @@ if [[ -d "$root/../shared" ]]; then
 fi
 
 export PATH="/usr/local/go/bin:$PATH"
+# The module cache is copied (its files are written once, by atomic
+# renames, so a copy is consistent); the build cache is not: a copy taken
+# while another go command writes to it can list outputs it does not hold.
+# The user builds into a cache of its own, kept between the steps.
 gomodcache="$(go env GOMODCACHE)"
-gocache="$(go env GOCACHE)"
 mkdir -p "$home/go/pkg" "$home/.cache"
-if [[ -d "$gomodcache" && ! -d "$home/go/pkg/mod" ]]; then
+if [[ -d "$gomodcache" ]]; then
+    rm -rf "$home/go/pkg/mod"
     cp -a "$gomodcache" "$home/go/pkg/mod"
-fi
-if [[ -d "$gocache" ]]; then
-    rm -rf "$home/.cache/go-build"
-    cp -a "$gocache" "$home/.cache/go-build"
 fi
 chown -R "$user:" "$home"
 
