@@ -89,6 +89,9 @@ def _codeexec_policy(payload):
     ))
     # Dunder names a program may read; others are refused.
     readable_dunders = frozenset(("__name__", "__doc__", "__file__", "__debug__"))
+    # Dunder attributes a program may read: strings that name and describe
+    # things (type(self).__name__), which lead nowhere.
+    readable_dunder_attrs = frozenset(("__name__", "__qualname__", "__doc__"))
     # Dunder names a class body may not assign.
     unassignable_dunders = frozenset(("__builtins__", "__class__", "__dict__", "__bases__", "__mro__"))
     hierarchy_attrs = frozenset(("__subclasses__", "__mro__", "__bases__", "__base__", "mro"))
@@ -272,6 +275,12 @@ def _codeexec_policy(payload):
         return __getattr__
 
     def safe_import(name, globals=None, locals=None, fromlist=(), level=0):
+        if type(fromlist) is list and not fromlist and not level and type(name) is str:
+            # The interpreter's own imports from C (PyImport_Import: time
+            # for strftime, _strptime for strptime) pass an empty list, which
+            # no import statement does; the module goes to C, not to the
+            # program.
+            return importlib.import_module(name)
         if level:
             refuse("import", "relative imports are not allowed")
         if type(name) is not str:
@@ -423,6 +432,8 @@ def _codeexec_policy(payload):
                 if p:
                     refuse(p[0], p[1], line)
         elif isinstance(node, ast.Attribute):
+            if node.attr in readable_dunder_attrs and isinstance(node.ctx, ast.Load):
+                return
             p = attr_problem(node.attr)
             if p:
                 refuse(p[0], p[1], line)
