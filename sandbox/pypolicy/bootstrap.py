@@ -468,6 +468,9 @@ def _codeexec_policy(payload):
                 p = format_problem(f.value.value)
                 if p:
                     refuse(p[0], p[1], line)
+        elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Attribute) and node.target.attr in format_attrs:
+            # x.format += y reads the real method and hands it to y.__radd__.
+            refuse("format-field", "an augmented assignment may not read the method %s" % q(node.target.attr), line)
         elif type(node).__name__ == "MatchClass":
             for a in node.kwd_attrs:
                 p = attr_problem(a)

@@ -68,6 +68,7 @@ var escapes = []escape{
 	{name: "format-via-getattr", technique: "format", code: "m = getattr('{0.__class__}', 'format')\nprint(m(1))", rule: "format-field", line: 2},
 	{name: "format-frame-walk", technique: "format", code: "g = (i for i in [1])\nprint('{0.gi_frame}'.format(g))", rule: "format-field", line: 2},
 	{name: "format-match-capture", technique: "format", code: "match 'x':\n    case str(format=f):\n        print(f('{0.__class__}', 1))", rule: "format-field", line: 2},
+	{name: "format-augassign-radd", technique: "format", code: "grab = []\nclass G:\n    def __radd__(self, other):\n        grab.append(other)\n        return 0\nclass S(str):\n    pass\ns = S()\ns.format += G()", rule: "format-field", line: 9},
 	{name: "userstring-format", technique: "format", code: "import collections\ns = collections.UserString('{0.__class__}')\nprint(s.format(1))", rule: "format-field", line: 3},
 	{name: "string-formatter", technique: "format", code: "import string\nprint(string.Formatter().format('{0.__class__}', 1))", rule: "format-field", line: 2, allow: []string{"string"}},
 
