@@ -92,6 +92,10 @@ type GateConfig struct {
 	// CLI (the Gate's Broker). Without it, a run that needs approval and
 	// whose Call has no Approver is denied OutcomeUnavailable.
 	OutOfBand bool
+	// RiskCheck, if not nil, replaces Assess as the risk check: it lets the
+	// server add findings of its own, such as a language policy's note
+	// that the code will be refused anyway (CategoryRefused).
+	RiskCheck func(language, code string) []Finding
 	// WaitInterval is how often a waiting run's WaitFunc is called (5s if 0).
 	WaitInterval time.Duration
 	Logger       *slog.Logger
@@ -130,6 +134,9 @@ func NewGate(next sandbox.Runner, cfg GateConfig) *Gate {
 	}
 	if cfg.WaitInterval <= 0 {
 		cfg.WaitInterval = 5 * time.Second
+	}
+	if cfg.RiskCheck == nil {
+		cfg.RiskCheck = Assess
 	}
 	g := &Gate{next: next, cfg: cfg, log: cfg.Logger, signer: NewSigner(nil), history: newHistory(historySize)}
 	g.history.add(cfg.Audit.Tail()...)
@@ -216,7 +223,7 @@ func (g *Gate) run(ctx context.Context, req sandbox.Request, c Call) (*sandbox.R
 	} else {
 		var findings []Finding
 		if g.cfg.Policy != PolicyNever {
-			findings = Assess(req.Language, req.Code)
+			findings = g.cfg.RiskCheck(req.Language, req.Code)
 		}
 		a, err := g.newAsk(req, c.Requester, findings)
 		if err != nil {
@@ -394,7 +401,7 @@ func (g *Gate) redeem(req sandbox.Request, hash string, c Call) (Decision, error
 // request first.
 func (g *Gate) reject(req sandbox.Request, requester Requester, id string, outcome Outcome, note string) error {
 	if id == "" {
-		a, err := g.newAsk(req, requester, Assess(req.Language, req.Code))
+		a, err := g.newAsk(req, requester, g.cfg.RiskCheck(req.Language, req.Code))
 		if err != nil {
 			return err
 		}

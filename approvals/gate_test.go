@@ -392,3 +392,41 @@ func TestHistoryKeepsTheLatest(t *testing.T) {
 		t.Fatalf("kept code of %d bytes, valid UTF-8 %v", len(code), utf8.ValidString(code))
 	}
 }
+
+// TestRiskCheckNotes: a RiskCheck's note that the code will be refused
+// anyway reaches the approver with the risk check's own reasons, and alone
+// does not make the run wait for a person.
+func TestRiskCheckNotes(t *testing.T) {
+	t.Parallel()
+	check := func(language, code string) []Finding {
+		return append(Assess(language, code), Refused(1, `imports "socket", which is not among the allowed imports`))
+	}
+	f := newGate(t, GateConfig{Policy: PolicyRisky, OutOfBand: true, RiskCheck: check})
+	if _, err := f.gate.Run(context.Background(), harmless); err != nil || f.runs.Load() != 1 {
+		t.Fatalf("a run with only a refusal note waited or failed: err=%v runs=%d", err, f.runs.Load())
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var v uint64
+		for ctx.Err() == nil {
+			var asks []Ask
+			asks, v = f.gate.Broker().Changes(ctx, v)
+			if len(asks) == 0 {
+				continue
+			}
+			outcome := OutcomeDenied
+			if len(asks[0].Reasons) == 2 && strings.Contains(asks[0].Reasons[1], "would be refused anyway by the restricted Python policy") {
+				outcome = OutcomeApproved
+			}
+			_, _ = f.gate.Broker().Decide(Decision{ID: asks[0].ID, Outcome: outcome, By: "alice", Via: ViaConsole})
+			return
+		}
+	}()
+	if _, err := f.gate.Run(context.Background(), risky); err != nil {
+		t.Fatalf("the approver did not see the network reason and the refusal note: %v", err)
+	}
+	if !strings.Contains(f.auditText(t), "would be refused anyway") {
+		t.Errorf("the audit log does not record the note")
+	}
+}

@@ -60,13 +60,20 @@ func (p *Policy) UnmarshalText(b []byte) error {
 }
 
 // Requires reports whether a run whose risk check found findings needs a
-// person's approval under p. An unknown policy requires approval (fail closed).
+// person's approval under p. An unknown policy requires approval (fail
+// closed). Notes that the code will be refused anyway (CategoryRefused) do
+// not count as risks.
 func (p Policy) Requires(findings []Finding) bool {
 	switch p {
 	case PolicyNever:
 		return false
 	case PolicyRisky:
-		return len(findings) > 0
+		for _, f := range findings {
+			if f.Category != CategoryRefused {
+				return true
+			}
+		}
+		return false
 	}
 	return true
 }

@@ -18,6 +18,10 @@ const (
 	CategoryPrivilege  Category = "privilege"
 	CategorySecrets    Category = "secrets"
 	CategoryDynamic    Category = "dynamic-code"
+	// CategoryRefused is a note, not a risk: a language policy that runs
+	// inside the sandbox (restricted Python) will refuse the code anyway.
+	// Alone it does not make a run need approval (see Policy.Requires).
+	CategoryRefused Category = "refused"
 )
 
 // Finding is one thing the risk check flagged.
@@ -44,6 +48,13 @@ var categoryLabel = map[Category]string{
 	CategoryPrivilege:  "changes privileges or permissions",
 	CategorySecrets:    "reads environment variables or credentials",
 	CategoryDynamic:    "runs dynamically built code",
+	CategoryRefused:    "would be refused anyway by the restricted Python policy",
+}
+
+// Refused is the Finding of a language policy that will refuse the code
+// anyway, at line, because of what (such as `imports "os"`).
+func Refused(line int, what string) Finding {
+	return Finding{Category: CategoryRefused, Line: line, Reason: fmt.Sprintf("%s: %s (line %d)", categoryLabel[CategoryRefused], what, line)}
 }
 
 func r(c Category, what, pattern string) rule {

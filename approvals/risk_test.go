@@ -44,6 +44,10 @@ func TestPolicyRequires(t *testing.T) {
 		{PolicyAlways, flagged, true},
 		{PolicyRisky, nil, false},
 		{PolicyRisky, flagged, true},
+		// A note that the code will be refused anyway is not a risk.
+		{PolicyRisky, []Finding{Refused(1, `imports "os"`)}, false},
+		{PolicyRisky, append([]Finding{Refused(1, `imports "os"`)}, flagged...), true},
+		{PolicyAlways, []Finding{Refused(1, `imports "os"`)}, true},
 		{Policy("bogus"), nil, true}, // fail closed
 	} {
 		if got := c.p.Requires(c.findings); got != c.want {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/codeexec/codeexec/approvals"
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/pypolicy"
 )
 
 // Prefix is the prefix of every codeexec environment variable.
@@ -127,6 +128,10 @@ type Config struct {
 	MaxConcurrency int      `env:"MAX_CONCURRENCY" envDefault:"4" accepted:"a whole number from 1 to 1024" help:"most runs at once; further requests wait their turn"`
 	Languages      []string `env:"LANGUAGES" envDefault:"python,javascript,bash" envSeparator:"," accepted:"a comma-separated list of python, javascript, bash" help:"languages that may run"`
 	WorkDir        string   `env:"WORK_DIR" accepted:"a directory path" help:"where process and none modes make run directories (default: the system temporary directory)"`
+
+	PythonPolicy         string   `env:"PYTHON_POLICY" envDefault:"standard" accepted:"standard or restricted" help:"restricted checks python code inside the sandbox before its first line and runs it under a language-level policy (allowed imports only; no open, eval, exec, compile, globals, locals, vars, breakpoint, dunder attributes, frame internals or getattr-family escapes); a refusal is an error naming the rule and the line; a layer on top of the sandbox, never instead of it"`
+	PythonAllowedImports []string `env:"PYTHON_ALLOWED_IMPORTS" envDefault:"datetime,calendar,re,math,decimal,fractions,statistics,collections,itertools,functools,operator,json" envSeparator:"," accepted:"a comma-separated list of top-level module names, none of which hands out the interpreter (sys, os, builtins, importlib, inspect, types, typing ... are refused)" help:"restricted python: the modules programs may import"`
+	PythonMaxASTNodes    int      `env:"PYTHON_MAX_AST_NODES" envDefault:"20000" accepted:"a whole number from 100 to 1000000" help:"restricted python: the most syntax-tree nodes a program may have"`
 
 	ProcessDisable []string `env:"PROCESS_DISABLE" envSeparator:"," accepted:"a comma-separated list of user, pid, network, ipc, uts, mount, landlock" help:"process mode: kernel isolation features to turn off (for example network, for code that must reach the network)"`
 	ProcessStrict  bool     `env:"PROCESS_STRICT" envDefault:"false" accepted:"true or false" help:"process mode: refuse to start unless every kernel isolation feature is active on this host"`
@@ -257,6 +262,11 @@ func (c *Config) Validate() error {
 		if f != "" && !slices.Contains([]string{"user", "pid", "network", "ipc", "uts", "mount", "landlock"}, f) {
 			errs = append(errs, invalid("ProcessDisable", f, "unknown feature"))
 		}
+	}
+	check(c.PythonPolicy == "standard" || c.PythonPolicy == pypolicy.Name, "PythonPolicy", c.PythonPolicy, "unknown policy")
+	check(c.PythonMaxASTNodes >= 100 && c.PythonMaxASTNodes <= 1_000_000, "PythonMaxASTNodes", c.PythonMaxASTNodes, "it is out of range")
+	if err := c.PythonPolicyConfig().Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("CODE_EXEC_PYTHON_ALLOWED_IMPORTS is not valid: %w", err))
 	}
 	check(slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel), "LogLevel", c.LogLevel, "unknown level")
 	check(c.LogFormat == "text" || c.LogFormat == "json", "LogFormat", c.LogFormat, "unknown format")
@@ -403,6 +413,20 @@ func (c *Config) Limits(timeout time.Duration) sandbox.Limits {
 		FileSizeBytes: int64(c.FileSize),
 		OutputBytes:   int64(c.MaxOutput),
 	}
+}
+
+// RestrictedPython reports whether CODE_EXEC_PYTHON_POLICY=restricted.
+func (c *Config) RestrictedPython() bool { return c.PythonPolicy == pypolicy.Name }
+
+// PythonPolicyConfig is the restricted-Python policy of the settings.
+func (c *Config) PythonPolicyConfig() pypolicy.Policy {
+	var imports []string
+	for _, m := range c.PythonAllowedImports {
+		if m = strings.TrimSpace(m); m != "" && !slices.Contains(imports, m) {
+			imports = append(imports, m)
+		}
+	}
+	return pypolicy.Policy{AllowedImports: imports, MaxASTNodes: c.PythonMaxASTNodes}
 }
 
 // Setting describes one variable for --help and docs/configuration.md.

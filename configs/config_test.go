@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/pypolicy"
 )
 
 func TestDefaults(t *testing.T) {
@@ -24,6 +25,9 @@ func TestDefaults(t *testing.T) {
 	}
 	if strings.Join(c.Languages, ",") != "python,javascript,bash" {
 		t.Fatalf("languages = %v", c.Languages)
+	}
+	if c.RestrictedPython() || strings.Join(c.PythonPolicyConfig().AllowedImports, ",") != strings.Join(pypolicy.DefaultAllowedImports, ",") || c.PythonMaxASTNodes != pypolicy.DefaultMaxASTNodes {
+		t.Fatalf("python policy defaults: %q %v %d", c.PythonPolicy, c.PythonAllowedImports, c.PythonMaxASTNodes)
 	}
 }
 
@@ -49,6 +53,10 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 		{[]string{"CODE_EXEC_TRANSPORT=sse", "CODE_EXEC_ADDR=:8080"}, []string{"CODE_EXEC_AUTH_TOKEN"}},
 		{[]string{"CODE_EXEC_AUTH_TOKEN=short"}, []string{"CODE_EXEC_AUTH_TOKEN", "too short"}},
 		{[]string{"CODE_EXEC_TRANSPORT=http", "CODE_EXEC_ADDR=nonsense"}, []string{"CODE_EXEC_ADDR"}},
+		{[]string{"CODE_EXEC_PYTHON_POLICY=strict"}, []string{"CODE_EXEC_PYTHON_POLICY", "standard or restricted"}},
+		{[]string{"CODE_EXEC_PYTHON_ALLOWED_IMPORTS=math,os"}, []string{"CODE_EXEC_PYTHON_ALLOWED_IMPORTS", `"os"`, "standard"}},
+		{[]string{"CODE_EXEC_PYTHON_ALLOWED_IMPORTS=os.path"}, []string{"CODE_EXEC_PYTHON_ALLOWED_IMPORTS", "top-level"}},
+		{[]string{"CODE_EXEC_PYTHON_MAX_AST_NODES=5"}, []string{"CODE_EXEC_PYTHON_MAX_AST_NODES", "100 to 1000000"}},
 		{[]string{"CODE_EXEC_MEMORY=1m", "CODE_EXEC_PIDS=1"}, []string{"CODE_EXEC_MEMORY", "CODE_EXEC_PIDS", "; "}},
 	}
 	for _, c := range cases {

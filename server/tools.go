@@ -14,6 +14,7 @@ import (
 
 	"github.com/codeexec/codeexec/approvals"
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/pypolicy"
 )
 
 // Tool names.
@@ -200,7 +201,11 @@ func (s *Server) handleExecute(ctx context.Context, req mcp.CallToolRequest) (*m
 		return mcpserver.NewInputRequestBuilder(input.State).Elicit(approvalInputID, elicitation(input.Ask)).ToolResult(), nil
 	case err != nil:
 		msg := runErrorMessage(err, args)
-		if _, isApproval := approvalErrorMessage(err); !isApproval {
+		_, isApproval := approvalErrorMessage(err)
+		switch {
+		case errors.Is(err, pypolicy.ErrPolicy):
+			s.log.Info("refused by the restricted Python policy", "language", args.Language, "reason", err.Error())
+		case !isApproval:
 			s.log.Warn("run failed", "language", args.Language, "err", err)
 		}
 		return mcp.NewToolResultError(msg), nil
@@ -233,6 +238,9 @@ func runErrorMessage(err error, args ExecuteArgs) string {
 		return msg
 	}
 	switch {
+	case errors.Is(err, pypolicy.ErrPolicy):
+		// One sentence that names the line, what was refused and the rule.
+		return err.Error()
 	case errors.Is(err, context.Canceled):
 		return "The run was cancelled before it finished, so it was stopped."
 	case errors.Is(err, context.DeadlineExceeded):

@@ -27,6 +27,7 @@ import (
 	"github.com/codeexec/codeexec/sandbox/docker"
 	"github.com/codeexec/codeexec/sandbox/host"
 	"github.com/codeexec/codeexec/sandbox/process"
+	"github.com/codeexec/codeexec/sandbox/pypolicy"
 	"github.com/codeexec/codeexec/server"
 )
 
@@ -134,6 +135,11 @@ func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int 
 		log.Error("cannot start the sandbox", "mode", cfg.Sandbox, "err", err)
 		fmt.Fprintf(stderr, "codeexec: %v\n", err)
 		return 1
+	}
+	if cfg.RestrictedPython() {
+		// Inside the concurrency limit, next to the sandbox: the check runs
+		// in the run's own interpreter.
+		runner = pypolicy.Wrap(runner, cfg.PythonPolicyConfig())
 	}
 	var chain sandbox.Runner = sandbox.Limit(runner, cfg.MaxConcurrency)
 	defer func() {
@@ -250,6 +256,7 @@ func newGate(ctx context.Context, cfg *configs.Config, env map[string]string, ne
 	}
 	gate = approvals.NewGate(next, approvals.GateConfig{
 		Policy: cfg.Approval, Timeout: cfg.ApprovalTimeout, Audit: audit, OutOfBand: ln != nil, Logger: log,
+		RiskCheck: riskCheck(cfg),
 	})
 	if ln != nil {
 		admin := server.NewAdmin(gate, token, log)
@@ -265,6 +272,26 @@ func newGate(ctx context.Context, cfg *configs.Config, env map[string]string, ne
 		}
 	}
 	return gate, consoleURL, cleanup, nil
+}
+
+// riskCheck is the approvals risk check: Assess, plus a note for the
+// approver when the restricted Python policy will refuse the code anyway
+// (a quick look on the server; the policy itself decides in the sandbox).
+func riskCheck(cfg *configs.Config) func(language, code string) []approvals.Finding {
+	if !cfg.RestrictedPython() {
+		return approvals.Assess
+	}
+	policy := cfg.PythonPolicyConfig()
+	return func(language, code string) []approvals.Finding {
+		findings := approvals.Assess(language, code)
+		if language != "python" {
+			return findings
+		}
+		for _, f := range policy.Precheck(code) {
+			findings = append(findings, approvals.Refused(f.Line, f.Detail))
+		}
+		return findings
+	}
 }
 
 // envMap turns KEY=value pairs into a map.
