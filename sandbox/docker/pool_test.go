@@ -528,6 +528,19 @@ func TestTrailerScanner(t *testing.T) {
 			}
 		})
 	}
+	t.Run("output is not held back", func(t *testing.T) {
+		// Only a tail that could start the trailer waits for more.
+		sc := trailerScanner{needle: []byte(nonce + " ")}
+		var out strings.Builder
+		sc.feed([]byte("one\n"), func(b []byte) { out.Write(b) })
+		if out.String() != "one\n" {
+			t.Fatalf("after a line, passed on %q, want it all", out.String())
+		}
+		sc.feed([]byte("two"+nonce[:4]), func(b []byte) { out.Write(b) })
+		if out.String() != "one\ntwo" {
+			t.Fatalf("passed on %q, want all but the tail that starts the trailer", out.String())
+		}
+	})
 	t.Run("no trailer keeps everything", func(t *testing.T) {
 		st := newStreams(true, nonce)
 		o := sandbox.NewOutput(0, nil)
