@@ -298,6 +298,9 @@ func TestPoolRefills(t *testing.T) {
 	if h := r.pool.hits.Load(); h < 2 {
 		t.Fatalf("%d runs were served warm, want 2", h)
 	}
+	if st := r.PoolStats(); st.Hits != r.pool.hits.Load() || st.Misses != r.pool.misses.Load() || st.Ready["python"] != 2 {
+		t.Fatalf("PoolStats = %+v, want the pool's counters and 2 python containers ready", st)
+	}
 }
 
 // TestPoolGoneAfterClose: Close removes the warm containers.

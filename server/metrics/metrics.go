@@ -49,12 +49,6 @@ type PoolStats struct {
 	Hits, Misses int64
 }
 
-// PoolReporter is implemented by a runner with a warm pool (docker mode).
-// PoolStats must be cheap and safe for concurrent use.
-type PoolReporter interface {
-	PoolStats() PoolStats
-}
-
 // Metrics holds codeexec's collectors in a private registry. The zero value
 // is not usable: call New. All methods are safe for concurrent use; a nil
 // *Metrics ignores every call, so that code can record unconditionally.
@@ -74,7 +68,7 @@ type Metrics struct {
 
 	mu      sync.Mutex
 	ready   func(context.Context) error
-	pool    PoolReporter
+	pool    func() PoolStats
 	pending func() int
 }
 
@@ -166,8 +160,9 @@ func New(info Info) *Metrics {
 // Registry returns the private registry (for tests and Handler).
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
-// SetPool makes the docker pool's statistics part of every scrape.
-func (m *Metrics) SetPool(p PoolReporter) {
+// SetPool makes the docker pool's statistics part of every scrape: p is
+// called at each scrape and must be cheap and safe for concurrent use.
+func (m *Metrics) SetPool(p func() PoolStats) {
 	if m == nil {
 		return
 	}
@@ -280,7 +275,7 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 	if p == nil {
 		return
 	}
-	st := p.PoolStats()
+	st := p()
 	for lang, n := range st.Ready {
 		ch <- prometheus.MustNewConstMetric(poolReadyDesc, prometheus.GaugeValue, float64(n), lang)
 	}

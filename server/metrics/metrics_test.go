@@ -77,7 +77,7 @@ next:
 func TestEveryNameHasThePrefix(t *testing.T) {
 	t.Parallel()
 	m := metrics.New(metrics.Info{Version: "v1.2.3", Mode: sandbox.ModeProcess})
-	m.SetPool(poolFunc(func() metrics.PoolStats { return metrics.PoolStats{Ready: map[string]int{"python": 2}} }))
+	m.SetPool(func() metrics.PoolStats { return metrics.PoolStats{Ready: map[string]int{"python": 2}} })
 	fams := scrape(t, m.Handler(""), "")
 	if len(fams) < 10 {
 		t.Fatalf("only %d metric families", len(fams))
@@ -91,10 +91,6 @@ func TestEveryNameHasThePrefix(t *testing.T) {
 		t.Errorf("codeexec_build_info = %v, want 1 with version and mode labels", got)
 	}
 }
-
-type poolFunc func() metrics.PoolStats
-
-func (f poolFunc) PoolStats() metrics.PoolStats { return f() }
 
 func TestRunsByOutcome(t *testing.T) {
 	t.Parallel()
@@ -214,9 +210,9 @@ func TestNilMetricsIsANoOp(t *testing.T) {
 func TestGaugesAndPool(t *testing.T) {
 	t.Parallel()
 	m := metrics.New(metrics.Info{Mode: sandbox.ModeDocker})
-	m.SetPool(poolFunc(func() metrics.PoolStats {
+	m.SetPool(func() metrics.PoolStats {
 		return metrics.PoolStats{Ready: map[string]int{"python": 2, "bash": 1}, Hits: 7, Misses: 3}
-	}))
+	})
 	pending := 4
 	m.SetApprovalsPending(func() int { return pending })
 	m.ApprovalDecided(approvals.OutcomeApproved)
