@@ -88,7 +88,11 @@ func (s *Server) HTTPHandler(transport Transport, baseURL string) (http.Handler,
 			mcpserver.WithHeartbeatInterval(15*time.Second),
 			mcpserver.WithHTTPContextFunc(withPeer),
 		)
-		mux.Handle("/mcp", notificationMeta(h))
+		var mcpHandler http.Handler = notificationMeta(h)
+		if s.tasks != nil {
+			mcpHandler = s.taskExtension(mcpHandler)
+		}
+		mux.Handle("/mcp", mcpHandler)
 		shutdown = h.Shutdown
 	case TransportSSE:
 		h := mcpserver.NewSSEServer(s.mcp,
