@@ -30,8 +30,9 @@ import (
 //     link mcp-go's task id to the Store's, so that tasks/cancel stops
 //     the run.
 //   - 2026-07-28, the extension io.modelcontextprotocol/tasks: mcp-go has
-//     no support for it, so taskExtension handles it over streamable HTTP
-//     before mcp-go sees the message: a tools/call of code_execute from a
+//     no support for it, so extensionMessage handles it before mcp-go sees
+//     the message (taskExtension over streamable HTTP, stdioTasks on
+//     stdio; the SSE transport speaks only older protocols): a tools/call of code_execute from a
 //     client that declares the extension gets a CreateTaskResult
 //     (resultType "task") at once, and tasks/get, tasks/update and
 //     tasks/cancel are answered from the Store. The call itself runs
@@ -204,41 +205,82 @@ func (s *Server) taskExtension(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		var msg struct {
-			ID     json.RawMessage `json:"id"`
-			Method string          `json:"method"`
-			Params json.RawMessage `json:"params"`
-		}
-		if json.Unmarshal(body, &msg) != nil || len(msg.ID) == 0 || bytes.Equal(msg.ID, []byte("null")) {
+		values := context.WithValue(context.WithoutCancel(r.Context()), peerKey{}, peer{transport: TransportHTTP, remote: r.RemoteAddr})
+		answer, ok := s.extensionMessage(values, body, version)
+		if !ok {
 			next.ServeHTTP(w, r)
 			return
 		}
-		var p taskParams
-		_ = json.Unmarshal(msg.Params, &p)
-		if p.Meta.version() != version {
-			next.ServeHTTP(w, r) // mcp-go answers the mismatch
-			return
-		}
-		switch msg.Method {
-		case "tasks/get", "tasks/update", "tasks/cancel":
-			if !p.Meta.declaresTasks() {
-				writeRPC(w, msg.ID, nil, &taskRPCError{Code: codeMissingCapability, Message: "Missing required client capability",
-					Data: map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{TasksExtension: map[string]any{}}}}})
-				return
-			}
-			res, rerr := s.taskMethod(msg.Method, p)
-			writeRPC(w, msg.ID, res, rerr)
-		case string(mcp.MethodToolsCall):
-			if p.Name != ToolExecute || !p.Meta.declaresTasks() || s.tasks == nil {
-				next.ServeHTTP(w, r)
-				return
-			}
-			res, rerr := s.startModernTask(r, body, p)
-			writeRPC(w, msg.ID, res, rerr)
-		default:
-			next.ServeHTTP(w, r)
-		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(answer())
 	})
+}
+
+// stdioTasks serves the 2026-07-28 tasks extension on stdio: it takes the
+// messages that are the extension's (see utf8Lines.intercept) and answers
+// them off the read loop (tasks/cancel waits for the run to stop).
+func (s *Server) stdioTasks(line []byte, reply func([]byte)) bool {
+	values := context.WithValue(context.Background(), peerKey{}, peer{transport: TransportStdio})
+	answer, ok := s.extensionMessage(values, line, "")
+	if ok {
+		go func() { reply(answer()) }()
+	}
+	return ok
+}
+
+// extensionMessage recognises a message of the extension: tasks/get,
+// tasks/update or tasks/cancel of protocol 2026-07-28, or a tools/call of
+// code_execute whose client declares the extension (a task is made of it).
+// It returns the function that answers it; anything else is left to mcp-go
+// (ok is false). headerVersion is the protocol version the transport
+// states ("" on stdio); values gives a task's call its peer.
+func (s *Server) extensionMessage(values context.Context, body []byte, headerVersion string) (answer func() []byte, ok bool) {
+	var msg struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+		Params json.RawMessage `json:"params"`
+	}
+	if json.Unmarshal(body, &msg) != nil || len(msg.ID) == 0 || bytes.Equal(msg.ID, []byte("null")) {
+		return nil, false
+	}
+	var p taskParams
+	_ = json.Unmarshal(msg.Params, &p)
+	version := p.Meta.version()
+	if !mcp.IsModernProtocol(version) || (headerVersion != "" && version != headerVersion) {
+		return nil, false // older protocols are mcp-go's; it answers a mismatch
+	}
+	var handle func() (any, *taskRPCError)
+	switch msg.Method {
+	case "tasks/get", "tasks/update", "tasks/cancel":
+		handle = func() (any, *taskRPCError) {
+			if !p.Meta.declaresTasks() {
+				return nil, &taskRPCError{Code: codeMissingCapability, Message: "Missing required client capability",
+					Data: map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{TasksExtension: map[string]any{}}}}}
+			}
+			return s.taskMethod(msg.Method, p)
+		}
+	case string(mcp.MethodToolsCall):
+		if p.Name != ToolExecute || !p.Meta.declaresTasks() {
+			return nil, false
+		}
+		handle = func() (any, *taskRPCError) { return s.startModernTask(values, body) }
+	default:
+		return nil, false
+	}
+	return func() []byte {
+		res, rerr := handle()
+		out := map[string]any{"jsonrpc": "2.0", "id": msg.ID}
+		if rerr != nil {
+			out["error"] = rerr
+		} else {
+			out["result"] = res
+		}
+		b, err := json.Marshal(out)
+		if err != nil {
+			b, _ = json.Marshal(map[string]any{"jsonrpc": "2.0", "id": msg.ID, "error": taskRPCError{Code: mcp.INTERNAL_ERROR, Message: err.Error()}})
+		}
+		return b
+	}, true
 }
 
 // taskParams is what the extension reads of a request's params.
@@ -278,17 +320,6 @@ type taskRPCError struct {
 }
 
 func (e *taskRPCError) Error() string { return e.Message }
-
-func writeRPC(w http.ResponseWriter, id json.RawMessage, result any, rerr *taskRPCError) {
-	msg := map[string]any{"jsonrpc": "2.0", "id": id}
-	if rerr != nil {
-		msg["error"] = rerr
-	} else {
-		msg["result"] = result
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(msg)
-}
 
 // modernOwner is the owner of 2026-07-28 tasks: that protocol has no
 // sessions, so every client that may call the server (holds its token)
@@ -360,12 +391,11 @@ func (s *Server) taskMethod(method string, p taskParams) (any, *taskRPCError) {
 
 // startModernTask creates the task of a 2026-07-28 tools/call and answers
 // with its CreateTaskResult.
-func (s *Server) startModernTask(r *http.Request, body []byte, p taskParams) (any, *taskRPCError) {
+func (s *Server) startModernTask(values context.Context, body []byte) (any, *taskRPCError) {
 	call, err := withoutTasksCapability(body)
 	if err != nil {
 		return nil, &taskRPCError{Code: mcp.INVALID_PARAMS, Message: err.Error()}
 	}
-	values := context.WithValue(context.WithoutCancel(r.Context()), peerKey{}, peer{transport: TransportHTTP, remote: r.RemoteAddr})
 	t, err := s.tasks.Create(modernOwner, 0, func(tctx context.Context, in tasks.Input) (any, error) {
 		return s.runModernCall(taskContext{Context: tctx, values: values}, call, in)
 	})

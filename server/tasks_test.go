@@ -318,3 +318,67 @@ func TestLegacyTask(t *testing.T) {
 		t.Errorf("store counts = %v, want one completed and one cancelled", c)
 	}
 }
+
+// TestModernTaskOverStdio: the extension works on stdio too.
+func TestModernTaskOverStdio(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	store := tasks.NewMemory(tasks.Config{PollInterval: 10 * time.Millisecond})
+	t.Cleanup(func() { _ = store.Close() })
+	opts := testOptions()
+	opts.Tasks = store
+	s := New(countingRunner(&runs), opts)
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.ServeStdio(ctx, inR, outW) }()
+	t.Cleanup(func() {
+		cancel()
+		inW.Close()
+		<-done
+	})
+	replies := bufio.NewScanner(outR)
+	replies.Buffer(make([]byte, 1<<20), 1<<20)
+	ask := func(id int, method, params string) map[string]any {
+		t.Helper()
+		params = strings.TrimSuffix(params, "}")
+		if params != "{" {
+			params += ","
+		}
+		fmt.Fprintf(inW, `{"jsonrpc":"2.0","id":%d,"method":%q,"params":%s"_meta":%s}}`+"\n", id, method, params, modernMeta(true))
+		for replies.Scan() {
+			var msg struct {
+				ID     int            `json:"id"`
+				Result map[string]any `json:"result"`
+				Error  map[string]any `json:"error"`
+			}
+			if json.Unmarshal(replies.Bytes(), &msg) == nil && msg.ID == id {
+				if msg.Error != nil {
+					t.Fatalf("%s: %v", method, msg.Error)
+				}
+				return msg.Result
+			}
+		}
+		t.Fatalf("%s: no answer: %v", method, replies.Err())
+		return nil
+	}
+	res := ask(1, "tools/call", `{"name":"code_execute","arguments":{"language":"python","code":"s"}}`)
+	id, _ := res["taskId"].(string)
+	if res["resultType"] != "task" || id == "" {
+		t.Fatalf("tools/call over stdio = %v, want a task", res)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		got := ask(2, "tasks/get", fmt.Sprintf(`{"taskId":%q}`, id))
+		if got["status"] == "completed" {
+			result, _ := got["result"].(map[string]any)
+			if sc, _ := result["structuredContent"].(map[string]any); sc["stdout"] != "ran s\n" {
+				t.Fatalf("completed task %v, want the run's stdout", got)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task %v after 10s", got)
+		}
+	}
+}
