@@ -86,8 +86,8 @@ type Options struct {
 	Metrics *metrics.Metrics
 	// Tasks, if not nil, lets clients run code_execute as an MCP task
 	// (protocol 2025-11-25, and the 2026-07-28 extension
-	// io.modelcontextprotocol/tasks over streamable HTTP). The Server does
-	// not close it.
+	// io.modelcontextprotocol/tasks over streamable HTTP and stdio). The
+	// Server does not close it.
 	Tasks tasks.Store
 	// TaskMaxTimeout is the most a task's timeout_seconds may ask for
 	// (MaxTimeout if smaller).

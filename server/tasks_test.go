@@ -382,3 +382,18 @@ func TestModernTaskOverStdio(t *testing.T) {
 		}
 	}
 }
+
+func TestInfoNamesTheTaskCap(t *testing.T) {
+	t.Parallel()
+	store := tasks.NewMemory(tasks.Config{})
+	t.Cleanup(func() { _ = store.Close() })
+	opts := testOptions()
+	opts.Tasks, opts.TaskMaxTimeout = store, 2*time.Hour
+	fake := &sandboxtest.Fake{Caps: sandbox.Capabilities{Mode: sandbox.ModeProcess}}
+	if got := New(fake, opts).Info().Limits.MaxTaskTimeoutSeconds; got != 7200 {
+		t.Errorf("max_task_timeout_seconds = %v, want 7200", got)
+	}
+	if got := New(fake, testOptions()).Info().Limits.MaxTaskTimeoutSeconds; got != 0 {
+		t.Errorf("without tasks max_task_timeout_seconds = %v, want it absent", got)
+	}
+}

@@ -390,12 +390,19 @@ type InfoLimits struct {
 	MaxCodeBytes          int64   `json:"max_code_bytes"`
 	MaxStdinBytes         int64   `json:"max_stdin_bytes"`
 	MaxConcurrency        int     `json:"max_concurrency"`
+	// MaxTaskTimeoutSeconds is the cap of timeout_seconds for a call run
+	// as an MCP task (absent when tasks are off).
+	MaxTaskTimeoutSeconds float64 `json:"max_task_timeout_seconds,omitempty"`
 }
 
 // Info builds sandbox_info's answer.
 func (s *Server) Info() InfoOutput {
 	caps := s.runner.Capabilities()
 	o := s.opts
+	var taskCap float64
+	if s.tasks != nil {
+		taskCap = o.TaskMaxTimeout.Seconds()
+	}
 	network := "not isolated: code can reach the network like any program of the server's user"
 	if caps.Isolation.Network {
 		network = "none: each run has no network but a loopback interface of its own"
@@ -419,6 +426,7 @@ func (s *Server) Info() InfoOutput {
 			MaxCodeBytes:          o.MaxCode,
 			MaxStdinBytes:         o.MaxStdin,
 			MaxConcurrency:        o.MaxConcurrency,
+			MaxTaskTimeoutSeconds: taskCap,
 		},
 		Network:     network,
 		Approval:    s.approvalDescription(),
