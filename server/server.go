@@ -92,6 +92,11 @@ type Options struct {
 	// TaskMaxTimeout is the most a task's timeout_seconds may ask for
 	// (MaxTimeout if smaller).
 	TaskMaxTimeout time.Duration
+	// TaskLifetime is how long a 2025-11-25 task is kept from its
+	// creation, whatever ttl the client asks for: its longest run and its
+	// result's keep time (the Store's own limits). Zero keeps the ttl the
+	// client asks for.
+	TaskLifetime time.Duration
 }
 
 // New builds the MCP server around runner. runner should already enforce the

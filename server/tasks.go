@@ -97,6 +97,12 @@ func (s *Server) installTaskHooks(hooks *mcpserver.Hooks, th *mcpserver.TaskHook
 		if req.Params.Task == nil || req.Params.Name != ToolExecute {
 			return
 		}
+		// mcp-go drops its task (and the result) ttl after its creation:
+		// keep it as long as the Store keeps the run and its result.
+		if lt := s.opts.TaskLifetime; lt > 0 {
+			ms := lt.Milliseconds()
+			req.Params.Task = &mcp.TaskParams{TTL: &ms}
+		}
 		token := newToken()
 		h := req.Header.Clone()
 		if h == nil {
@@ -153,12 +159,8 @@ func (s *Server) executeLegacyTask(ctx context.Context, req mcp.CallToolRequest)
 	if sess := mcpserver.ClientSessionFromContext(ctx); sess != nil {
 		owner = sess.SessionID()
 	}
-	var keep time.Duration
-	if req.Params.Task != nil && req.Params.Task.TTL != nil {
-		keep = time.Duration(*req.Params.Task.TTL) * time.Millisecond
-	}
 	values := context.WithoutCancel(ctx)
-	task, err := s.tasks.Create(owner, keep, func(tctx context.Context, _ tasks.Input) (any, error) {
+	task, err := s.tasks.Create(owner, 0, func(tctx context.Context, _ tasks.Input) (any, error) {
 		return s.execute(taskContext{Context: tctx, values: values}, req), nil
 	})
 	if err != nil {

@@ -35,6 +35,7 @@ func newTaskServer(t *testing.T, runner sandbox.Runner) *taskServer {
 	opts := testOptions()
 	opts.Tasks = store
 	opts.TaskMaxTimeout = time.Hour
+	opts.TaskLifetime = 2 * time.Hour
 	opts.Elicit = true
 	s := New(runner, opts)
 	h, shutdown, err := s.HTTPHandler(TransportHTTP, "")
@@ -294,6 +295,9 @@ func TestLegacyTask(t *testing.T) {
 	id, _ := task["taskId"].(string)
 	if rerr != nil || id == "" {
 		t.Fatalf("tools/call with a task = %v %v", created, rerr)
+	}
+	if task["ttl"] != 7200000.0 {
+		t.Errorf("task ttl = %v, want the server's task lifetime (2h) instead of the 60s asked for", task["ttl"])
 	}
 	result, rerr, _ := ts.rpc("2025-11-25", session, fmt.Sprintf(`{"jsonrpc":"2.0","id":4,"method":"tasks/result","params":{"taskId":%q}}`, id))
 	sc, _ := result["structuredContent"].(map[string]any)

@@ -184,10 +184,11 @@ func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int 
 
 	// Tasks run with contexts of their own: the store stops them (and
 	// waits for their runs to be cleaned up) before the sandbox closes.
+	taskRunTime := cfg.TaskMaxTimeout + cfg.ApprovalTimeout + time.Minute
 	store := tasks.NewMemory(tasks.Config{
 		// The run's own timeout is at most CODE_EXEC_TASK_MAX_TIMEOUT; the
 		// store's limit also covers the approval and the queue.
-		MaxRunTime: cfg.TaskMaxTimeout + cfg.ApprovalTimeout + time.Minute,
+		MaxRunTime: taskRunTime,
 		KeepResult: cfg.TaskTTL,
 		OnChange: func(c map[tasks.Status]int) {
 			counts := map[string]int{}
@@ -200,7 +201,7 @@ func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int 
 	defer func() { _ = store.Close() }()
 
 	opts := serverOptions(cfg, log, consoleURL)
-	opts.Metrics, opts.Tasks = m, store
+	opts.Metrics, opts.Tasks, opts.TaskLifetime = m, store, taskRunTime+cfg.TaskTTL
 	srv := server.New(chain, opts)
 	if cfg.Approval != approvals.PolicyNever {
 		log.Info("approvals", "policy", cfg.Approval, "timeout", cfg.ApprovalTimeout, "elicitation", opts.Elicit, "console", consoleURL != "", "who_can_approve", srv.WhoCanApprove())
