@@ -366,9 +366,22 @@ func TestProgressOutputLines(t *testing.T) {
 				}
 				lines = append(lines, n.msg)
 			}
-			want := []string{"line 1", "line 2", "line 3", "stderr: oops", "after"}
-			if strings.Join(lines, "|") != strings.Join(want, "|") {
-				t.Fatalf("progress messages %q, want the output lines %q in order", lines, want)
+			// Each stream's lines come in order; stdout and stderr are two
+			// pipes, so their lines interleave as they are read.
+			var stdout, stderr []string
+			for _, l := range lines {
+				if strings.HasPrefix(l, "stderr: ") {
+					stderr = append(stderr, l)
+				} else {
+					stdout = append(stdout, l)
+				}
+			}
+			want := []string{"line 1", "line 2", "line 3", "after"}
+			if strings.Join(stdout, "|") != strings.Join(want, "|") || len(stderr) != 1 || stderr[0] != "stderr: oops" {
+				t.Fatalf("progress messages %q, want the stdout lines %q in order and the stderr line \"stderr: oops\"", lines, want)
+			}
+			if lines[len(lines)-1] != "after" {
+				t.Errorf("progress messages %q: the line written after the sleep is not last", lines)
 			}
 			if firstAt.Sub(start) > 8*time.Second {
 				t.Errorf("the first line arrived %s after the call, want it while the program sleeps", firstAt.Sub(start))
