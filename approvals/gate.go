@@ -99,6 +99,9 @@ type GateConfig struct {
 	// WaitInterval is how often a waiting run's WaitFunc is called (5s if 0).
 	WaitInterval time.Duration
 	Logger       *slog.Logger
+	// OnDecision, if set, sees every decision as it is recorded (for
+	// metrics); it must not block.
+	OnDecision func(Decision)
 }
 
 // Gate is a sandbox.Runner that asks before it runs: when its Policy
@@ -416,6 +419,9 @@ func (g *Gate) reject(req sandbox.Request, requester Requester, id string, outco
 }
 
 func (g *Gate) appendDecision(d Decision) error {
+	if g.cfg.OnDecision != nil {
+		g.cfg.OnDecision(d)
+	}
 	err := g.record(Entry{Event: EventDecision, ID: d.ID, CodeSHA256: d.CodeSHA256, Outcome: d.Outcome, By: d.By, Via: d.Via, Note: d.Note, Time: d.At})
 	if err != nil {
 		g.log.Error("audit log", "err", err)

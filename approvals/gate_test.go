@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -100,7 +101,13 @@ func TestGatePolicies(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			f := newGate(t, GateConfig{Policy: c.policy, Timeout: 300 * time.Millisecond, OutOfBand: true})
+			var decided []Outcome
+			var mu sync.Mutex
+			f := newGate(t, GateConfig{Policy: c.policy, Timeout: 300 * time.Millisecond, OutOfBand: true, OnDecision: func(d Decision) {
+				mu.Lock()
+				decided = append(decided, d.Outcome)
+				mu.Unlock()
+			}})
 			if c.answer != "" {
 				answer(t, f.gate, c.answer)
 			}
@@ -132,6 +139,11 @@ func TestGatePolicies(t *testing.T) {
 			}
 			if c.answer != "" && !strings.Contains(log, `"by":"alice","via":"console"`) {
 				t.Errorf("audit log does not say who decided how:\n%s", log)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(decided) != 1 || decided[0] != c.wantOut {
+				t.Errorf("OnDecision saw %v, want [%s]", decided, c.wantOut)
 			}
 		})
 	}

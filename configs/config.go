@@ -151,6 +151,11 @@ type Config struct {
 	AdminTokenFile  string           `env:"ADMIN_TOKEN_FILE" accepted:"a file path" help:"where the server writes the token it makes when CODE_EXEC_ADMIN_TOKEN is empty (mode 0600, removed at exit) and where codeexec approvals reads it; empty means $XDG_RUNTIME_DIR/codeexec/admin-HOST-PORT.token, or codeexec/admin-HOST-PORT.token in the user's cache directory when XDG_RUNTIME_DIR is unset"`
 	AuditLog        string           `env:"AUDIT_LOG" accepted:"a file path" help:"append every request, approval decision and run outcome to this JSON Lines file, hash-chained (check it with codeexec audit verify FILE); empty records nothing"`
 
+	TaskMaxTimeout time.Duration `env:"TASK_MAX_TIMEOUT" envDefault:"1h" accepted:"a duration such as 1h (from CODE_EXEC_MAX_TIMEOUT to 24h)" help:"the most a run of code_execute as an MCP task may take: a task's timeout_seconds may ask up to this instead of CODE_EXEC_MAX_TIMEOUT"`
+	TaskTTL        time.Duration `env:"TASK_TTL" envDefault:"10m" accepted:"a duration such as 10m (from 1s to 24h)" help:"how long a task's result is kept after it ends, for the client to fetch; a client may ask for less"`
+	MetricsAddr    string        `env:"METRICS_ADDR" accepted:"host:port, or empty for off" help:"listen address of the Prometheus metrics (/metrics) and the probes /healthz and /readyz; empty serves none; an address other than loopback requires CODE_EXEC_METRICS_TOKEN"`
+	MetricsToken   string        `env:"METRICS_TOKEN" accepted:"a secret of at least 16 characters" help:"bearer token that /metrics requires; required when CODE_EXEC_METRICS_ADDR is not loopback" secret:"true"`
+
 	LogLevel  string `env:"LOG_LEVEL" envDefault:"info" accepted:"debug, info, warn or error" help:"least severe log level written (to stderr)"`
 	LogFormat string `env:"LOG_FORMAT" envDefault:"text" accepted:"text or json" help:"log format on stderr: text for people, json for machines"`
 }
@@ -277,6 +282,14 @@ func (c *Config) Validate() error {
 	if c.AdminToken != "" && len(c.AdminToken) < 16 {
 		errs = append(errs, fmt.Errorf("CODE_EXEC_ADMIN_TOKEN is too short (%d characters): use at least 16 random characters, for example from `openssl rand -hex 32`", len(c.AdminToken)))
 	}
+	check(c.TaskMaxTimeout >= c.MaxTimeout && c.TaskMaxTimeout <= 24*time.Hour, "TaskMaxTimeout", c.TaskMaxTimeout, "it must be at least CODE_EXEC_MAX_TIMEOUT and at most 24h")
+	check(c.TaskTTL >= time.Second && c.TaskTTL <= 24*time.Hour, "TaskTTL", c.TaskTTL, "it is out of range")
+	if c.MetricsToken != "" && len(c.MetricsToken) < 16 {
+		errs = append(errs, fmt.Errorf("CODE_EXEC_METRICS_TOKEN is too short (%d characters): use at least 16 random characters, for example from `openssl rand -hex 32`", len(c.MetricsToken)))
+	}
+	if err := c.ValidateMetrics(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := c.ValidateAdmin(); err != nil {
 		errs = append(errs, err)
 	}
@@ -388,6 +401,22 @@ func (c *Config) ValidateAdmin() error {
 	}
 	if !IsLoopback(host) && c.AdminToken == "" {
 		return fmt.Errorf("refusing to serve the approvals console on %s without authentication: CODE_EXEC_ADMIN_ADDR is not a loopback address, so set CODE_EXEC_ADMIN_TOKEN or use 127.0.0.1", c.AdminAddr)
+	}
+	return nil
+}
+
+// ValidateMetrics checks the metrics listener's address: empty is off; it
+// must parse, and an address beyond loopback requires a metrics token.
+func (c *Config) ValidateMetrics() error {
+	if c.MetricsAddr == "" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(c.MetricsAddr)
+	if err != nil {
+		return invalid("MetricsAddr", c.MetricsAddr, err.Error())
+	}
+	if !IsLoopback(host) && c.MetricsToken == "" {
+		return fmt.Errorf("refusing to serve metrics on %s without authentication: CODE_EXEC_METRICS_ADDR is not a loopback address, so set CODE_EXEC_METRICS_TOKEN (scrapers then send Authorization: Bearer <token>) or listen on 127.0.0.1", c.MetricsAddr)
 	}
 	return nil
 }

@@ -58,6 +58,12 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 		{[]string{"CODE_EXEC_PYTHON_ALLOWED_IMPORTS=os.path"}, []string{"CODE_EXEC_PYTHON_ALLOWED_IMPORTS", "top-level"}},
 		{[]string{"CODE_EXEC_PYTHON_MAX_AST_NODES=5"}, []string{"CODE_EXEC_PYTHON_MAX_AST_NODES", "100 to 1000000"}},
 		{[]string{"CODE_EXEC_MEMORY=1m", "CODE_EXEC_PIDS=1"}, []string{"CODE_EXEC_MEMORY", "CODE_EXEC_PIDS", "; "}},
+		{[]string{"CODE_EXEC_TASK_MAX_TIMEOUT=30s"}, []string{"CODE_EXEC_TASK_MAX_TIMEOUT", "CODE_EXEC_MAX_TIMEOUT"}},
+		{[]string{"CODE_EXEC_TASK_MAX_TIMEOUT=soon"}, []string{"CODE_EXEC_TASK_MAX_TIMEOUT", "duration"}},
+		{[]string{"CODE_EXEC_TASK_TTL=0s"}, []string{"CODE_EXEC_TASK_TTL"}},
+		{[]string{"CODE_EXEC_METRICS_ADDR=0.0.0.0:9090"}, []string{"CODE_EXEC_METRICS_TOKEN", "refusing"}},
+		{[]string{"CODE_EXEC_METRICS_ADDR=nonsense"}, []string{"CODE_EXEC_METRICS_ADDR"}},
+		{[]string{"CODE_EXEC_METRICS_TOKEN=short"}, []string{"CODE_EXEC_METRICS_TOKEN", "too short"}},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.env, " "), func(t *testing.T) {
@@ -75,6 +81,25 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestMetricsAndTasks(t *testing.T) {
+	c, err := Load(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MetricsAddr != "" || c.TaskMaxTimeout != time.Hour || c.TaskTTL != 10*time.Minute {
+		t.Errorf("defaults: metrics %q, task max timeout %v, task TTL %v; want off, 1h, 10m", c.MetricsAddr, c.TaskMaxTimeout, c.TaskTTL)
+	}
+	for _, env := range [][]string{
+		{"CODE_EXEC_METRICS_ADDR=127.0.0.1:9090"},
+		{"CODE_EXEC_METRICS_ADDR=[::1]:9090"},
+		{"CODE_EXEC_METRICS_ADDR=0.0.0.0:9090", "CODE_EXEC_METRICS_TOKEN=0123456789abcdef"},
+	} {
+		if _, err := Load(env); err != nil {
+			t.Errorf("Load(%v): %v", env, err)
+		}
 	}
 }
 

@@ -18,7 +18,23 @@ type Output struct {
 	stderr    bytes.Buffer
 	truncated bool
 	onLimit   func()
+	observe   ObserveFunc
 }
+
+// Stream names one of a program's output streams.
+type Stream int
+
+// The output streams.
+const (
+	Stdout Stream = iota + 1
+	Stderr
+)
+
+// ObserveFunc sees a program's output while it runs: each chunk of a
+// stream, in order, as it is kept (nothing past the output cap). It is
+// called from the goroutine that copies the stream, with the Output's lock
+// released, and must not block for long nor keep p after it returns.
+type ObserveFunc func(s Stream, p []byte)
 
 // NewOutput returns an Output that keeps at most limit bytes in total
 // (limit <= 0 means no cap) and calls onLimit (which may be nil) the first
@@ -27,11 +43,20 @@ func NewOutput(limit int64, onLimit func()) *Output {
 	return &Output{limit: limit, onLimit: onLimit}
 }
 
+// Observe sets f (which may be nil) to see the output as it is kept. Call
+// it before the streams are written (see Request.Observe); it returns o.
+func (o *Output) Observe(f ObserveFunc) *Output {
+	o.mu.Lock()
+	o.observe = f
+	o.mu.Unlock()
+	return o
+}
+
 // Stdout returns the writer for the program's standard output.
-func (o *Output) Stdout() *StreamWriter { return &StreamWriter{o: o, buf: &o.stdout} }
+func (o *Output) Stdout() *StreamWriter { return &StreamWriter{o: o, buf: &o.stdout, s: Stdout} }
 
 // Stderr returns the writer for the program's standard error.
-func (o *Output) Stderr() *StreamWriter { return &StreamWriter{o: o, buf: &o.stderr} }
+func (o *Output) Stderr() *StreamWriter { return &StreamWriter{o: o, buf: &o.stderr, s: Stderr} }
 
 // StreamWriter is one stream of an Output. Its Write never fails, so that a
 // copying goroutine keeps draining the program's pipe after the cap (the
@@ -39,6 +64,7 @@ func (o *Output) Stderr() *StreamWriter { return &StreamWriter{o: o, buf: &o.std
 type StreamWriter struct {
 	o   *Output
 	buf *bytes.Buffer
+	s   Stream
 }
 
 // Write implements io.Writer.
@@ -59,7 +85,11 @@ func (w *StreamWriter) Write(p []byte) (int, error) {
 		w.buf.Write(p[:keep])
 		o.used += keep
 	}
+	observe := o.observe
 	o.mu.Unlock()
+	if observe != nil && keep > 0 {
+		observe(w.s, p[:keep])
+	}
 	if fire {
 		o.onLimit()
 	}

@@ -79,6 +79,10 @@ type Request struct {
 	// Limits bounds the run. The server fills it from the operator's
 	// configuration and the request's own (capped) timeout.
 	Limits Limits
+	// Observe, if not nil, sees the program's output while it runs (see
+	// Output.Observe); runners pass it to their Output. It changes nothing
+	// in the Result.
+	Observe ObserveFunc
 }
 
 // Limits are the resource limits of one run. A zero value means "no limit of

@@ -195,6 +195,7 @@ func (s *Server) progressReporter(ctx context.Context, call mcp.CallToolRequest)
 		where += " at " + u
 	}
 	n := 0
+	clock := clockFrom(ctx)
 	return func(a approvals.Ask, waited, left time.Duration) {
 		n++
 		msg := fmt.Sprintf("Waiting for a person to approve request %s on %s or with `codeexec approvals approve %s`; it is denied in %s without an answer.",
@@ -207,7 +208,7 @@ func (s *Server) progressReporter(ctx context.Context, call mcp.CallToolRequest)
 		}
 		_ = s.mcp.SendNotificationToClient(ctx, "notifications/progress", map[string]any{
 			"progressToken": token,
-			"progress":      waited.Seconds(),
+			"progress":      clock.advance(waited.Seconds()),
 			"total":         (waited + left).Seconds(),
 			"message":       msg,
 		})

@@ -18,6 +18,8 @@ import (
 
 	"github.com/codeexec/codeexec/approvals"
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/server/metrics"
+	"github.com/codeexec/codeexec/server/tasks"
 )
 
 // Name is the server name announced to MCP clients.
@@ -32,6 +34,11 @@ type Server struct {
 	gate *approvals.Gate
 	log  *slog.Logger
 	mcp  *mcpserver.MCPServer
+	mode sandbox.Mode
+	// tasks holds the runs made MCP tasks (nil: tasks are off); links
+	// ties mcp-go's 2025-11-25 tasks to them.
+	tasks tasks.Store
+	links legacyLinks
 
 	mu   sync.Mutex
 	runs map[string]map[*int]context.CancelFunc // session id -> cancel funcs of its runs
@@ -73,6 +80,23 @@ type Options struct {
 	// ConsoleURL is where people answer approval requests out of band
 	// ("" without a console); it is shown to the client while a run waits.
 	ConsoleURL string
+
+	// Metrics, if not nil, records every run (see metrics.Wrap) and the
+	// progress notifications.
+	Metrics *metrics.Metrics
+	// Tasks, if not nil, lets clients run code_execute as an MCP task
+	// (protocol 2025-11-25, and the 2026-07-28 extension
+	// io.modelcontextprotocol/tasks over streamable HTTP and stdio). The
+	// Server does not close it.
+	Tasks tasks.Store
+	// TaskMaxTimeout is the most a task's timeout_seconds may ask for
+	// (MaxTimeout if smaller).
+	TaskMaxTimeout time.Duration
+	// TaskLifetime is how long a 2025-11-25 task is kept from its
+	// creation, whatever ttl the client asks for: its longest run and its
+	// result's keep time (the Store's own limits). Zero keeps the ttl the
+	// client asks for.
+	TaskLifetime time.Duration
 }
 
 // New builds the MCP server around runner. runner should already enforce the
@@ -86,22 +110,36 @@ func New(runner sandbox.Runner, opts Options) *Server {
 	if opts.Version == "" {
 		opts.Version = "dev"
 	}
-	s := &Server{opts: opts, runner: runner, log: opts.Logger, runs: map[string]map[*int]context.CancelFunc{}}
+	if opts.TaskMaxTimeout < opts.MaxTimeout {
+		opts.TaskMaxTimeout = opts.MaxTimeout
+	}
+	s := &Server{opts: opts, runner: runner, log: opts.Logger, runs: map[string]map[*int]context.CancelFunc{},
+		mode: runner.Capabilities().Mode, tasks: opts.Tasks}
 	s.gate, _ = runner.(*approvals.Gate)
 	hooks := &mcpserver.Hooks{}
+	var serverOpts []mcpserver.ServerOption
+	if s.tasks != nil {
+		th := &mcpserver.TaskHooks{}
+		s.installTaskHooks(hooks, th)
+		serverOpts = append(serverOpts,
+			mcpserver.WithTaskCapabilities(true, true, true),
+			mcpserver.WithTaskHooks(th),
+			mcpserver.WithExtensions(map[string]any{TasksExtension: map[string]any{}}),
+		)
+	}
 	hooks.AddOnUnregisterSession(func(ctx context.Context, session mcpserver.ClientSession) {
 		s.cancelSession(session.SessionID())
 		if s.gate != nil {
 			s.gate.Broker().WithdrawSession(session.SessionID())
 		}
 	})
-	s.mcp = mcpserver.NewMCPServer(Name, opts.Version,
+	s.mcp = mcpserver.NewMCPServer(Name, opts.Version, append([]mcpserver.ServerOption{
 		mcpserver.WithToolCapabilities(false),
 		mcpserver.WithRecovery(),
 		mcpserver.WithHooks(hooks),
-		mcpserver.WithInstructions("codeexec runs short python, javascript (Node.js) and bash programs in a sandbox and returns stdout, stderr and the exit code. "+
+		mcpserver.WithInstructions("codeexec runs short python, javascript (Node.js) and bash programs in a sandbox and returns stdout, stderr and the exit code. " +
 			"Each call starts from a clean slate. Print what you need to see. Call sandbox_info for the limits and the languages available."),
-	)
+	}, serverOpts...)...)
 	s.mcp.AddTools(s.tools()...)
 	return s
 }

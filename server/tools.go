@@ -155,6 +155,15 @@ func languageList(langs []sandbox.LanguageStatus) string {
 	return strings.Join(names, ", ")
 }
 
+// executeTool declares code_execute; with tasks on, it may run as one.
+func (s *Server) executeTool() mcp.Tool {
+	t := executeTool(s.runner.Capabilities())
+	if s.tasks != nil {
+		t.Execution = &mcp.ToolExecution{TaskSupport: mcp.TaskSupportOptional}
+	}
+	return t
+}
+
 func infoTool() mcp.Tool {
 	return mcp.Tool{
 		Name:            ToolInfo,
@@ -176,13 +185,31 @@ func infoTool() mcp.Tool {
 // limit are tool results with isError; a Go error is never returned for
 // anything the model can fix.
 func (s *Server) handleExecute(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	args, err := DecodeExecuteArgs(req.GetRawArguments(), s.opts)
+	if req.Params.Task != nil && s.tasks != nil {
+		// Protocol 2025-11-25: mcp-go made a task of this call.
+		return s.executeLegacyTask(ctx, req)
+	}
+	return s.execute(ctx, req), nil
+}
+
+// execute runs one call of code_execute, as a plain call or as the work of
+// a task (see inTask).
+func (s *Server) execute(ctx context.Context, req mcp.CallToolRequest) *mcp.CallToolResult {
+	opts := s.opts
+	if inTask(ctx) {
+		opts.MaxTimeout = opts.TaskMaxTimeout
+	}
+	args, err := DecodeExecuteArgs(req.GetRawArguments(), opts)
 	if err != nil {
 		s.log.Info("request rejected", "tool", ToolExecute, "reason", err.Error())
-		return mcp.NewToolResultError(err.Error()), nil
+		return mcp.NewToolResultError(err.Error())
 	}
-	ctx, done := s.trackRun(ctx)
-	defer done()
+	if !inTask(ctx) {
+		// A task's run lives as long as the task, not the session.
+		var done func()
+		ctx, done = s.trackRun(ctx)
+		defer done()
+	}
 
 	limits := s.opts.Limits
 	limits.Timeout = args.Timeout
@@ -192,13 +219,16 @@ func (s *Server) handleExecute(ctx context.Context, req mcp.CallToolRequest) (*m
 		Stdin:    args.Stdin,
 		Limits:   limits,
 	}
-	res, err := s.runnerFor(ctx, req).Run(ctx, runReq)
+	ctx, live := s.liveOutput(ctx, req)
+	runReq.Observe = live.observe()
+	res, err := s.opts.Metrics.Wrap(s.runnerFor(ctx, req), s.mode).Run(ctx, runReq)
+	live.close()
 	var input *approvals.InputRequiredError
 	switch {
 	case errors.As(err, &input):
 		// Protocol 2026-07-28: the client asks the person and calls again
 		// with the answer and the state.
-		return mcpserver.NewInputRequestBuilder(input.State).Elicit(approvalInputID, elicitation(input.Ask)).ToolResult(), nil
+		return mcpserver.NewInputRequestBuilder(input.State).Elicit(approvalInputID, elicitation(input.Ask)).ToolResult()
 	case err != nil:
 		msg := runErrorMessage(err, args)
 		_, isApproval := approvalErrorMessage(err)
@@ -208,7 +238,7 @@ func (s *Server) handleExecute(ctx context.Context, req mcp.CallToolRequest) (*m
 		case !isApproval:
 			s.log.Warn("run failed", "language", args.Language, "err", err)
 		}
-		return mcp.NewToolResultError(msg), nil
+		return mcp.NewToolResultError(msg)
 	}
 	out := ExecuteOutput{
 		ExitCode:   res.ExitCode,
@@ -229,7 +259,7 @@ func (s *Server) handleExecute(ctx context.Context, req mcp.CallToolRequest) (*m
 		StructuredContent: out,
 		IsError:           res.LimitHit() != "",
 	}
-	return result, nil
+	return result
 }
 
 // runErrorMessage turns a runner error into one sentence for the model.
@@ -360,12 +390,19 @@ type InfoLimits struct {
 	MaxCodeBytes          int64   `json:"max_code_bytes"`
 	MaxStdinBytes         int64   `json:"max_stdin_bytes"`
 	MaxConcurrency        int     `json:"max_concurrency"`
+	// MaxTaskTimeoutSeconds is the cap of timeout_seconds for a call run
+	// as an MCP task (absent when tasks are off).
+	MaxTaskTimeoutSeconds float64 `json:"max_task_timeout_seconds,omitempty"`
 }
 
 // Info builds sandbox_info's answer.
 func (s *Server) Info() InfoOutput {
 	caps := s.runner.Capabilities()
 	o := s.opts
+	var taskCap float64
+	if s.tasks != nil {
+		taskCap = o.TaskMaxTimeout.Seconds()
+	}
 	network := "not isolated: code can reach the network like any program of the server's user"
 	if caps.Isolation.Network {
 		network = "none: each run has no network but a loopback interface of its own"
@@ -389,6 +426,7 @@ func (s *Server) Info() InfoOutput {
 			MaxCodeBytes:          o.MaxCode,
 			MaxStdinBytes:         o.MaxStdin,
 			MaxConcurrency:        o.MaxConcurrency,
+			MaxTaskTimeoutSeconds: taskCap,
 		},
 		Network:     network,
 		Approval:    s.approvalDescription(),
@@ -412,7 +450,7 @@ func (s *Server) handleInfo(ctx context.Context, req mcp.CallToolRequest) (*mcp.
 // tools returns every tool with its handler.
 func (s *Server) tools() []mcpserver.ServerTool {
 	return []mcpserver.ServerTool{
-		{Tool: executeTool(s.runner.Capabilities()), Handler: s.handleExecute},
+		{Tool: s.executeTool(), Handler: s.handleExecute},
 		{Tool: infoTool(), Handler: s.handleInfo},
 	}
 }

@@ -62,7 +62,11 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) er
 	// (see utf8check.go); the answers to those that are not share the
 	// output with mcp-go's, one whole message per write.
 	w := &lockedWriter{w: out}
-	err := stdio.Listen(ctx, &utf8Lines{in: bufio.NewReader(in), out: w, log: s.log}, w)
+	lines := &utf8Lines{in: bufio.NewReader(in), out: w, log: s.log}
+	if s.tasks != nil {
+		lines.intercept = s.stdioTasks
+	}
+	err := stdio.Listen(ctx, lines, w)
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}
@@ -88,7 +92,11 @@ func (s *Server) HTTPHandler(transport Transport, baseURL string) (http.Handler,
 			mcpserver.WithHeartbeatInterval(15*time.Second),
 			mcpserver.WithHTTPContextFunc(withPeer),
 		)
-		mux.Handle("/mcp", notificationMeta(h))
+		var mcpHandler http.Handler = notificationMeta(h)
+		if s.tasks != nil {
+			mcpHandler = s.taskExtension(mcpHandler)
+		}
+		mux.Handle("/mcp", mcpHandler)
 		shutdown = h.Shutdown
 	case TransportSSE:
 		h := mcpserver.NewSSEServer(s.mcp,

@@ -125,9 +125,19 @@ type utf8Lines struct {
 	in  *bufio.Reader
 	out io.Writer
 	log *slog.Logger
+	// intercept, if set, may take a valid message instead of passing it
+	// on; it then answers with reply (one whole message), at once or later.
+	intercept func(msg []byte, reply func(resp []byte)) (taken bool)
 
 	line []byte // what is left of the line being passed on
 	err  error  // in's error, once line is passed on
+}
+
+// reply writes an answer to an intercepted message.
+func (u *utf8Lines) reply(resp []byte) {
+	if _, err := u.out.Write(append(resp, '\n')); err != nil {
+		u.log.Warn("writing a response", "transport", TransportStdio, "err", err)
+	}
 }
 
 func (u *utf8Lines) Read(p []byte) (int, error) {
@@ -138,6 +148,9 @@ func (u *utf8Lines) Read(p []byte) (int, error) {
 		line, err := u.in.ReadBytes('\n')
 		u.err = err
 		if len(bytes.TrimSpace(line)) == 0 || utf8.Valid(line) {
+			if u.intercept != nil && len(bytes.TrimSpace(line)) > 0 && u.intercept(bytes.TrimSpace(line), u.reply) {
+				continue
+			}
 			u.line = line
 			continue
 		}

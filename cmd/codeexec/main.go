@@ -18,6 +18,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/lmittmann/tint"
 
@@ -29,6 +30,8 @@ import (
 	"github.com/codeexec/codeexec/sandbox/process"
 	"github.com/codeexec/codeexec/sandbox/pypolicy"
 	"github.com/codeexec/codeexec/server"
+	"github.com/codeexec/codeexec/server/metrics"
+	"github.com/codeexec/codeexec/server/tasks"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -130,27 +133,38 @@ func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
+	// The metrics listener starts first, so that /readyz says 503 while
+	// the sandbox starts (the image is probed, the pool warms).
+	m, err := startMetrics(ctx, cfg, log)
+	if err != nil {
+		log.Error("cannot serve metrics", "err", err)
+		fmt.Fprintf(stderr, "codeexec: %v\n", err)
+		return 1
+	}
+
 	runner, err := newRunner(ctx, cfg, log)
 	if err != nil {
 		log.Error("cannot start the sandbox", "mode", cfg.Sandbox, "err", err)
 		fmt.Fprintf(stderr, "codeexec: %v\n", err)
 		return 1
 	}
+	sandboxRunner := runner
 	if cfg.RestrictedPython() {
 		// Inside the concurrency limit, next to the sandbox: the check runs
 		// in the run's own interpreter.
 		runner = pypolicy.Wrap(runner, cfg.PythonPolicyConfig())
 	}
-	var chain sandbox.Runner = sandbox.Limit(runner, cfg.MaxConcurrency)
+	var chain sandbox.Runner = sandbox.Limit(m.Stage(metrics.StageStarted, runner), cfg.MaxConcurrency)
 	defer func() {
 		if err := chain.Close(); err != nil {
 			log.Error("cleaning up the sandbox", "err", err)
 		}
 	}()
 	announce(log, cfg, runner.Capabilities())
+	watchReadiness(ctx, m, sandboxRunner)
 
 	// Approval is decided before a run takes a slot: Gate(Limit(runner)).
-	gate, consoleURL, removeToken, err := newGate(ctx, cfg, envMap(environ), chain, log)
+	gate, consoleURL, removeToken, err := newGate(ctx, cfg, envMap(environ), m.Stage(metrics.StageApproved, chain), m, log)
 	defer removeToken()
 	if err != nil {
 		log.Error("cannot start approvals", "err", err)
@@ -168,7 +182,26 @@ func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int 
 		}
 	}
 
+	// Tasks run with contexts of their own: the store stops them (and
+	// waits for their runs to be cleaned up) before the sandbox closes.
+	taskRunTime := cfg.TaskMaxTimeout + cfg.ApprovalTimeout + time.Minute
+	store := tasks.NewMemory(tasks.Config{
+		// The run's own timeout is at most CODE_EXEC_TASK_MAX_TIMEOUT; the
+		// store's limit also covers the approval and the queue.
+		MaxRunTime: taskRunTime,
+		KeepResult: cfg.TaskTTL,
+		OnChange: func(c map[tasks.Status]int) {
+			counts := map[string]int{}
+			for st, n := range c {
+				counts[string(st)] = n
+			}
+			m.TaskStatuses(counts)
+		},
+	})
+	defer func() { _ = store.Close() }()
+
 	opts := serverOptions(cfg, log, consoleURL)
+	opts.Metrics, opts.Tasks, opts.TaskLifetime = m, store, taskRunTime+cfg.TaskTTL
 	srv := server.New(chain, opts)
 	if cfg.Approval != approvals.PolicyNever {
 		log.Info("approvals", "policy", cfg.Approval, "timeout", cfg.ApprovalTimeout, "elicitation", opts.Elicit, "console", consoleURL != "", "who_can_approve", srv.WhoCanApprove())
@@ -205,6 +238,7 @@ func serverOptions(cfg *configs.Config, log *slog.Logger, consoleURL string) ser
 		Elicit:         elicit,
 		ElicitReason:   why,
 		ConsoleURL:     consoleURL,
+		TaskMaxTimeout: cfg.TaskMaxTimeout,
 	}
 }
 
@@ -214,7 +248,7 @@ func serverOptions(cfg *configs.Config, log *slog.Logger, consoleURL string) ser
 // where the console answers ("" without one). cleanup removes the admin
 // token file the console's start wrote, if any; call it once the server is
 // done.
-func newGate(ctx context.Context, cfg *configs.Config, env map[string]string, next sandbox.Runner, log *slog.Logger) (gate *approvals.Gate, consoleURL string, cleanup func(), err error) {
+func newGate(ctx context.Context, cfg *configs.Config, env map[string]string, next sandbox.Runner, m *metrics.Metrics, log *slog.Logger) (gate *approvals.Gate, consoleURL string, cleanup func(), err error) {
 	cleanup = func() {}
 	if cfg.Approval == approvals.PolicyNever && cfg.AuditLog == "" {
 		return nil, "", cleanup, nil
@@ -256,8 +290,10 @@ func newGate(ctx context.Context, cfg *configs.Config, env map[string]string, ne
 	}
 	gate = approvals.NewGate(next, approvals.GateConfig{
 		Policy: cfg.Approval, Timeout: cfg.ApprovalTimeout, Audit: audit, OutOfBand: ln != nil, Logger: log,
-		RiskCheck: riskCheck(cfg),
+		RiskCheck:  riskCheck(cfg),
+		OnDecision: func(d approvals.Decision) { m.ApprovalDecided(d.Outcome) },
 	})
+	m.SetApprovalsPending(func() int { p, _ := gate.Broker().Pending(); return len(p) })
 	if ln != nil {
 		admin := server.NewAdmin(gate, token, log)
 		go func() {

@@ -342,3 +342,27 @@ func (p *pool) close() {
 	}
 	p.wg.Wait()
 }
+
+// PoolStats is what the warm pool reports (for metrics).
+type PoolStats struct {
+	// Ready counts the warm containers waiting, by language.
+	Ready map[string]int
+	// Hits and Misses count runs that took a warm container and runs
+	// that found none, since start.
+	Hits, Misses int64
+}
+
+// PoolStats reports the warm pool: cheap, and safe for concurrent use.
+// Without a pool (PoolSize 0) every count is zero.
+func (r *Runner) PoolStats() PoolStats {
+	p := r.pool
+	st := PoolStats{Ready: map[string]int{}}
+	if p == nil || p.size <= 0 {
+		return st
+	}
+	for _, l := range p.langs {
+		st.Ready[l] = p.ready(l)
+	}
+	st.Hits, st.Misses = p.hits.Load(), p.misses.Load()
+	return st
+}

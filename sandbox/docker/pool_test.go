@@ -298,6 +298,9 @@ func TestPoolRefills(t *testing.T) {
 	if h := r.pool.hits.Load(); h < 2 {
 		t.Fatalf("%d runs were served warm, want 2", h)
 	}
+	if st := r.PoolStats(); st.Hits != r.pool.hits.Load() || st.Misses != r.pool.misses.Load() || st.Ready["python"] != 2 {
+		t.Fatalf("PoolStats = %+v, want the pool's counters and 2 python containers ready", st)
+	}
 }
 
 // TestPoolGoneAfterClose: Close removes the warm containers.
@@ -528,6 +531,19 @@ func TestTrailerScanner(t *testing.T) {
 			}
 		})
 	}
+	t.Run("output is not held back", func(t *testing.T) {
+		// Only a tail that could start the trailer waits for more.
+		sc := trailerScanner{needle: []byte(nonce + " ")}
+		var out strings.Builder
+		sc.feed([]byte("one\n"), func(b []byte) { out.Write(b) })
+		if out.String() != "one\n" {
+			t.Fatalf("after a line, passed on %q, want it all", out.String())
+		}
+		sc.feed([]byte("two"+nonce[:4]), func(b []byte) { out.Write(b) })
+		if out.String() != "one\ntwo" {
+			t.Fatalf("passed on %q, want all but the tail that starts the trailer", out.String())
+		}
+	})
 	t.Run("no trailer keeps everything", func(t *testing.T) {
 		st := newStreams(true, nonce)
 		o := sandbox.NewOutput(0, nil)

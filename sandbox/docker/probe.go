@@ -51,7 +51,7 @@ func (r *Runner) probe(ctx context.Context) ([]sandbox.LanguageStatus, error) {
 	if err != nil {
 		return nil, fmt.Errorf("docker: probing the interpreters in %s: %w", r.cfg.Image, err)
 	}
-	res, err, _ := r.exchange(ctx, s, strings.NewReader(""), probeLimits, false)
+	res, err, _ := r.exchange(ctx, s, strings.NewReader(""), probeLimits, nil, false)
 	r.discard(s)
 	if err != nil {
 		return nil, fmt.Errorf("docker: probing the interpreters in %s: %w", r.cfg.Image, err)

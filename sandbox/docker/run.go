@@ -57,7 +57,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 
 	if s := r.pool.take(lang, req.Limits); s != nil {
 		r.observe(s.id, true)
-		res, err, fault := r.exchange(ctx, s, input(), req.Limits, true)
+		res, err, fault := r.exchange(ctx, s, input(), req.Limits, req.Observe, true)
 		r.release(s)
 		if !fault {
 			return res, err
@@ -74,7 +74,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	}
 	r.observe(s.id, false)
 	defer r.release(s)
-	res, err, _ := r.exchange(ctx, s, input(), req.Limits, false)
+	res, err, _ := r.exchange(ctx, s, input(), req.Limits, req.Observe, false)
 	return res, err
 }
 
@@ -95,10 +95,10 @@ func (r *Runner) observe(id string, warm bool) {
 //
 // fault is set when a warm session (warm) ended before its bootstrap took
 // the program: the program never ran, and the run may be retried elsewhere.
-func (r *Runner) exchange(ctx context.Context, s *session, input io.Reader, lim sandbox.Limits, warm bool) (res *sandbox.Result, err error, fault bool) {
+func (r *Runner) exchange(ctx context.Context, s *session, input io.Reader, lim sandbox.Limits, observe sandbox.ObserveFunc, warm bool) (res *sandbox.Result, err error, fault bool) {
 	overflow := make(chan struct{})
 	var overflowOnce sync.Once
-	out := sandbox.NewOutput(lim.OutputBytes, func() { overflowOnce.Do(func() { close(overflow) }) })
+	out := sandbox.NewOutput(lim.OutputBytes, func() { overflowOnce.Do(func() { close(overflow) }) }).Observe(observe)
 	s.out.attach(out)
 
 	started := time.Now()

@@ -166,6 +166,17 @@ func parseTrailer(line string) (status, ooms int) {
 	return status, ooms
 }
 
+// partialNeedle returns the length of the longest tail of p that is a
+// proper prefix of needle.
+func partialNeedle(p, needle []byte) int {
+	for k := min(len(needle)-1, len(p)); k > 0; k-- {
+		if bytes.HasSuffix(p, needle[:k]) {
+			return k
+		}
+	}
+	return 0
+}
+
 // trailerScanner passes a stream on while looking for needle. It holds back
 // at most len(needle)-1 bytes that might be the start of it; once the needle
 // is found, it collects the rest of the line and stops passing anything on.
@@ -184,7 +195,9 @@ func (sc *trailerScanner) feed(p []byte, emit func([]byte)) (string, bool) {
 		sc.pend = append(sc.pend, p...)
 		i := bytes.Index(sc.pend, sc.needle)
 		if i < 0 {
-			if keep := len(sc.needle) - 1; len(sc.pend) > keep {
+			// Hold back only a tail that could start the needle, so that
+			// output reaches observers as the program writes it.
+			if keep := partialNeedle(sc.pend, sc.needle); len(sc.pend) > keep {
 				emit(sc.pend[:len(sc.pend)-keep])
 				sc.pend = append([]byte(nil), sc.pend[len(sc.pend)-keep:]...)
 			}

@@ -112,6 +112,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		Dir:       dir,
 		Stdin:     req.Stdin,
 		Limits:    req.Limits,
+		Observe:   req.Observe,
 		Direct:    true,
 		RunMarker: marker,
 	}, res)

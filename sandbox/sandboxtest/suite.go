@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -108,6 +109,33 @@ func RunSuite(t *testing.T, r sandbox.Runner, opts Options) {
 					t.Fatalf("limit flags set on a plain run: %+v", res)
 				}
 			})
+		}
+	})
+
+	t.Run("output observed while running", func(t *testing.T) {
+		need(t, "bash")
+		var (
+			mu   sync.Mutex
+			seen [3]strings.Builder
+			at   []time.Time
+		)
+		req := Req("bash", "echo one; echo err >&2; sleep 1; echo two")
+		req.Observe = func(s sandbox.Stream, p []byte) {
+			mu.Lock()
+			defer mu.Unlock()
+			seen[s].Write(p)
+			at = append(at, time.Now())
+		}
+		start := time.Now()
+		res := run(t, req)
+		mu.Lock()
+		defer mu.Unlock()
+		if seen[sandbox.Stdout].String() != res.Stdout || seen[sandbox.Stderr].String() != res.Stderr || res.Stdout != "one\ntwo\n" {
+			t.Fatalf("observed stdout %q stderr %q; result stdout %q stderr %q: want the same, one and two",
+				seen[sandbox.Stdout].String(), seen[sandbox.Stderr].String(), res.Stdout, res.Stderr)
+		}
+		if len(at) == 0 || at[0].Sub(start) > time.Since(start)-500*time.Millisecond {
+			t.Errorf("the first chunk was observed %v after the start of a run of %v: want it before the sleep ended", at[0].Sub(start), time.Since(start))
 		}
 	})
 

@@ -44,6 +44,8 @@ type Spec struct {
 	// Limits bound the run. Timeout and OutputBytes are always enforced;
 	// the others only when Rlimits is set.
 	Limits sandbox.Limits
+	// Observe, if set, sees the output as it is kept (sandbox.Request.Observe).
+	Observe sandbox.ObserveFunc `json:"-"`
 	// Rlimits turns on the kernel resource limits derived from Limits.
 	Rlimits bool
 	// AddressSpaceExtra is added to the address-space limit (interpreters
@@ -121,7 +123,7 @@ func Spawn(ctx context.Context, spec Spec, res *sandbox.Result) error {
 	stopCh := make(chan struct{})
 	var stopOnce sync.Once
 	stop := func() { stopOnce.Do(func() { close(stopCh) }) }
-	out := sandbox.NewOutput(spec.Limits.OutputBytes, stop)
+	out := sandbox.NewOutput(spec.Limits.OutputBytes, stop).Observe(spec.Observe)
 
 	sup, err := startRun(spec, out)
 	if err != nil {

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync/atomic"
+
+	"github.com/codeexec/codeexec/configs"
+	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/docker"
+	"github.com/codeexec/codeexec/server/metrics"
+)
+
+// startMetrics serves the metrics and probes on CODE_EXEC_METRICS_ADDR,
+// until ctx ends; without an address it returns nil (a nil *Metrics
+// records nothing).
+func startMetrics(ctx context.Context, cfg *configs.Config, log *slog.Logger) (*metrics.Metrics, error) {
+	if cfg.MetricsAddr == "" {
+		return nil, nil
+	}
+	m := metrics.New(metrics.Info{Version: buildVersion(), Mode: cfg.Sandbox})
+	ln, err := net.Listen("tcp", cfg.MetricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("cannot serve metrics on CODE_EXEC_METRICS_ADDR=%s: %w (choose another address, or leave it empty)", cfg.MetricsAddr, err)
+	}
+	go func() {
+		if err := m.Serve(ctx, ln, cfg.MetricsToken); err != nil {
+			log.Error("metrics listener stopped", "err", err)
+		}
+	}()
+	log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics", "token", cfg.MetricsToken != "")
+	return m, nil
+}
+
+// watchReadiness makes /readyz answer 200 once the sandbox is ready: the
+// runner started (docker mode probed its image), and docker mode's warm
+// pool, if any, has held a container of every language once. It stays
+// ready after that, whatever the load, until ctx ends.
+func watchReadiness(ctx context.Context, m *metrics.Metrics, runner sandbox.Runner) {
+	if m == nil {
+		return
+	}
+	d, isDocker := runner.(*docker.Runner)
+	if isDocker {
+		m.SetPool(func() metrics.PoolStats {
+			st := d.PoolStats()
+			return metrics.PoolStats{Ready: st.Ready, Hits: st.Hits, Misses: st.Misses}
+		})
+	}
+	var warm atomic.Bool
+	m.SetReady(func(context.Context) error {
+		if ctx.Err() != nil {
+			return errors.New("shutting down")
+		}
+		if !isDocker || warm.Load() {
+			return nil
+		}
+		st := d.PoolStats()
+		for lang, n := range st.Ready {
+			if n == 0 {
+				return fmt.Errorf("the warm pool has no %s container yet", lang)
+			}
+		}
+		warm.Store(true)
+		return nil
+	})
+}

@@ -1,0 +1,399 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// The go-sdk client has no task support: these tests speak JSON-RPC over
+// streamable HTTP by hand.
+
+// taskClient is a raw streamable HTTP client for the task methods.
+type taskClient struct {
+	t       *testing.T
+	url     string
+	version string
+	session string // 2025-11-25 only
+	next    int
+}
+
+// newLegacyTaskClient opens a 2025-11-25 session.
+func newLegacyTaskClient(t *testing.T, s *server) *taskClient {
+	t.Helper()
+	c := &taskClient{t: t, url: s.baseURL + "/mcp", version: "2025-11-25"}
+	res, rerr, h := c.post("initialize", `{"protocolVersion":"2025-11-25","capabilities":{"tasks":{}},"clientInfo":{"name":"raw-tasks","version":"1"}}`)
+	if rerr != nil || res["protocolVersion"] != "2025-11-25" {
+		t.Fatalf("initialize: %v %v", res, rerr)
+	}
+	caps, _ := res["capabilities"].(map[string]any)
+	tc, _ := caps["tasks"].(map[string]any)
+	if tc["cancel"] == nil || tc["requests"] == nil {
+		t.Errorf("initialize: tasks capability %v, want cancel and tools/call requests", caps["tasks"])
+	}
+	c.session = h.Get("Mcp-Session-Id")
+	c.notify("notifications/initialized")
+	return c
+}
+
+// modernMeta is the _meta of a 2026-07-28 request that declares the tasks
+// extension.
+const modernTaskMeta = `{"io.modelcontextprotocol/protocolVersion":"2026-07-28",` +
+	`"io.modelcontextprotocol/clientInfo":{"name":"raw-tasks","version":"1"},` +
+	`"io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}`
+
+func (c *taskClient) request(method, params string) *http.Request {
+	c.t.Helper()
+	var body string
+	if c.version == "2026-07-28" {
+		// Every 2026-07-28 request carries the protocol and capabilities.
+		params = strings.TrimSuffix(strings.TrimSpace(params), "}")
+		if params != "{" {
+			params += ","
+		}
+		params += `"_meta":` + modernTaskMeta + `}`
+	}
+	if method == "" {
+		body = params
+	} else {
+		c.next++
+		body = fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":%q,"params":%s}`, c.next, method, params)
+	}
+	req, err := http.NewRequest(http.MethodPost, c.url, strings.NewReader(body))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Protocol-Version", c.version)
+	if c.session != "" {
+		req.Header.Set("Mcp-Session-Id", c.session)
+	}
+	if c.version == "2026-07-28" {
+		var p struct{ Name, TaskID string }
+		_ = json.Unmarshal([]byte(params), &p)
+		req.Header.Set("Mcp-Method", method)
+		req.Header.Set("Mcp-Name", p.Name+p.TaskID)
+	}
+	return req
+}
+
+// post sends a request and returns its result or error (from JSON or the
+// last message of an SSE stream).
+func (c *taskClient) post(method, params string) (result, rpcErr map[string]any, h http.Header) {
+	c.t.Helper()
+	resp, err := http.DefaultClient.Do(c.request(method, params))
+	if err != nil {
+		c.t.Fatalf("%s: %v", method, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		sc := bufio.NewScanner(bytes.NewReader(raw))
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok && strings.Contains(d, `"id"`) {
+				raw = []byte(d)
+			}
+		}
+	}
+	var msg struct {
+		Result map[string]any `json:"result"`
+		Error  map[string]any `json:"error"`
+	}
+	if err := json.Unmarshal(raw, &msg); err != nil {
+		c.t.Fatalf("%s: %s %q: %v", method, resp.Status, raw, err)
+	}
+	return msg.Result, msg.Error, resp.Header
+}
+
+func (c *taskClient) notify(method string) {
+	c.t.Helper()
+	resp, err := http.DefaultClient.Do(c.request("", fmt.Sprintf(`{"jsonrpc":"2.0","method":%q}`, method)))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	resp.Body.Close()
+}
+
+// start calls code_execute as a task and returns the task id.
+func (c *taskClient) start(args string) string {
+	c.t.Helper()
+	params := fmt.Sprintf(`{"name":"code_execute","arguments":%s}`, args)
+	if c.version == "2025-11-25" {
+		params = fmt.Sprintf(`{"name":"code_execute","arguments":%s,"task":{"ttl":600000}}`, args)
+	}
+	res, rerr, _ := c.post("tools/call", params)
+	if rerr != nil {
+		c.t.Fatalf("tools/call: %v", rerr)
+	}
+	task := res
+	if c.version == "2025-11-25" {
+		task, _ = res["task"].(map[string]any)
+	} else if res["resultType"] != "task" {
+		c.t.Fatalf("tools/call answered %v, want a CreateTaskResult (resultType task)", res)
+	}
+	id, _ := task["taskId"].(string)
+	if id == "" || task["status"] != "working" {
+		c.t.Fatalf("tools/call answered %v, want a working task", res)
+	}
+	return id
+}
+
+// get returns the task as tasks/get sees it.
+func (c *taskClient) get(id string) map[string]any {
+	c.t.Helper()
+	res, rerr, _ := c.post("tasks/get", fmt.Sprintf(`{"taskId":%q}`, id))
+	if rerr != nil {
+		c.t.Fatalf("tasks/get: %v", rerr)
+	}
+	return res
+}
+
+// poll polls tasks/get every interval until the task ends, and returns it.
+func (c *taskClient) poll(id string, interval, d time.Duration) map[string]any {
+	c.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		task := c.get(id)
+		switch task["status"] {
+		case "completed", "failed", "cancelled":
+			return task
+		case "working":
+		default:
+			c.t.Fatalf("task status %v, want working until it ends", task["status"])
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("task %s still works after %s", id, d)
+		}
+		time.Sleep(interval)
+	}
+}
+
+// result returns the task's CallToolResult: embedded in tasks/get on
+// 2026-07-28, from tasks/result on 2025-11-25.
+func (c *taskClient) result(id string, task map[string]any) (map[string]any, execResult) {
+	c.t.Helper()
+	res, _ := task["result"].(map[string]any)
+	if c.version == "2025-11-25" {
+		var rerr map[string]any
+		res, rerr, _ = c.post("tasks/result", fmt.Sprintf(`{"taskId":%q}`, id))
+		if rerr != nil {
+			c.t.Fatalf("tasks/result: %v", rerr)
+		}
+	}
+	var out execResult
+	b, _ := json.Marshal(res["structuredContent"])
+	if err := json.Unmarshal(b, &out); err != nil || res["structuredContent"] == nil {
+		c.t.Fatalf("the task's result %v has no structuredContent", res)
+	}
+	return res, out
+}
+
+func taskVersions() []string { return []string{"2025-11-25", "2026-07-28"} }
+
+func newTaskClient(t *testing.T, s *server, version string) *taskClient {
+	if version == "2025-11-25" {
+		return newLegacyTaskClient(t, s)
+	}
+	return &taskClient{t: t, url: s.baseURL + "/mcp", version: version}
+}
+
+// TestTaskLongRun: a 90-second run, longer than CODE_EXEC_MAX_TIMEOUT
+// allows a plain call, completes as a task and is polled to its result,
+// on both protocols (in parallel, so the suite pays 90 s once).
+func TestTaskLongRun(t *testing.T) {
+	t.Parallel()
+	for _, v := range taskVersions() {
+		t.Run(v, func(t *testing.T) {
+			t.Parallel()
+			s := startHTTP(t, http_, serverEnv(t, nil))
+			c := newTaskClient(t, s, v)
+			start := time.Now()
+			id := c.start(`{"language":"bash","code":"echo started; sleep 90; echo finished","timeout_seconds":150}`)
+			task := c.poll(id, 2*time.Second, 3*time.Minute)
+			if task["status"] != "completed" {
+				t.Fatalf("task ended %v, want completed: %v", task["status"], task)
+			}
+			res, out := c.result(id, task)
+			if res["isError"] == true || out.ExitCode != 0 || out.Stdout != "started\nfinished\n" || out.DurationMS < 90000 {
+				t.Fatalf("result %v, want stdout started and finished after 90 s", res)
+			}
+			if took := time.Since(start); took < 90*time.Second {
+				t.Errorf("the task completed after %s, before its 90 s run could", took)
+			}
+			// The same run as a plain call is over the cap.
+			if v == "2026-07-28" {
+				return
+			}
+			plain, _, _ := c.post("tools/call", `{"name":"code_execute","arguments":{"language":"bash","code":"true","timeout_seconds":150}}`)
+			if plain["isError"] != true {
+				t.Errorf("a plain call with timeout_seconds 150 ran: %v; want it rejected above CODE_EXEC_MAX_TIMEOUT", plain)
+			}
+		})
+	}
+}
+
+// TestTaskCancel: cancelling a task kills the run: no process is left in
+// process mode, no container in docker mode, no run directory.
+func TestTaskCancel(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"process", "docker"} {
+		for _, v := range taskVersions() {
+			t.Run(mode+"/"+v, func(t *testing.T) {
+				t.Parallel()
+				env := serverEnv(t, map[string]string{"CODE_EXEC_SANDBOX": mode})
+				var instance string
+				if mode == "docker" {
+					dockerEngine(t)
+					env["CODE_EXEC_DOCKER_POOL_SIZE"] = "0"
+				}
+				s := startHTTP(t, http_, env)
+				c := newTaskClient(t, s, v)
+				m := marker()
+				id := c.start(fmt.Sprintf(`{"language":"bash","code":"sleep %s; echo finished","timeout_seconds":300}`, m))
+				if mode == "docker" {
+					instance = logField(s.stderr.String(), "docker sandbox ready", "instance")
+					cli := dockerEngine(t)
+					deadline := time.Now().Add(time.Minute)
+					for len(containersOf(t, cli, instance)) == 0 {
+						if time.Now().After(deadline) {
+							t.Fatal("no run container appeared within a minute")
+						}
+						time.Sleep(50 * time.Millisecond)
+					}
+				}
+				waitAlive(t, m, time.Minute)
+				if c.get(id)["status"] != "working" {
+					t.Fatalf("task %v before the cancel, want working", c.get(id))
+				}
+				res, rerr, _ := c.post("tasks/cancel", fmt.Sprintf(`{"taskId":%q}`, id))
+				if rerr != nil {
+					t.Fatalf("tasks/cancel: %v", rerr)
+				}
+				if v == "2025-11-25" && res["status"] != "cancelled" {
+					t.Errorf("tasks/cancel answered %v, want the task cancelled", res)
+				}
+				waitGone(t, m, 15*time.Second)
+				if mode == "docker" {
+					cli := dockerEngine(t)
+					deadline := time.Now().Add(15 * time.Second)
+					for left := containersOf(t, cli, instance); len(left) > 0; left = containersOf(t, cli, instance) {
+						if time.Now().After(deadline) {
+							t.Fatalf("containers left 15 s after tasks/cancel: %s", describeContainers(left))
+						}
+						time.Sleep(100 * time.Millisecond)
+					}
+				}
+				if got := c.get(id)["status"]; got != "cancelled" {
+					t.Errorf("tasks/get after the cancel: status %v, want cancelled", got)
+				}
+				deadline := time.Now().Add(10 * time.Second)
+				for {
+					left, _ := globRunDirs(s.workDir)
+					if len(left) == 0 {
+						break
+					}
+					if time.Now().After(deadline) {
+						assertNoRunDirs(t, s.workDir)
+						break
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+			})
+		}
+	}
+}
+
+// TestProgressOutputLines: with a progress token, the output lines arrive
+// as progress notifications in order while the program runs, and
+// keep-alives arrive while it is silent.
+func TestProgressOutputLines(t *testing.T) {
+	t.Parallel()
+	for _, transport := range []string{stdio, http_} {
+		t.Run(transport, func(t *testing.T) {
+			t.Parallel()
+			type note struct {
+				msg string
+				at  time.Time
+			}
+			var (
+				mu    sync.Mutex
+				notes []note
+			)
+			cs, _ := connect(t, transport, serverEnv(t, nil), connectOpts{client: &mcp.ClientOptions{
+				ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+					mu.Lock()
+					notes = append(notes, note{req.Params.Message, time.Now()})
+					mu.Unlock()
+				},
+			}})
+			params := &mcp.CallToolParams{Name: "code_execute", Arguments: map[string]any{
+				"language":        "bash",
+				"code":            "for i in 1 2 3; do echo line $i; done; echo oops >&2; sleep 12; echo after",
+				"timeout_seconds": 30,
+			}}
+			params.SetProgressToken("progress-1")
+			start := time.Now()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			res, err := cs.CallTool(ctx, params)
+			if err != nil || res.IsError {
+				t.Fatalf("CallTool: %v %v", err, res)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			var lines []string
+			keepAlives := 0
+			var firstAt time.Time
+			for _, n := range notes {
+				if strings.Contains(n.msg, "no new output") {
+					keepAlives++
+					continue
+				}
+				if firstAt.IsZero() {
+					firstAt = n.at
+				}
+				lines = append(lines, n.msg)
+			}
+			// Each stream's lines come in order; stdout and stderr are two
+			// pipes, so their lines interleave as they are read.
+			var stdout, stderr []string
+			for _, l := range lines {
+				if strings.HasPrefix(l, "stderr: ") {
+					stderr = append(stderr, l)
+				} else {
+					stdout = append(stdout, l)
+				}
+			}
+			want := []string{"line 1", "line 2", "line 3", "after"}
+			if strings.Join(stdout, "|") != strings.Join(want, "|") || len(stderr) != 1 || stderr[0] != "stderr: oops" {
+				t.Fatalf("progress messages %q, want the stdout lines %q in order and the stderr line \"stderr: oops\"", lines, want)
+			}
+			if lines[len(lines)-1] != "after" {
+				t.Errorf("progress messages %q: the line written after the sleep is not last", lines)
+			}
+			if firstAt.Sub(start) > 8*time.Second {
+				t.Errorf("the first line arrived %s after the call, want it while the program sleeps", firstAt.Sub(start))
+			}
+			if keepAlives < 2 {
+				t.Errorf("%d keep-alives during 12 s of silence, want at least 2 (one every 10 s at most)", keepAlives)
+			}
+			for i := 1; i < len(notes); i++ {
+				if gap := notes[i].at.Sub(notes[i-1].at); gap > 10*time.Second {
+					t.Errorf("%s without a notification, want at most 10 s", gap)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,319 @@
+package metrics_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/codeexec/codeexec/approvals"
+	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/sandboxtest"
+	"github.com/codeexec/codeexec/server/metrics"
+)
+
+// scrape fetches /metrics from h and parses it with the Prometheus text parser.
+func scrape(t *testing.T, h http.Handler, token string) map[string]*dto.MetricFamily {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET /metrics = %d: %s", rec.Code, rec.Body)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(rec.Body)
+	if err != nil {
+		t.Fatalf("parsing /metrics: %v", err)
+	}
+	return fams
+}
+
+// value returns the value of the sample of family name whose labels include
+// want, or -1 when there is none.
+func value(fams map[string]*dto.MetricFamily, name string, want map[string]string) float64 {
+	f := fams[name]
+	if f == nil {
+		return -1
+	}
+next:
+	for _, m := range f.GetMetric() {
+		have := map[string]string{}
+		for _, l := range m.GetLabel() {
+			have[l.GetName()] = l.GetValue()
+		}
+		for k, v := range want {
+			if have[k] != v {
+				continue next
+			}
+		}
+		switch {
+		case m.Counter != nil:
+			return m.GetCounter().GetValue()
+		case m.Gauge != nil:
+			return m.GetGauge().GetValue()
+		case m.Histogram != nil:
+			return float64(m.GetHistogram().GetSampleCount())
+		case m.Untyped != nil:
+			return m.GetUntyped().GetValue()
+		}
+	}
+	return -1
+}
+
+func TestEveryNameHasThePrefix(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(metrics.Info{Version: "v1.2.3", Mode: sandbox.ModeProcess})
+	m.SetPool(func() metrics.PoolStats { return metrics.PoolStats{Ready: map[string]int{"python": 2}} })
+	fams := scrape(t, m.Handler(""), "")
+	if len(fams) < 10 {
+		t.Fatalf("only %d metric families", len(fams))
+	}
+	for name := range fams {
+		if !strings.HasPrefix(name, "codeexec_") {
+			t.Errorf("metric %s does not start with codeexec_", name)
+		}
+	}
+	if got := value(fams, "codeexec_build_info", map[string]string{"version": "v1.2.3", "mode": "process"}); got != 1 {
+		t.Errorf("codeexec_build_info = %v, want 1 with version and mode labels", got)
+	}
+}
+
+func TestRunsByOutcome(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		res     *sandbox.Result
+		err     error
+		outcome string
+	}{
+		{&sandbox.Result{}, nil, metrics.OutcomeOK},
+		{&sandbox.Result{ExitCode: 3}, nil, metrics.OutcomeExitNonZero},
+		{&sandbox.Result{TimedOut: true, ExitCode: 137}, nil, metrics.OutcomeTimeout},
+		{&sandbox.Result{OOMKilled: true}, nil, metrics.OutcomeOOM},
+		{&sandbox.Result{Truncated: true}, nil, metrics.OutcomeOutputLimit},
+		{nil, &approvals.DeniedError{Decision: approvals.Decision{Outcome: approvals.OutcomeDenied}}, metrics.OutcomeDenied},
+		{nil, &approvals.InputRequiredError{}, metrics.OutcomeInputRequired},
+		{nil, fmt.Errorf("waiting: %w", context.Canceled), metrics.OutcomeCancelled},
+		{nil, fmt.Errorf("x: %w", sandbox.ErrLanguageUnavailable), metrics.OutcomeRejected},
+		{nil, fmt.Errorf("docker: %w: engine gone", sandbox.ErrSandboxUnavailable), metrics.OutcomeError},
+		{nil, nil, metrics.OutcomeError},
+	}
+	for _, tt := range tests {
+		t.Run(tt.outcome, func(t *testing.T) {
+			t.Parallel()
+			if got := metrics.Outcome(tt.res, tt.err); got != tt.outcome {
+				t.Errorf("Outcome(%+v, %v) = %q, want %q", tt.res, tt.err, got, tt.outcome)
+			}
+		})
+	}
+}
+
+// TestDecoratorsRecordStages runs through Wrap(gate-like Stage(Limit(Stage(fake))))
+// and checks the counters and the three latency histograms.
+func TestDecoratorsRecordStages(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(metrics.Info{Version: "dev", Mode: sandbox.ModeDocker})
+	fake := &sandboxtest.Fake{RunFunc: func(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
+		time.Sleep(20 * time.Millisecond)
+		if req.Code == "fail" {
+			return &sandbox.Result{ExitCode: 1}, nil
+		}
+		return &sandbox.Result{}, nil
+	}}
+	inner := sandbox.Limit(m.Stage(metrics.StageStarted, fake), 1)
+	approving := &sandboxtest.Fake{RunFunc: func(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
+		time.Sleep(30 * time.Millisecond) // a person thinks
+		return m.Stage(metrics.StageApproved, inner).Run(ctx, req)
+	}}
+	r := m.Wrap(approving, sandbox.ModeDocker)
+	for _, code := range []string{"ok", "ok", "fail"} {
+		if _, err := r.Run(context.Background(), sandbox.Request{Language: "python", Code: code}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fams := scrape(t, m.Handler(""), "")
+	checks := []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"codeexec_runs_total", map[string]string{"mode": "docker", "language": "python", "outcome": "ok"}, 2},
+		{"codeexec_runs_total", map[string]string{"mode": "docker", "language": "python", "outcome": "exit_nonzero"}, 1},
+		{"codeexec_run_duration_seconds", map[string]string{"mode": "docker", "language": "python"}, 3},
+		{"codeexec_approval_wait_seconds", nil, 3},
+		{"codeexec_queue_wait_seconds", nil, 3},
+		{"codeexec_runs_in_flight", nil, 0},
+	}
+	for _, c := range checks {
+		if got := value(fams, c.name, c.labels); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	h := fams["codeexec_approval_wait_seconds"].GetMetric()[0].GetHistogram()
+	if h.GetSampleSum() < 0.09 {
+		t.Errorf("approval wait sum = %v s, want at least 3 × 30 ms", h.GetSampleSum())
+	}
+	d := fams["codeexec_run_duration_seconds"].GetMetric()[0].GetHistogram()
+	if d.GetSampleSum() < 0.06 || d.GetSampleSum() > 5 {
+		t.Errorf("run duration sum = %v s, want about 3 × 20 ms", d.GetSampleSum())
+	}
+}
+
+func TestRunWithoutStagesRecordsOnlyTheOutcome(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(metrics.Info{Mode: sandbox.ModeNone})
+	r := m.Wrap(&sandboxtest.Fake{RunFunc: func(context.Context, sandbox.Request) (*sandbox.Result, error) {
+		return nil, fmt.Errorf("denied: %w", approvals.ErrNotApproved)
+	}}, sandbox.ModeNone)
+	if _, err := r.Run(context.Background(), sandbox.Request{Language: "bash"}); !errors.Is(err, approvals.ErrNotApproved) {
+		t.Fatalf("err = %v, want the runner's error passed through", err)
+	}
+	fams := scrape(t, m.Handler(""), "")
+	if got := value(fams, "codeexec_runs_total", map[string]string{"outcome": "denied", "language": "bash", "mode": "none"}); got != 1 {
+		t.Errorf("denied runs = %v, want 1", got)
+	}
+	if got := value(fams, "codeexec_run_duration_seconds", nil); got > 0 {
+		t.Errorf("run duration recorded %v samples for a run that never started", got)
+	}
+}
+
+func TestNilMetricsIsANoOp(t *testing.T) {
+	t.Parallel()
+	var m *metrics.Metrics
+	fake := &sandboxtest.Fake{}
+	if got := m.Wrap(fake, sandbox.ModeProcess); got != sandbox.Runner(fake) {
+		t.Errorf("nil Metrics wrapped the runner")
+	}
+	if got := m.Stage(metrics.StageStarted, fake); got != sandbox.Runner(fake) {
+		t.Errorf("nil Metrics staged the runner")
+	}
+	m.ApprovalDecided(approvals.OutcomeApproved)
+	m.SessionsOpen(3)
+	m.TaskStatuses(map[string]int{"working": 1})
+	m.ProgressSent(2)
+	m.SetPool(nil)
+}
+
+func TestGaugesAndPool(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(metrics.Info{Mode: sandbox.ModeDocker})
+	m.SetPool(func() metrics.PoolStats {
+		return metrics.PoolStats{Ready: map[string]int{"python": 2, "bash": 1}, Hits: 7, Misses: 3}
+	})
+	pending := 4
+	m.SetApprovalsPending(func() int { return pending })
+	m.ApprovalDecided(approvals.OutcomeApproved)
+	m.ApprovalDecided(approvals.OutcomeApproved)
+	m.ApprovalDecided(approvals.OutcomeTimedOut)
+	m.SessionsOpen(5)
+	m.TaskStatuses(map[string]int{"working": 2, "completed": 1})
+	m.ProgressSent(10)
+	m.ProgressDropped(2)
+	fams := scrape(t, m.Handler(""), "")
+	checks := []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"codeexec_docker_pool_ready", map[string]string{"language": "python"}, 2},
+		{"codeexec_docker_pool_ready", map[string]string{"language": "bash"}, 1},
+		{"codeexec_docker_pool_hits_total", nil, 7},
+		{"codeexec_docker_pool_misses_total", nil, 3},
+		{"codeexec_approvals_pending", nil, 4},
+		{"codeexec_approvals_decided_total", map[string]string{"outcome": "approved"}, 2},
+		{"codeexec_approvals_decided_total", map[string]string{"outcome": "timed_out"}, 1},
+		{"codeexec_sessions", nil, 5},
+		{"codeexec_tasks", map[string]string{"status": "working"}, 2},
+		{"codeexec_tasks", map[string]string{"status": "completed"}, 1},
+		{"codeexec_tasks", map[string]string{"status": "cancelled"}, 0},
+		{"codeexec_progress_notifications_total", nil, 10},
+		{"codeexec_progress_lines_dropped_total", nil, 2},
+	}
+	for _, c := range checks {
+		if got := value(fams, c.name, c.labels); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+}
+
+func TestHandlerTokenAndProbes(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(metrics.Info{Mode: sandbox.ModeProcess})
+	h := m.Handler("0123456789abcdef-token")
+	get := func(path, auth string) (int, string) {
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code, rec.Body.String()
+	}
+	tests := []struct {
+		path, auth string
+		want       int
+	}{
+		{"/metrics", "", http.StatusUnauthorized},
+		{"/metrics", "Bearer wrong", http.StatusUnauthorized},
+		{"/metrics", "Bearer 0123456789abcdef-token", http.StatusOK},
+		{"/healthz", "", http.StatusOK},
+		{"/readyz", "", http.StatusServiceUnavailable}, // no check set yet: starting
+	}
+	for _, tt := range tests {
+		if code, body := get(tt.path, tt.auth); code != tt.want {
+			t.Errorf("GET %s (auth %q) = %d, want %d: %s", tt.path, tt.auth, code, tt.want, body)
+		}
+	}
+	var err error = errors.New("pool is warming")
+	m.SetReady(func(context.Context) error { return err })
+	if code, body := get("/readyz", ""); code != http.StatusServiceUnavailable || !strings.Contains(body, "pool is warming") {
+		t.Errorf("GET /readyz while warming = %d %q, want 503 naming the reason", code, body)
+	}
+	err = nil
+	if code, _ := get("/readyz", ""); code != http.StatusOK {
+		t.Errorf("GET /readyz once ready = %d, want 200", code)
+	}
+}
+
+func TestServe(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(metrics.Info{Mode: sandbox.ModeProcess})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Serve(ctx, ln, "") }()
+	resp, err := http.Get("http://" + ln.Addr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "codeexec_build_info") {
+		t.Errorf("GET /metrics = %d, body without codeexec_build_info", resp.StatusCode)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Serve returned %v after its context ended, want nil", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve did not return after its context ended")
+	}
+}

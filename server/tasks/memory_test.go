@@ -1,0 +1,317 @@
+package tasks_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/codeexec/codeexec/server/tasks"
+)
+
+func newStore(t *testing.T, cfg tasks.Config) *tasks.Memory {
+	t.Helper()
+	m := tasks.NewMemory(cfg)
+	t.Cleanup(func() { _ = m.Close() })
+	return m
+}
+
+func wait(t *testing.T, s tasks.Store, owner, id string) tasks.Task {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	task, err := s.Wait(ctx, owner, id)
+	if err != nil {
+		t.Fatalf("Wait(%s): %v", id, err)
+	}
+	return task
+}
+
+func TestCompletesWithItsResult(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, tasks.Config{KeepResult: time.Minute, MaxRunTime: time.Hour, PollInterval: 2 * time.Second})
+	release := make(chan struct{})
+	task, err := s.Create("alice", 0, func(ctx context.Context, in tasks.Input) (any, error) {
+		<-release
+		return "the result", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if task.Status != tasks.StatusWorking || len(task.ID) != 32 || task.PollInterval != 2*time.Second {
+		t.Errorf("new task = %+v, want working, a 32-hex-digit id, poll interval 2s", task)
+	}
+	if task.TTL < time.Hour {
+		t.Errorf("TTL of a working task = %v, want at least the maximum run time", task.TTL)
+	}
+	got, err := s.Get("alice", task.ID)
+	if err != nil || got.Status != tasks.StatusWorking {
+		t.Errorf("Get while working = %+v, %v", got, err)
+	}
+	close(release)
+	done := wait(t, s, "alice", task.ID)
+	if done.Status != tasks.StatusCompleted || done.Result != "the result" || done.Err != nil {
+		t.Errorf("ended task = %+v, want completed with the result", done)
+	}
+	if done.TTL > time.Minute+time.Second || done.TTL < time.Minute {
+		t.Errorf("TTL of an ended task = %v, want its age plus the one-minute keep time", done.TTL)
+	}
+}
+
+func TestOwnerScopesTasks(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, tasks.Config{})
+	task, err := s.Create("alice", 0, func(ctx context.Context, in tasks.Input) (any, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get("mallory", task.ID); !errors.Is(err, tasks.ErrNotFound) {
+		t.Errorf("Get by another owner: %v, want ErrNotFound", err)
+	}
+	if _, err := s.Cancel("mallory", task.ID); !errors.Is(err, tasks.ErrNotFound) {
+		t.Errorf("Cancel by another owner: %v, want ErrNotFound", err)
+	}
+	if err := s.Update("mallory", task.ID, nil); !errors.Is(err, tasks.ErrNotFound) {
+		t.Errorf("Update by another owner: %v, want ErrNotFound", err)
+	}
+	if _, err := s.Get("alice", "nope"); !errors.Is(err, tasks.ErrNotFound) {
+		t.Errorf("Get of an unknown id: %v, want ErrNotFound", err)
+	}
+}
+
+func TestFailure(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, tasks.Config{})
+	boom := errors.New("boom")
+	tests := []struct {
+		name string
+		fn   tasks.Func
+		want string
+	}{
+		{"error", func(context.Context, tasks.Input) (any, error) { return nil, boom }, "boom"},
+		{"panic", func(context.Context, tasks.Input) (any, error) { panic("oh no") }, "task panicked: oh no"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			task, err := s.Create("", 0, tt.fn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := wait(t, s, "", task.ID)
+			if done.Status != tasks.StatusFailed || done.Err == nil || done.Err.Error() != tt.want || done.StatusMessage != tt.want {
+				t.Errorf("task = %+v, want failed with %q", done, tt.want)
+			}
+		})
+	}
+}
+
+// TestCancelStopsTheWorkFirst: Cancel returns once the work has returned,
+// so that whatever the work cleans up is gone by then.
+func TestCancelStopsTheWorkFirst(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, tasks.Config{})
+	cleanedUp := false
+	task, err := s.Create("bob", 0, func(ctx context.Context, in tasks.Input) (any, error) {
+		<-ctx.Done()
+		time.Sleep(50 * time.Millisecond) // kill and remove the run
+		cleanedUp = true
+		return nil, ctx.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Cancel("bob", task.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cleanedUp {
+		t.Error("Cancel returned before the work had cleaned up")
+	}
+	if got.Status != tasks.StatusCancelled {
+		t.Errorf("cancelled task = %+v, want cancelled", got)
+	}
+	if done := wait(t, s, "bob", task.ID); done.Status != tasks.StatusCancelled {
+		t.Errorf("after the work returned: %+v, want still cancelled (not failed)", done)
+	}
+	if _, err := s.Cancel("bob", task.ID); !errors.Is(err, tasks.ErrTerminal) {
+		t.Errorf("second Cancel: %v, want ErrTerminal", err)
+	}
+}
+
+func TestMaxRunTime(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, tasks.Config{MaxRunTime: 50 * time.Millisecond})
+	task, err := s.Create("", 0, func(ctx context.Context, in tasks.Input) (any, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := wait(t, s, "", task.ID)
+	if done.Status != tasks.StatusFailed || !errors.Is(done.Err, tasks.ErrMaxRunTime) {
+		t.Errorf("task = %+v, want failed with ErrMaxRunTime", done)
+	}
+}
+
+func TestResultsExpire(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, tasks.Config{KeepResult: time.Hour})
+	// The client asks for 50ms, less than the store's hour: granted.
+	task, err := s.Create("", 50*time.Millisecond, func(context.Context, tasks.Input) (any, error) { return 1, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, s, "", task.ID)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := s.Get("", task.ID)
+		if errors.Is(err, tasks.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the task is still held 5s after its 50ms keep time: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if c := s.Counts(); len(c) != 0 {
+		t.Errorf("Counts = %v after expiry, want none", c)
+	}
+}
+
+func TestMaxTasks(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, tasks.Config{MaxTasks: 2})
+	block := func(ctx context.Context, in tasks.Input) (any, error) { <-ctx.Done(); return nil, ctx.Err() }
+	for range 2 {
+		if _, err := s.Create("", 0, block); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Create("", 0, block); !errors.Is(err, tasks.ErrTooMany) {
+		t.Errorf("third Create: %v, want ErrTooMany", err)
+	}
+}
+
+func TestInputRequired(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, tasks.Config{})
+	asked := make(chan struct{})
+	task, err := s.Create("", 0, func(ctx context.Context, in tasks.Input) (any, error) {
+		close(asked)
+		answers, err := in.Ask(ctx, map[string]any{"approval": "may I?", "name": "who?"})
+		if err != nil {
+			return nil, err
+		}
+		if _, err := in.Ask(ctx, map[string]any{"approval": "again?"}); err == nil {
+			return nil, errors.New("a key was asked twice")
+		}
+		return fmt.Sprintf("%s %s", answers["approval"], answers["name"]), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-asked
+	var got tasks.Task
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		got, _ = s.Get("", task.ID)
+		if got.Status == tasks.StatusInputRequired || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got.Status != tasks.StatusInputRequired || got.InputRequests["approval"] != "may I?" || len(got.InputRequests) != 2 {
+		t.Fatalf("task = %+v, want input_required with both requests", got)
+	}
+	// A partial answer, and answers to unknown keys, leave it waiting.
+	if err := s.Update("", task.ID, map[string]json.RawMessage{"approval": json.RawMessage(`"yes"`), "bogus": json.RawMessage(`1`)}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Get("", task.ID); got.Status != tasks.StatusInputRequired {
+		t.Errorf("after a partial answer: %s, want input_required", got.Status)
+	}
+	// A second answer to the same key does not replace the first.
+	if err := s.Update("", task.ID, map[string]json.RawMessage{"approval": json.RawMessage(`"no"`), "name": json.RawMessage(`"Ada"`)}); err != nil {
+		t.Fatal(err)
+	}
+	done := wait(t, s, "", task.ID)
+	if done.Status != tasks.StatusCompleted || done.Result != `"yes" "Ada"` || done.InputRequests != nil {
+		t.Errorf("task = %+v, want completed with the first answers", done)
+	}
+	if err := s.Update("", task.ID, nil); !errors.Is(err, tasks.ErrTerminal) {
+		t.Errorf("Update after the end: %v, want ErrTerminal", err)
+	}
+}
+
+func TestCancelWhileAsking(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, tasks.Config{})
+	errc := make(chan error, 1)
+	task, err := s.Create("", 0, func(ctx context.Context, in tasks.Input) (any, error) {
+		_, err := in.Ask(ctx, map[string]any{"approval": "?"})
+		errc <- err
+		return nil, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if got, _ := s.Get("", task.ID); got.Status == tasks.StatusInputRequired || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := s.Cancel("", task.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err == nil {
+		t.Error("Ask returned no error when the task was cancelled")
+	}
+}
+
+func TestCloseCancelsEverything(t *testing.T) {
+	t.Parallel()
+	var calls []map[tasks.Status]int
+	var mu sync.Mutex
+	s := tasks.NewMemory(tasks.Config{OnChange: func(c map[tasks.Status]int) {
+		mu.Lock()
+		calls = append(calls, c)
+		mu.Unlock()
+	}})
+	stopped := make(chan struct{})
+	task, err := s.Create("", 0, func(ctx context.Context, in tasks.Input) (any, error) {
+		<-ctx.Done()
+		close(stopped)
+		return nil, ctx.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-stopped:
+	default:
+		t.Error("Close returned before the work stopped")
+	}
+	if got, _ := s.Get("", task.ID); got.Status != tasks.StatusCancelled {
+		t.Errorf("after Close: %+v, want cancelled", got)
+	}
+	if _, err := s.Create("", 0, nil); !errors.Is(err, tasks.ErrClosed) {
+		t.Errorf("Create after Close: %v, want ErrClosed", err)
+	}
+	_ = s.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(calls) == 0 || calls[0][tasks.StatusWorking] != 1 {
+		t.Errorf("OnChange calls = %v, want the first with one working task", calls)
+	}
+}
