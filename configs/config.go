@@ -21,6 +21,7 @@ import (
 
 	"github.com/codeexec/codeexec/approvals"
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/process"
 	"github.com/codeexec/codeexec/sandbox/pypolicy"
 )
 
@@ -105,6 +106,25 @@ func (b ByteSize) String() string {
 	return strconv.FormatInt(int64(b), 10)
 }
 
+// UIDRange is a range of host user ids written FIRST-LAST (or one id).
+type UIDRange struct {
+	First, Last int
+}
+
+// UnmarshalText reads FIRST-LAST; the range must hold ids from 1 to
+// 4294967294 and not 65534 (nobody).
+func (r *UIDRange) UnmarshalText(b []byte) error {
+	v, err := process.ParseUIDRange(string(b))
+	if err != nil {
+		return err
+	}
+	*r = UIDRange{First: v.First, Last: v.Last}
+	return nil
+}
+
+// String writes the range as configured.
+func (r UIDRange) String() string { return fmt.Sprintf("%d-%d", r.First, r.Last) }
+
 // Config is every setting of codeexec. The struct tags are the single source
 // of the variable names, defaults, descriptions (help) and accepted values
 // (accepted) that --help and docs/configuration.md show.
@@ -133,8 +153,9 @@ type Config struct {
 	PythonAllowedImports []string `env:"PYTHON_ALLOWED_IMPORTS" envDefault:"datetime,calendar,re,math,decimal,fractions,statistics,collections,itertools,functools,operator,json" envSeparator:"," accepted:"a comma-separated list of top-level module names, none of which hands out the interpreter (sys, os, builtins, importlib, inspect, types, typing ... are refused)" help:"restricted python: the modules programs may import"`
 	PythonMaxASTNodes    int      `env:"PYTHON_MAX_AST_NODES" envDefault:"20000" accepted:"a whole number from 100 to 1000000" help:"restricted python: the most syntax-tree nodes a program may have"`
 
-	ProcessDisable []string `env:"PROCESS_DISABLE" envSeparator:"," accepted:"a comma-separated list of user, pid, network, ipc, uts, mount, landlock" help:"process mode: kernel isolation features to turn off (for example network, for code that must reach the network)"`
-	ProcessStrict  bool     `env:"PROCESS_STRICT" envDefault:"false" accepted:"true or false" help:"process mode: refuse to start unless every kernel isolation feature is active on this host"`
+	ProcessDisable  []string `env:"PROCESS_DISABLE" envSeparator:"," accepted:"a comma-separated list of user, pid, network, ipc, uts, mount, landlock, seccomp, cgroup, uid-range" help:"process mode: kernel isolation features to turn off (for example network, for code that must reach the network)"`
+	ProcessStrict   bool     `env:"PROCESS_STRICT" envDefault:"false" accepted:"true or false" help:"process mode: refuse to start unless every kernel isolation feature is active on this host (namespaces, Landlock, the seccomp filter, the runs' cgroups and, as root, their own users)"`
+	ProcessUIDRange UIDRange `env:"PROCESS_UID_RANGE" envDefault:"200000-200063" accepted:"FIRST-LAST, host user ids from 1 to 4294967294 without 65534, for example 200000-200063" help:"process mode, when the server is root: host user ids that runs take, one per run in flight (more runs at once wait for a free one); nothing else should use them"`
 
 	DockerImage   string `env:"DOCKER_IMAGE" envDefault:"codeexec-sandbox:latest" accepted:"an image reference" help:"sandbox image of docker mode (build it with docker/build-sandbox-image.sh)"`
 	DockerRuntime string `env:"DOCKER_RUNTIME" accepted:"a runtime the engine knows, such as runsc" help:"OCI runtime for docker mode containers (for example gVisor's runsc); empty means the engine's default"`
@@ -264,7 +285,7 @@ func (c *Config) Validate() error {
 	}
 	for _, f := range c.ProcessDisable {
 		f = strings.ToLower(strings.TrimSpace(f))
-		if f != "" && !slices.Contains([]string{"user", "pid", "network", "ipc", "uts", "mount", "landlock"}, f) {
+		if f != "" && !slices.Contains([]string{"user", "pid", "network", "ipc", "uts", "mount", "landlock", "seccomp", "cgroup", "uid-range"}, f) {
 			errs = append(errs, invalid("ProcessDisable", f, "unknown feature"))
 		}
 	}

@@ -20,10 +20,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -40,6 +42,10 @@ var update = flag.Bool("update", false, "rewrite the containment table in docs/m
 
 func TestMain(m *testing.M) {
 	process.MaybeRunHelper()
+	// The server runs in a session keyring of its own, as under
+	// `keyctl session -`, so that keyring-session can check that runs
+	// neither read nor plant keys there.
+	sandboxtest.InSessionKeyring()
 	os.Exit(m.Run())
 }
 
@@ -57,8 +63,14 @@ type attack struct {
 	ProvesIn       []string `json:"proves_in"`
 	TimeoutSeconds float64  `json:"timeout_seconds"`
 	// Expect is a limit the run must hit: timed_out or truncated.
-	Expect string            `json:"expect"`
-	Code   map[string]string `json:"-"` // language -> program
+	Expect string `json:"expect"`
+	// Victim starts another run (the victim) in the same mode before the
+	// attack, which must finish undisturbed while the attack runs.
+	Victim bool `json:"victim"`
+	// ServerKeyring: the case needs the server to run in a session keyring
+	// of its own, where the test puts a key holding the canary.
+	ServerKeyring bool              `json:"server_keyring"`
+	Code          map[string]string `json:"-"` // language -> program
 }
 
 var extLanguage = map[string]string{".py": "python", ".js": "javascript", ".sh": "bash"}
@@ -234,6 +246,24 @@ func setTraps(t *testing.T, hostIP string) *traps {
 	if err := os.WriteFile(tr.canaryFile, []byte(tr.canary+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// Descriptors the server holds without close-on-exec, as if inherited
+	// from whatever started it: the canary for reading and for appending,
+	// and its directory.
+	if closeFDs, err := sandboxtest.InheritableFiles(
+		[]string{tr.canaryFile, tr.canaryFile, tr.canaryDir},
+		[]int{syscall.O_RDONLY, syscall.O_WRONLY | syscall.O_APPEND, syscall.O_RDONLY | syscall.O_DIRECTORY}); err == nil {
+		t.Cleanup(closeFDs)
+	} else if runtime.GOOS == "linux" {
+		t.Fatal(err)
+	}
+	// A key holding the canary in the server's session keyring.
+	if sandboxtest.SessionKeyringAvailable() {
+		remove, err := sandboxtest.PlantKey("codeexec-canary-"+tr.marker, tr.canary)
+		if err != nil {
+			t.Fatalf("planting a key in the session keyring: %v", err)
+		}
+		t.Cleanup(remove)
+	}
 	return tr
 }
 
@@ -281,8 +311,55 @@ func (tr *traps) escaped(t *testing.T, res *sandbox.Result) []string {
 	if sandboxtest.ProcessesAlive(t, tr.marker) {
 		ev = append(ev, "a process of the run outlived it")
 	}
+	if sandboxtest.KeyPlanted("codeexec-planted-" + tr.marker) {
+		ev = append(ev, "a key was planted in the server's session keyring")
+	}
 	return ev
 }
+
+// victimProgram is the run that cases with "victim" disturb: it needs an
+// inotify instance every 50 ms for six seconds, and says whether it got one
+// every time.
+const victimProgram = `import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+end = time.time() + 6
+fails = 0
+while time.time() < end:
+    fd = libc.inotify_init()
+    if fd < 0:
+        fails += 1
+    else:
+        os.close(fd)
+    time.sleep(0.05)
+print("victim finished, inotify_init failed %d times" % fails)
+`
+
+// startVictim starts the victim run and returns a function that waits for
+// it and says how it was disturbed ("" when it was not).
+func startVictim(m modeRunner) func() string {
+	done := make(chan string, 1)
+	go func() {
+		req := sandboxtest.Req("python", victimProgram)
+		req.Limits.Timeout = 30 * time.Second
+		res, err := m.runner.Run(context.Background(), req)
+		switch {
+		case err != nil:
+			done <- "the victim run failed: " + err.Error()
+		case res.ExitCode != 0 || res.Stdout != "victim finished, inotify_init failed 0 times\n":
+			done <- fmt.Sprintf("another run was disturbed: exit %d, signal %q, stdout %q, stderr %.200q", res.ExitCode, res.Signal, res.Stdout, res.Stderr)
+		default:
+			done <- ""
+		}
+	}()
+	// Let the victim start before the attack does.
+	time.Sleep(1500 * time.Millisecond)
+	return func() string { return <-done }
+}
+
+// rootOnly are the protections that an ordinary user's server has only where
+// the host delegates a cgroup v2 subtree to it: without root, a case that
+// needs one is skipped even with CODE_EXEC_REQUIRE_ISOLATION=1.
+var rootOnly = []string{"memory cgroup", "separate run users"}
 
 func TestContainment(t *testing.T) {
 	t.Setenv(sandboxtest.SecretName, sandboxtest.SecretValue)
@@ -298,11 +375,14 @@ func TestContainment(t *testing.T) {
 					continue // unsafe to run where it is not contained
 				}
 				t.Run(fmt.Sprintf("%s/%s/%s", a.Name, lang, mode), func(t *testing.T) {
+					if a.ServerKeyring && !sandboxtest.SessionKeyringAvailable() {
+						t.Skip("the test could not run the server in a session keyring of its own (keyrings refused on this host)")
+					}
 					if must && m.mode == sandbox.ModeProcess {
 						caps := m.runner.Capabilities()
 						for _, p := range a.Requires {
 							if !caps.Active(p) {
-								if os.Getenv("CODE_EXEC_REQUIRE_ISOLATION") == "1" {
+								if os.Getenv("CODE_EXEC_REQUIRE_ISOLATION") == "1" && (os.Geteuid() == 0 || !slices.Contains(rootOnly, p)) {
 									t.Fatalf("process mode needs %q to contain this attack, and it is unavailable here", p)
 								}
 								t.Skipf("process mode needs %q to contain this attack, and it is unavailable on this host", p)
@@ -329,11 +409,20 @@ func runAttack(t *testing.T, a attack, lang string, m modeRunner, mustContain bo
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	var victim func() string
+	if a.Victim {
+		victim = startVictim(m)
+	}
 	res, err := m.runner.Run(ctx, req)
 	if err != nil {
 		t.Fatalf("the run failed instead of returning a result: %v", err)
 	}
 	evidence := tr.escaped(t, res)
+	if victim != nil {
+		if v := victim(); v != "" {
+			evidence = append(evidence, v)
+		}
+	}
 	if mustContain {
 		if len(evidence) > 0 {
 			t.Errorf("%s escaped in %s mode: %s\nstdout: %.500s\nstderr: %.500s", a.Attack, m.mode, strings.Join(evidence, "; "), res.Stdout, res.Stderr)

@@ -40,6 +40,9 @@ var version = ""
 func main() {
 	// The sandbox supervisor is this same binary, re-executed.
 	process.MaybeRunHelper()
+	// Descriptors inherited without close-on-exec stay with the server:
+	// no program it starts, in any mode, gets them.
+	_ = process.CloseInheritedOnExec()
 	os.Exit(run(os.Args[1:], os.Environ(), os.Stdin, os.Stdout, os.Stderr))
 }
 
@@ -366,7 +369,8 @@ func newRunner(ctx context.Context, cfg *configs.Config, log *slog.Logger) (sand
 		if err != nil {
 			return nil, err
 		}
-		return process.New(ctx, process.Config{Languages: cfg.Languages, WorkRoot: cfg.WorkDir, Logger: log, Disable: disable, Strict: cfg.ProcessStrict})
+		return process.New(ctx, process.Config{Languages: cfg.Languages, WorkRoot: cfg.WorkDir, Logger: log, Disable: disable, Strict: cfg.ProcessStrict,
+			UIDRange: process.UIDRange{First: cfg.ProcessUIDRange.First, Last: cfg.ProcessUIDRange.Last}})
 	case sandbox.ModeNone:
 		return host.New(ctx, host.Config{Languages: cfg.Languages, WorkRoot: cfg.WorkDir, Logger: log})
 	}

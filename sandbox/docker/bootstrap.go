@@ -57,14 +57,18 @@ const (
 // supervisorScript is PID 1 of a run container: sh -c supervisorScript
 // codeexec-supervisor <nonce> <bootstrap command...>.
 //
-// The child's stdin is the container's stdin (an asynchronous list would get
-// /dev/null otherwise), and env --default-signal undoes the SIGINT and
-// SIGQUIT that sh ignores in asynchronous lists, so the program starts with
-// the signal dispositions it would have as a foreground command. The number
-// of OOM kills comes from the container's own memory cgroup (v2 or v1).
+// The supervisor ignores every signal that can be ignored but SIGCHLD (the
+// program may signal its pid 1, and must not end the run that way), so that
+// the run always ends with its trailer. The child's stdin is the container's
+// stdin (an asynchronous list would get /dev/null otherwise), and env
+// --default-signal sets every signal back to its default for the program
+// (sh ignores SIGINT and SIGQUIT in asynchronous lists too), so the program
+// starts with the dispositions it would have as a foreground command. The
+// number of OOM kills comes from the container's own memory cgroup (v2 or v1).
 const supervisorScript = `n=$1; shift
+trap '' 1 2 3 4 5 6 7 8 10 11 12 13 14 15 16 20 21 22 23 24 25 26 27 28 29 30 31 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63 64
 exec 3<&0
-env --default-signal=INT,QUIT "$@" <&3 3<&- &
+env --default-signal "$@" <&3 3<&- &
 wait $!
 rc=$?
 kill -9 -1 2>/dev/null

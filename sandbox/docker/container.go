@@ -75,7 +75,9 @@ var containerEnv = []string{
 // tmpfsOptions are the mount options of /tmp besides its size. noexec stops
 // a program from writing a binary and running it directly; interpreters
 // still run the program file, which is given to them as an argument.
-const tmpfsOptions = "rw,nosuid,nodev,noexec,mode=1777"
+// nr_inodes caps its files as process mode caps its tmpfs mounts: without it
+// a run could make millions of empty files within the size cap.
+const tmpfsOptions = "rw,nosuid,nodev,noexec,mode=1777,nr_inodes=16384"
 
 // configs builds the configuration of a locked-down container. The host
 // configuration, which holds every isolation setting, comes from hostConfig

@@ -35,10 +35,19 @@ const (
 	// FeatureLandlock restricts file access with Landlock: read-only system
 	// directories, a writable run directory, nothing else.
 	FeatureLandlock Feature = "landlock"
+	// FeatureSeccomp is a seccomp filter in the spirit of Docker's default
+	// profile (no new namespaces, keyrings, bpf, io_uring, mounts, ...).
+	FeatureSeccomp Feature = "seccomp"
+	// FeatureCgroup gives each run a memory and pids cgroup of its own
+	// (root, or a delegated cgroup v2 subtree).
+	FeatureCgroup Feature = "cgroup"
+	// FeatureUIDRange runs each run in flight as a host user of its own,
+	// from CODE_EXEC_PROCESS_UID_RANGE (root only).
+	FeatureUIDRange Feature = "uid-range"
 )
 
 // Features lists every kernel isolation feature.
-var Features = []Feature{FeatureUser, FeaturePID, FeatureNetwork, FeatureIPC, FeatureUTS, FeatureMount, FeatureLandlock}
+var Features = []Feature{FeatureUser, FeaturePID, FeatureNetwork, FeatureIPC, FeatureUTS, FeatureMount, FeatureLandlock, FeatureSeccomp, FeatureCgroup, FeatureUIDRange}
 
 // ParseFeatures reads a list of feature names (as in CODE_EXEC_PROCESS_DISABLE).
 func ParseFeatures(names []string) ([]Feature, error) {
@@ -84,6 +93,8 @@ func featureField(iso *executor.Isolation, f Feature) *bool {
 		return &iso.Mount
 	case FeatureLandlock:
 		return &iso.Landlock
+	case FeatureSeccomp:
+		return &iso.Seccomp
 	}
 	return nil
 }
@@ -114,4 +125,6 @@ var featureDetail = map[Feature]string{
 	FeatureUTS:      "UTS namespace: its own hostname",
 	FeatureMount:    "mount namespace: system directories read-only, the run directory writable, a private /tmp; home directories, /root, /run and the Docker socket are absent",
 	FeatureLandlock: "Landlock: file access limited to read-only system directories and the writable run directory",
+	FeatureSeccomp:  "seccomp filter like Docker's default profile: no new namespaces (clone3 answers ENOSYS so the C library uses clone, whose flags are checked), no setns, keyrings, bpf, perf_event_open, io_uring, userfaultfd, kernel modules, kexec, mounts, ptrace; and no nested namespaces in the run's user namespace (user.max_*_namespaces=0)",
+	FeatureCgroup:   "a memory and pids cgroup per run: memory counts every process of the run together (shared memory, memfds and tmpfs pages included), an OOM kill is reported as oom_killed, and whatever is left of a run is swept from its cgroup",
 }

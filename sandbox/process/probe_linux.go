@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,8 +22,10 @@ import (
 // probeIsolation finds which isolation features work on this host, by
 // trying them: each feature that fails (alone or with the others) is turned
 // off with the reason, and the others stay on. disabled are turned off by
-// the operator.
-func (r *Runner) probeIsolation(ctx context.Context, disabled []Feature) (executor.Isolation, []sandbox.Protection) {
+// the operator. uid is the host user that runs are, when the server is
+// root. The cgroup and uid-range features are set up by the Runner
+// (setUpCgroups, setUpRunUsers).
+func (r *Runner) probeIsolation(ctx context.Context, disabled []Feature, uid int) (executor.Isolation, []sandbox.Protection) {
 	iso := executor.Isolation{UID: os.Getuid(), GID: os.Getgid(), ReadOnly: readOnlyPaths(r.interp)}
 	if os.Geteuid() != 0 {
 		// Dumpability is process-wide and the last Runner made decides it
@@ -32,10 +35,13 @@ func (r *Runner) probeIsolation(ctx context.Context, disabled []Feature) (execut
 		_ = unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0)
 	}
 	if os.Geteuid() == 0 {
-		iso.UID, iso.GID = sandboxUID, sandboxUID
+		iso.UID, iso.GID = uid, uid
 	}
 	reason := map[Feature]string{}
 	for _, f := range Features {
+		if f == FeatureCgroup || f == FeatureUIDRange {
+			continue
+		}
 		if slices.Contains(disabled, f) {
 			reason[f] = "turned off by CODE_EXEC_PROCESS_DISABLE"
 			continue
@@ -46,6 +52,12 @@ func (r *Runner) probeIsolation(ctx context.Context, disabled []Feature) (execut
 		if v, err := executor.LandlockABI(); err != nil || v < 1 {
 			iso.Landlock = false
 			reason[FeatureLandlock] = fmt.Sprintf("the kernel does not offer Landlock (%v)", err)
+		}
+	}
+	if iso.Seccomp {
+		if err := executor.SeccompAvailable(); err != nil {
+			iso.Seccomp = false
+			reason[FeatureSeccomp] = "unavailable on this host (" + err.Error() + "): programs can create user namespaces (and regain every capability inside one, where the host allows them), and use keyrings, bpf, perf events, io_uring and userfaultfd as far as the host allows its users"
 		}
 	}
 	if !iso.User && os.Geteuid() != 0 {
@@ -134,6 +146,9 @@ func (r *Runner) probeIsolation(ctx context.Context, disabled []Feature) (execut
 	}
 	var ps []sandbox.Protection
 	for _, f := range Features {
+		if f == FeatureCgroup || f == FeatureUIDRange {
+			continue
+		}
 		p := sandbox.Protection{Name: protectionName(f), Active: hasFeature(iso, f), Detail: featureDetail[f]}
 		if !p.Active {
 			p.Detail = reason[f]
@@ -219,6 +234,24 @@ func (r *Runner) tryIsolation(ctx context.Context, iso executor.Isolation) error
 	if truePath == "" {
 		return errors.New("no /usr/bin/true to probe with")
 	}
+	var cred *executor.Credential
+	if !iso.User {
+		cred = r.cred
+	}
+	if r.uids != nil {
+		// Probes run as a run user of their own too, never as one that a
+		// run (of this server or another) holds.
+		lease, err := r.uids.acquire(ctx)
+		if err != nil {
+			return err
+		}
+		defer lease.release()
+		if iso.User {
+			iso.UID, iso.GID = lease.uid, lease.uid
+		} else {
+			cred = &executor.Credential{UID: uint32(lease.uid), GID: uint32(lease.uid)}
+		}
+	}
 	dir, err := os.MkdirTemp(r.root, "probe-")
 	if err != nil {
 		return err
@@ -226,8 +259,8 @@ func (r *Runner) tryIsolation(ctx context.Context, iso executor.Isolation) error
 	defer executor.RemoveAll(dir)
 	if iso.User {
 		_ = os.Chown(dir, iso.UID, iso.GID)
-	} else if r.cred != nil {
-		_ = os.Chown(dir, int(r.cred.UID), int(r.cred.GID))
+	} else if cred != nil {
+		_ = os.Chown(dir, int(cred.UID), int(cred.GID))
 	}
 	if iso.Mount {
 		root, err := os.MkdirTemp(r.root, "probe-root-")
@@ -240,13 +273,18 @@ func (r *Runner) tryIsolation(ctx context.Context, iso executor.Isolation) error
 		}
 		iso.RootDir = root
 	}
-	var cred *executor.Credential
-	if !iso.User {
-		cred = r.cred
-	}
 	res := &sandbox.Result{}
 	lim := sandbox.Limits{Timeout: 10 * time.Second, OutputBytes: 4096, MemoryBytes: 64 << 20, Processes: 16, OpenFiles: 64, FileSizeBytes: 1 << 20}
-	err = executor.Spawn(ctx, executor.Spec{Path: truePath, Env: minimalEnv(dir), Dir: dir, Limits: lim, Rlimits: true, Credential: cred, NoNewPrivs: true, Isolation: iso}, res)
+	var procs []*os.File
+	if r.cgroups != nil {
+		cg, err := r.cgroups.create("probe-"+strconv.FormatInt(runSeq.Add(1), 10), lim)
+		if err != nil {
+			return err
+		}
+		defer cg.remove()
+		procs = cg.procs
+	}
+	err = executor.Spawn(ctx, executor.Spec{Path: truePath, Env: minimalEnv(dir), Dir: dir, Limits: lim, Rlimits: true, Credential: cred, NoNewPrivs: true, Isolation: iso, CgroupProcs: procs}, res)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,6 +33,10 @@ type Config struct {
 	// Strict refuses to start unless every isolation feature is active
 	// (CODE_EXEC_PROCESS_STRICT).
 	Strict bool
+	// UIDRange are the host users that runs take, one per run in flight,
+	// when the server is root (CODE_EXEC_PROCESS_UID_RANGE); the zero value
+	// means DefaultUIDRange.
+	UIDRange UIDRange
 }
 
 // Runner runs code as supervised child processes.
@@ -50,13 +55,15 @@ type Runner struct {
 	features []sandbox.Protection
 	// shield says how the server is kept out of the runs' reach.
 	shield sandbox.Protection
+	// uids hands out the runs' host users (root only; nil otherwise).
+	uids *uidPool
+	// uidRange is the configured range of run users.
+	uidRange UIDRange
+	// cgroups makes the runs' cgroups (nil where the host allows none).
+	cgroups *cgroupManager
 }
 
 var _ sandbox.Runner = (*Runner)(nil)
-
-// sandboxUID is the user that process mode runs code as when the server runs
-// as root (the conventional "nobody").
-const sandboxUID = 65534
 
 // New resolves the interpreters of the enabled languages on executor.MinimalPath (the
 // PATH that sandboxed code sees), prepares the work root and checks which
@@ -73,21 +80,34 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	root := wr.Dir
 	interp, langs := sandbox.ResolveInterpreters(ctx, cfg.Languages, executor.MinimalPath)
 	r := &Runner{interp: interp, root: root, workRoot: wr, log: log}
+	uids := cfg.UIDRange
+	if uids == (UIDRange{}) {
+		uids = DefaultUIDRange
+	}
+	r.uidRange = uids
+	if err := uids.Validate(); err != nil {
+		_ = wr.Remove()
+		return nil, fmt.Errorf("process mode: CODE_EXEC_PROCESS_UID_RANGE: %w", err)
+	}
 	if os.Geteuid() == 0 && runtime.GOOS == "linux" {
-		r.cred = &executor.Credential{UID: sandboxUID, GID: sandboxUID}
+		// Until a run takes a user of its own (the uid range), the probes
+		// run as the range's first.
+		r.cred = &executor.Credential{UID: uint32(uids.First), GID: uint32(uids.First)}
 	}
 	if os.Geteuid() == 0 {
 		if err := checkTraversable(root); err != nil {
 			_ = wr.Remove()
-			return nil, fmt.Errorf("process mode: the sandbox user (uid %d) cannot reach the work root: %w; set CODE_EXEC_WORK_DIR to a directory whose parents are world-searchable", sandboxUID, err)
+			return nil, fmt.Errorf("process mode: the sandbox users (uids %s) cannot reach the work root: %w; set CODE_EXEC_WORK_DIR to a directory whose parents are world-searchable", uids, err)
 		}
 	}
 	r.runs = executor.NewRunGroup()
-	r.iso, r.features = r.probeIsolation(ctx, cfg.Disable)
+	runUsers := r.setUpRunUsers(cfg.Disable, uids)
+	r.iso, r.features = r.probeIsolation(ctx, cfg.Disable, uids.First)
 	if r.iso.User && r.cred != nil {
-		// A user namespace maps the run to uid 65534 on the host already.
+		// A user namespace maps the run to its host user already.
 		r.cred = nil
 	}
+	r.features = append(r.features, runUsers, r.setUpCgroups(ctx, cfg.Disable))
 	if cfg.Strict {
 		var missing []string
 		for _, f := range r.features {
@@ -96,6 +116,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 			}
 		}
 		if len(missing) > 0 {
+			r.closeCgroups()
 			_ = wr.Remove()
 			return nil, fmt.Errorf("%w: CODE_EXEC_PROCESS_STRICT=true but these protections are unavailable: %s", sandbox.ErrSandboxUnavailable, strings.Join(missing, "; "))
 		}
@@ -108,6 +129,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		Protections: r.protections(),
 	}
 	if err := r.probeLanguages(ctx); err != nil {
+		r.closeCgroups()
 		_ = wr.Remove()
 		return nil, err
 	}
@@ -191,20 +213,24 @@ func checkTraversable(dir string) error {
 
 func (r *Runner) protections() []sandbox.Protection {
 	onLinux := runtime.GOOS == "linux"
+	memory := "CPU time, data segment (RLIMIT_DATA: the memory limit, per process), address space (the same, but none for node, whose heap --max-old-space-size bounds, nor when a memory cgroup bounds the run), open files, file size, processes, no core files"
 	p := []sandbox.Protection{
 		{Name: "scrubbed environment", Active: true, Detail: "PATH=" + executor.MinimalPath + ", HOME and TMPDIR in the run directory; nothing of the server's environment"},
 		{Name: "fresh work directory", Active: true, Detail: "created under " + r.root + " for each run and removed afterwards"},
 		{Name: "timeout and output cap", Active: true},
 		{Name: "process group kill", Active: true, Detail: "the run's process group is killed when it ends"},
 		{Name: "orphan reaping", Active: onLinux, Detail: ifElse(onLinux, "a child-subreaper supervisor kills daemons, double forks and setsid processes of the run", "needs Linux")},
-		{Name: "resource limits (rlimits)", Active: true, Detail: ifElse(onLinux, "CPU time, data and address space, open files, file size, processes, no core files", "CPU time, open files, file size, no core files (this system does not enforce memory rlimits; the process limit is per user and left alone)")},
+		{Name: "resource limits (rlimits)", Active: true, Detail: ifElse(onLinux, memory, "CPU time, open files, file size, no core files (this system does not enforce memory rlimits; the process limit is per user and left alone)")},
 		{Name: "no-new-privileges", Active: onLinux, Detail: ifElse(onLinux, "setuid binaries cannot raise privileges", "needs Linux")},
+		{Name: "no inherited descriptors", Active: true, Detail: "every descriptor above stdio is closed before the program starts, whatever the server inherited"},
+		{Name: "own session keyring", Active: onLinux, Detail: ifElse(onLinux, "each run starts in a new, empty session keyring (and the seccomp filter, where active, refuses keyrings altogether)", "needs Linux")},
+		{Name: "signals", Active: onLinux, Detail: ifElse(onLinux, "the supervisor ignores every signal a program can send it, and the program starts with default signal dispositions, none blocked", "needs Linux")},
 	}
 	switch {
 	case r.iso.User:
-		p = append(p, sandbox.Protection{Name: "unprivileged user", Active: true, Detail: fmt.Sprintf("code runs as uid %d on the host%s, with no capability", r.iso.UID, ifElse(r.iso.UID == os.Geteuid(), " (the server's own user)", ""))})
+		p = append(p, sandbox.Protection{Name: "unprivileged user", Active: true, Detail: fmt.Sprintf("code runs as uid %d in a user namespace of its own, with no uid 0 to become and no capability, as host user %s", executor.ProgramUID, r.hostUsers())})
 	case r.cred != nil:
-		p = append(p, sandbox.Protection{Name: "unprivileged user", Active: true, Detail: fmt.Sprintf("code runs as uid %d, not as root", r.cred.UID)})
+		p = append(p, sandbox.Protection{Name: "unprivileged user", Active: true, Detail: fmt.Sprintf("code runs as host user %s, not as root", r.hostUsers())})
 	default:
 		p = append(p, sandbox.Protection{Name: "unprivileged user", Active: false, Detail: fmt.Sprintf("the server is not root and has no user namespace, so code runs as the server's own user (uid %d)", os.Geteuid())})
 	}
@@ -222,7 +248,33 @@ func (r *Runner) protections() []sandbox.Protection {
 	if !fs.Active {
 		fs.Detail = "code can read what its user can read (" + featureStatus(r.features, FeatureMount) + ")"
 	}
-	return append(p, net, fs)
+	work := sandbox.Protection{Name: "work directory cap", Active: r.iso.Mount, Detail: fmt.Sprintf("the run directory is a tmpfs of its own in the run's mount namespace, capped like /tmp: at the file-size limit (CODE_EXEC_FILE_SIZE) and %d files", executor.TmpfsInodes)}
+	if !r.iso.Mount {
+		work.Detail = "the run directory is on the host's disk, and only each file's size is limited: a run can fill the disk (needs the mount namespace: " + featureStatus(r.features, FeatureMount) + ")"
+	}
+	apart := sandbox.Protection{Name: "runs kept apart"}
+	switch {
+	case r.uids != nil:
+		apart.Active, apart.Detail = true, "each run in flight is a host user of its own"+ifElse(r.iso.PID, " and sees only its own processes", "")
+	case r.iso.PID && r.iso.User:
+		apart.Active, apart.Detail = true, fmt.Sprintf("runs share the server's host user (uid %d), but each sees and signals only its own processes (PID namespace) and may hold at most 32 inotify instances (its user namespace's limit)", os.Geteuid())
+	default:
+		apart.Detail = fmt.Sprintf("runs share one host user (uid %d) and, without PID and user namespaces, can signal each other's processes and exhaust per-user kernel limits (inotify, processes) for each other", os.Geteuid())
+	}
+	return append(p, net, fs, work, apart)
+}
+
+// hostUsers names the host users that runs are.
+func (r *Runner) hostUsers() string {
+	switch {
+	case r.uids != nil:
+		return "from the uid range " + r.uidRange.String()
+	case r.iso.User:
+		return strconv.Itoa(r.iso.UID) + ifElse(r.iso.UID == os.Geteuid(), " (the server's own user)", "")
+	case r.cred != nil:
+		return strconv.Itoa(int(r.cred.UID))
+	}
+	return strconv.Itoa(os.Geteuid())
 }
 
 // featureStatus is the detail recorded for feature f.
@@ -237,8 +289,15 @@ func featureStatus(ps []sandbox.Protection, f Feature) string {
 
 // protectionName is how sandbox_info names an isolation feature.
 func protectionName(f Feature) string {
-	if f == FeatureLandlock {
+	switch f {
+	case FeatureLandlock:
 		return "landlock"
+	case FeatureSeccomp:
+		return "seccomp filter"
+	case FeatureCgroup:
+		return "memory cgroup"
+	case FeatureUIDRange:
+		return "separate run users"
 	}
 	return string(f) + " namespace"
 }
@@ -263,6 +322,12 @@ func (r *Runner) isolationSummary() string {
 		if hasFeature(r.iso, f) {
 			on = append(on, protectionName(f))
 		}
+	}
+	if r.cgroups != nil {
+		on = append(on, protectionName(FeatureCgroup))
+	}
+	if r.uids != nil {
+		on = append(on, protectionName(FeatureUIDRange))
 	}
 	s := "child process: scrubbed environment, resource limits, own process group, fresh work directory"
 	if len(on) > 0 {
@@ -293,81 +358,69 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		return nil, err
 	}
 	defer end()
+	g, err := r.guard(ctx, req.Limits)
+	if err != nil {
+		return nil, err
+	}
+	clean := false
+	defer func() { g.end(clean) }()
 	rd, err := executor.NewRunDir(r.root, spec.FileName, req.Code, 0o644, r.log)
 	if err != nil {
 		return nil, err
 	}
 	defer rd.Remove()
 	dir, file := rd.Dir, rd.File
-	if uid, gid, ok := r.runOwner(); ok {
+	if uid, gid, ok := g.owner(); ok {
 		if err := os.Chown(dir, uid, gid); err != nil {
 			return nil, fmt.Errorf("%w: handing the run directory to the sandbox user: %v", sandbox.ErrSandboxUnavailable, err)
 		}
 	}
-	iso := r.iso
+	iso := g.iso
 	if iso.Mount {
-		if iso.RootDir, err = r.makeRootDir(); err != nil {
+		if iso.RootDir, err = r.makeRootDir(iso); err != nil {
 			return nil, err
 		}
 		defer func() { _ = executor.RemoveAll(iso.RootDir) }()
 	}
 	iso.TmpBytes = req.Limits.FileSizeBytes
 	res := &sandbox.Result{Sandbox: sandbox.ModeProcess}
+	args := append(interpreterArgs(req.Language, req.Limits), spec.Args...)
 	err = executor.Spawn(ctx, executor.Spec{
-		Isolation:         iso,
-		Path:              in.Path,
-		Args:              append(append([]string{}, spec.Args...), file),
-		Env:               minimalEnv(dir),
-		Dir:               dir,
-		Stdin:             req.Stdin,
-		Limits:            req.Limits,
-		Observe:           req.Observe,
-		Rlimits:           true,
-		AddressSpaceExtra: addressSpaceExtra(req.Language),
-		Credential:        r.cred,
-		NoNewPrivs:        true,
+		Isolation:           iso,
+		Path:                in.Path,
+		Args:                append(args, file),
+		Env:                 minimalEnv(dir),
+		Dir:                 dir,
+		Stdin:               req.Stdin,
+		Limits:              req.Limits,
+		Observe:             req.Observe,
+		Rlimits:             true,
+		NoAddressSpaceLimit: g.cg != nil || req.Language == "javascript",
+		Credential:          g.cred,
+		NoNewPrivs:          true,
+		CgroupProcs:         g.cgroupProcs(),
 	}, res)
+	g.finish(res)
+	clean = err == nil
 	if err != nil {
 		return res, err
 	}
 	return res, nil
 }
 
-// runOwner is the host user that owns a run directory, when it is not the
-// server's own.
-func (r *Runner) runOwner() (uid, gid int, ok bool) {
-	switch {
-	case r.iso.User && r.iso.UID != os.Geteuid():
-		return r.iso.UID, r.iso.GID, true
-	case r.cred != nil:
-		return int(r.cred.UID), int(r.cred.GID), true
-	}
-	return 0, 0, false
-}
-
 // makeRootDir makes the empty directory on which a run's minimal root is
 // mounted (inside the run's own mount namespace only).
-func (r *Runner) makeRootDir() (string, error) {
+func (r *Runner) makeRootDir(iso executor.Isolation) (string, error) {
 	dir, err := os.MkdirTemp(r.root, "root-")
 	if err != nil {
 		return "", fmt.Errorf("%w: creating the root directory: %v", sandbox.ErrSandboxUnavailable, err)
 	}
-	if r.iso.User {
-		if err := os.Chown(dir, r.iso.UID, r.iso.GID); err != nil {
+	if iso.User {
+		if err := os.Chown(dir, iso.UID, iso.GID); err != nil {
 			return "", fmt.Errorf("%w: %v", sandbox.ErrSandboxUnavailable, err)
 		}
 	}
 	return dir, nil
-}
-
-// addressSpaceExtra is the address space a language's interpreter reserves
-// without using it, added to the address-space limit: V8 reserves about a
-// gibibyte at start. The memory it actually uses is bounded by the data limit.
-func addressSpaceExtra(lang string) int64 {
-	if lang == "javascript" {
-		return 4 << 30
-	}
-	return 0
 }
 
 // minimalEnv is the scrubbed environment of a sandboxed program: nothing of
@@ -395,5 +448,12 @@ func (r *Runner) Close() error {
 	if !r.runs.Close() {
 		return nil
 	}
+	r.closeCgroups()
 	return r.workRoot.Remove()
 }
+
+// CloseInheritedOnExec marks every descriptor of this process above stdio
+// close-on-exec, so that no program it starts, in any mode, gets one: the
+// server calls it at start for what it inherited. Safe to call any number of
+// times.
+func CloseInheritedOnExec() error { return executor.CloseInheritedOnExec() }

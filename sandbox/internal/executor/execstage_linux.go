@@ -4,6 +4,7 @@ package executor
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -26,6 +27,12 @@ func execMain() int {
 		return execFail("reading the run spec", err)
 	}
 	_ = cfg.Close()
+	// First of all, into the run's cgroups: everything the program starts
+	// is then counted there.
+	if err := joinCgroups(spec.CgroupFDs); err != nil {
+		return execFail("joining the run's cgroup", err)
+	}
+	_ = CloseInheritedOnExec()
 	argv := append([]string{spec.Path}, spec.Args...)
 	if c := spec.Credential; c != nil {
 		if err := syscall.Setgroups([]int{int(c.GID)}); err != nil {
@@ -43,8 +50,18 @@ func execMain() int {
 			return execFail("setting no-new-privileges", err)
 		}
 	}
+	// A session keyring of its own: the server's (and every other run's)
+	// keys are out of reach, whatever the seccomp filter does.
+	if _, err := unix.KeyctlInt(unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0, 0, 0); err != nil && !errors.Is(err, unix.ENOSYS) {
+		return execFail("joining a new session keyring", err)
+	}
 	if err := lockDown(spec); err != nil {
 		return execFail("isolating the program", err)
+	}
+	if spec.Isolation.Seccomp {
+		if err := applySeccomp(); err != nil {
+			return execFail("applying the seccomp filter", err)
+		}
 	}
 	return execWithLimits(spec, argv)
 }
@@ -76,6 +93,10 @@ func execWithLimits(spec Spec, argv []string) int {
 			return execFail("setting "+ls[i].name, e)
 		}
 	}
+	// The last steps: no descriptor but stdio survives the exec, and the
+	// program starts with every signal at its default, none blocked.
+	closeFromRaw(3)
+	resetSignalsRaw()
 	_, _, e := syscall.RawSyscall(unix.SYS_EXECVE, uintptr(unsafe.Pointer(path)), uintptr(unsafe.Pointer(&argvp[0])), uintptr(unsafe.Pointer(&envp[0])))
 	return execFail("starting "+spec.Path, e)
 }
@@ -118,9 +139,11 @@ func rlimitsFor(spec Spec) []rlimit {
 	}
 	add("RLIMIT_CORE", unix.RLIMIT_CORE, 0, 0)
 	if l.MemoryBytes > 0 {
-		as := uint64(l.MemoryBytes + spec.AddressSpaceExtra)
 		add("RLIMIT_DATA", unix.RLIMIT_DATA, uint64(l.MemoryBytes), uint64(l.MemoryBytes))
-		add("RLIMIT_AS", unix.RLIMIT_AS, as, as)
+		if !spec.NoAddressSpaceLimit {
+			as := uint64(l.MemoryBytes + spec.AddressSpaceExtra)
+			add("RLIMIT_AS", unix.RLIMIT_AS, as, as)
+		}
 	}
 	return ls
 }

@@ -7,7 +7,11 @@ type Isolation struct {
 	// User, PID, Network, IPC, UTS and Mount ask for a namespace of that
 	// kind; Landlock restricts file access with Landlock.
 	User, PID, Network, IPC, UTS, Mount, Landlock bool
-	// UID and GID are the host ids mapped to 0 inside a user namespace.
+	// Seccomp applies the run's seccomp filter (see seccomp_linux.go).
+	Seccomp bool
+	// UID and GID are the run's host ids: in a user namespace, the
+	// supervisor's uid 0 maps to them, and the program's ProgramUID (of a
+	// user namespace nested in the supervisor's) to the supervisor's 0.
 	UID, GID int
 	// RootDir is an empty directory where the minimal root is assembled
 	// (in the run's private mount namespace only).
@@ -23,3 +27,18 @@ type Isolation struct {
 func (i Isolation) Namespaces() bool {
 	return i.User || i.PID || i.Network || i.IPC || i.UTS || i.Mount
 }
+
+// ProgramUID (and group) is who the program is inside its user namespace:
+// an ordinary user, as in docker mode, never uid 0. The supervisor is uid 0
+// of the run's user namespace (mapped to the run's host user); the exec
+// stage starts in a user namespace nested in it, which maps only ProgramUID,
+// to the supervisor's uid 0. So the program and the supervisor are the same
+// host user, yet the program has no uid 0 to become (setuid(0) fails), no
+// capability, and no claim on the supervisor, whose user namespace is not
+// its own. An ordinary user's server can do this too: a single mapping of
+// one's own uid needs no privilege.
+const ProgramUID = 1000
+
+// TmpfsInodes caps the files (inodes) of each tmpfs a run writes to: its
+// work directory, /tmp and /dev/shm. Docker mode's /tmp has the same cap.
+const TmpfsInodes = 16384

@@ -5,6 +5,7 @@ package executor
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -58,26 +59,40 @@ func applyCloneAttrs(a *syscall.SysProcAttr, iso Isolation) {
 }
 
 // enterIsolation runs in the supervisor, inside its new namespaces: it gives
-// the run its hostname, brings up the isolated loopback and assembles the
-// minimal root.
-func enterIsolation(spec Spec) error {
+// the run its hostname, brings up the isolated loopback, bounds shared memory
+// in its IPC namespace and assembles the minimal root. With a user namespace
+// it returns the namespace limits to apply once the exec stage runs.
+func enterIsolation(spec Spec) (*nsLimits, error) {
 	iso := spec.Isolation
 	if iso.UTS {
 		if err := unix.Sethostname([]byte("codeexec")); err != nil {
-			return fmt.Errorf("setting the hostname: %w", err)
+			return nil, fmt.Errorf("setting the hostname: %w", err)
 		}
 	}
 	if iso.Network {
 		if err := loopbackUp(); err != nil {
-			return fmt.Errorf("bringing up the isolated loopback: %w", err)
+			return nil, fmt.Errorf("bringing up the isolated loopback: %w", err)
+		}
+	}
+	if iso.IPC {
+		if err := setIPCLimits(spec.Limits.MemoryBytes); err != nil {
+			return nil, fmt.Errorf("bounding shared memory: %w", err)
+		}
+	}
+	var limits *nsLimits
+	if iso.User {
+		var err error
+		if limits, err = openNamespaceLimits(); err != nil {
+			return nil, err
 		}
 	}
 	if iso.Mount {
 		if err := buildRoot(spec); err != nil {
-			return fmt.Errorf("building the minimal root: %w", err)
+			limits.close()
+			return nil, fmt.Errorf("building the minimal root: %w", err)
 		}
 	}
-	return nil
+	return limits, nil
 }
 
 // loopbackUp sets the flag IFF_UP on lo, the only interface of a new
@@ -119,21 +134,22 @@ func buildRoot(spec Spec) error {
 		}
 	}
 	tmpSize := max(iso.TmpBytes, 1<<20)
-	tmpOpts := "size=" + strconv.FormatInt(tmpSize, 10) + ",mode=1777"
+	sized := "size=" + strconv.FormatInt(tmpSize, 10) + ",nr_inodes=" + strconv.Itoa(TmpfsInodes)
+	tmpOpts := sized + ",mode=1777"
 	if err := mountTmpfs(filepath.Join(root, "tmp"), tmpOpts); err != nil {
 		return err
 	}
 	// The run directory keeps its path, so that HOME, TMPDIR and the
-	// program file name are the same inside and out.
+	// program file name are the same inside and out. It is a tmpfs of its
+	// own, capped in bytes and files like /tmp, holding a copy of what the
+	// server put in the host's run directory: a run cannot fill the host's
+	// disk.
 	work := filepath.Join(root, spec.Dir)
-	if err := os.MkdirAll(work, 0o755); err != nil {
+	if err := mountTmpfs(work, sized+",mode=0755"); err != nil {
 		return err
 	}
-	if err := unix.Mount(spec.Dir, work, "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("binding the run directory: %w", err)
-	}
-	if err := unix.Mount("", work, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
-		return fmt.Errorf("remounting the run directory nosuid: %w", err)
+	if err := copyTree(spec.Dir, work); err != nil {
+		return fmt.Errorf("copying the run directory: %w", err)
 	}
 	if err := buildDev(filepath.Join(root, "dev"), tmpOpts); err != nil {
 		return err
@@ -144,6 +160,15 @@ func buildRoot(spec Spec) error {
 	}
 	if err := unix.Mount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mounting /proc: %w", err)
+	}
+	// The run's own kernel settings (shared-memory limits, ...) are
+	// read-only to it, as in a container.
+	sys := filepath.Join(proc, "sys")
+	if err := unix.Mount(sys, sys, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("binding /proc/sys: %w", err)
+	}
+	if err := unix.Mount("", sys, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("making /proc/sys read-only: %w", err)
 	}
 	// pivot_root(".", ".") stacks the old root under the new one; detaching
 	// it leaves only the new root.
@@ -162,6 +187,49 @@ func buildRoot(spec Spec) error {
 	// The root itself becomes read-only: only /tmp, /dev/shm and the run
 	// directory can be written.
 	return unix.Mount("", "/", "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "")
+}
+
+// copyTree copies the directories and regular files under src into dst
+// (an empty tmpfs); anything else (links, devices) is left out.
+func copyTree(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		to := filepath.Join(dst, rel)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			return os.Mkdir(to, info.Mode().Perm()|0o700)
+		case d.Type().IsRegular():
+			return copyFile(p, to, info.Mode().Perm())
+		}
+		return nil
+	})
+}
+
+func copyFile(src, dst string, perm os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, perm)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 func mountTmpfs(dir, opts string) error {
@@ -278,7 +346,9 @@ func lockDown(spec Spec) error {
 
 // dropCapabilities empties the bounding, ambient, inheritable, permitted and
 // effective sets of this thread (the one that execs), so that the program
-// has no capability even as uid 0 of its user namespace.
+// has no capability. In a run with a user namespace the exec stage is
+// ProgramUID of a namespace of its own and holds only CAP_SETPCAP there (see
+// programUserNamespace), which is what emptying the bounding set takes.
 func dropCapabilities() error {
 	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {

@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -51,6 +52,19 @@ type Spec struct {
 	// AddressSpaceExtra is added to the address-space limit (interpreters
 	// such as V8 reserve address space they never touch).
 	AddressSpaceExtra int64
+	// NoAddressSpaceLimit leaves RLIMIT_AS unset: when a cgroup bounds the
+	// run's memory, and for node, whose heap --max-old-space-size bounds
+	// instead (see interpreterArgs), so that no child of node inherits an
+	// address-space allowance meant for V8's reservations.
+	NoAddressSpaceLimit bool
+	// CgroupProcs are the cgroup.procs files of the run's cgroups, opened
+	// by the server: the exec stage moves itself into them before anything
+	// else, so that the program and all it starts are counted, and the
+	// supervisor is not.
+	CgroupProcs []*os.File `json:"-"`
+	// CgroupFDs is how many cgroup.procs descriptors the supervisor and
+	// the exec stage receive (after the fixed ones).
+	CgroupFDs int
 	// Credential, when set, is the user the program runs as.
 	Credential *Credential
 	// NoNewPrivs stops the program from gaining privileges through exec
@@ -72,7 +86,7 @@ type Spec struct {
 // needsExecStage reports whether anything must be applied to the program's
 // own process before the interpreter starts.
 func (s Spec) needsExecStage() bool {
-	return s.Rlimits || s.Credential != nil || s.NoNewPrivs || s.Isolation.Namespaces() || s.Isolation.Landlock
+	return s.Rlimits || s.Credential != nil || s.NoNewPrivs || s.Isolation.Namespaces() || s.Isolation.Landlock || s.Isolation.Seccomp || s.CgroupFDs > 0
 }
 
 // Credential is a numeric user and group.
@@ -194,6 +208,8 @@ func stopAndWait(sup *supervised, waitCh <-chan error) error {
 // runs once the program has been waited for (Linux uses it to sweep the
 // run's orphans).
 func startDirect(spec Spec, out *sandbox.Output, afterExit func(pid int)) (*supervised, error) {
+	// Whatever the server holds without close-on-exec stays with it.
+	_ = CloseInheritedOnExec()
 	cmd := exec.Command(spec.Path, spec.Args...)
 	cmd.Env = spec.Env
 	cmd.Dir = spec.Dir

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
@@ -113,9 +112,12 @@ func startRun(spec Spec, out *sandbox.Output) (*supervised, error) {
 	cmd.Stdout = out.Stdout()
 	cmd.Stderr = out.Stderr()
 	cmd.ExtraFiles = []*os.File{cfgR, statusW, ctlR} // fds 3, 4, 5 = ctlFD
-	if exeFile != nil {
-		cmd.ExtraFiles = append(cmd.ExtraFiles, exeFile) // fd 6 = exeFD
+	if exeFile != nil || len(spec.CgroupProcs) > 0 {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, exeFile) // fd 6 = exeFD (nil: closed)
 	}
+	// fds 7... = cgroupFD...: the run's cgroup.procs files.
+	cmd.ExtraFiles = append(cmd.ExtraFiles, spec.CgroupProcs...)
+	spec.CgroupFDs = len(spec.CgroupProcs)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	applyCloneAttrs(cmd.SysProcAttr, spec.Isolation)
 	// Pipes held open by a stray process must not hold up Wait forever.
@@ -160,9 +162,9 @@ func supervisorMain() int {
 	cfg := os.NewFile(3, "spec")
 	statusF := os.NewFile(4, "status")
 	ctl := os.NewFile(ctlFD, "control")
-	for _, fd := range []int{3, 4, ctlFD} {
-		syscall.CloseOnExec(fd)
-	}
+	// Nothing this process holds reaches the program, whatever the server
+	// passed on by mistake or inherited.
+	_ = CloseInheritedOnExec()
 	report := func(st status) int {
 		_ = json.NewEncoder(statusF).Encode(st)
 		_ = statusF.Close()
@@ -176,11 +178,11 @@ func supervisorMain() int {
 		_, _ = ctl.Read(b[:])
 		close(stopReq)
 	}()
-	// In a PID namespace the program may signal its init, the supervisor:
-	// the signals that would end or stop a Go program are ignored, so the
+	// In a PID namespace the program may signal its init, the supervisor,
+	// and without one its parent: every signal it can send is ignored (the
+	// exec stage sets them back to their defaults for the program), so the
 	// run ends and reports as usual.
-	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2,
-		syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGPIPE, syscall.SIGALRM)
+	ignoreAllSignals()
 
 	var spec Spec
 	if err := json.NewDecoder(cfg).Decode(&spec); err != nil {
@@ -190,14 +192,23 @@ func supervisorMain() int {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return report(status{Error: "becoming a child subreaper: " + err.Error()})
 	}
+	var limits *nsLimits
 	if spec.Isolation.Namespaces() {
-		syscall.CloseOnExec(exeFD)
-		if err := enterIsolation(spec); err != nil {
+		var err error
+		if limits, err = enterIsolation(spec); err != nil {
 			return report(status{Error: err.Error()})
 		}
 	}
 
-	child, err := startExecStage(spec)
+	child, err := startExecStage(spec, func() error {
+		// The exec stage runs, and its user namespace is mapped: now no
+		// more namespaces may be created in the run's, and nothing of the
+		// run may trace or read this process.
+		if err := limits.apply(); err != nil {
+			return err
+		}
+		return unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	})
 	if err != nil {
 		return report(status{Error: err.Error()})
 	}
@@ -228,9 +239,11 @@ func supervisorMain() int {
 	return report(st)
 }
 
-// startExecStage starts the exec stage with the Spec on its fd 3, in a new
-// process group, and returns its pid.
-func startExecStage(spec Spec) (int, error) {
+// startExecStage starts the exec stage with the Spec on its fd 3 and the
+// cgroup.procs files on fds 4..., in a new process group (and, with a user
+// namespace, a nested one where the program is ProgramUID), calls started,
+// and then hands it the Spec. It returns the stage's pid.
+func startExecStage(spec Spec, started func() error) (int, error) {
 	if !spec.needsExecStage() {
 		// Nothing to apply before the program starts (mode none): start it
 		// directly and spare a second start of this binary.
@@ -244,7 +257,7 @@ func startExecStage(spec Spec) (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("starting %s: %w", spec.Path, err)
 		}
-		return pid, nil
+		return pid, started()
 	}
 	exe := "/proc/self/fd/" + strconv.Itoa(exeFD)
 	if !spec.Isolation.Namespaces() {
@@ -258,16 +271,24 @@ func startExecStage(spec Spec) (int, error) {
 		return 0, err
 	}
 	defer r.Close()
-	attr := &syscall.ProcAttr{
-		Dir:   spec.Dir,
-		Env:   spec.Env,
-		Files: []uintptr{0, 1, 2, r.Fd()},
-		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
+	files := []uintptr{0, 1, 2, r.Fd()}
+	for i := range spec.CgroupFDs {
+		files = append(files, uintptr(cgroupFD+i))
 	}
+	sys := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if spec.Isolation.User {
+		programUserNamespace(sys)
+	}
+	attr := &syscall.ProcAttr{Dir: spec.Dir, Env: spec.Env, Files: files, Sys: sys}
 	pid, err := syscall.ForkExec(exe, []string{exe, execArg}, attr)
 	if err != nil {
 		w.Close()
 		return 0, fmt.Errorf("starting the program: %w", err)
+	}
+	if err := started(); err != nil {
+		w.Close()
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		return 0, err
 	}
 	err = json.NewEncoder(w).Encode(spec)
 	w.Close()

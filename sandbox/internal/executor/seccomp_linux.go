@@ -1,0 +1,109 @@
+//go:build linux
+
+package executor
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+
+	seccomp "github.com/elastic/go-seccomp-bpf"
+	"github.com/elastic/go-seccomp-bpf/arch"
+	"golang.org/x/sys/unix"
+)
+
+// Process mode's seccomp filter, in the spirit of Docker's default profile:
+// everything is allowed except the system calls that widen the kernel's
+// attack surface or undo the sandbox. It is the last thing the exec stage
+// applies before the interpreter starts, so the program and everything it
+// starts run under it (a filter is inherited and cannot be removed).
+
+// refusedSyscalls fail with EPERM.
+var refusedSyscalls = []string{
+	// New namespaces and entering others: a nested user namespace gives
+	// back every capability (raw sockets, netfilter, mounts inside it).
+	"setns",
+	// Kernel keyrings are not namespaced.
+	"keyctl", "add_key", "request_key",
+	// Large kernel interfaces, rarely needed and often exploited.
+	"bpf", "perf_event_open", "userfaultfd",
+	"io_uring_setup", "io_uring_enter", "io_uring_register",
+	// The kernel itself.
+	"kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
+	"reboot", "swapon", "swapoff", "acct", "syslog", "quotactl", "quotactl_fd",
+	"lookup_dcookie", "uselib", "vhangup", "iopl", "ioperm",
+	// Mounts, old and new API.
+	"mount", "umount2", "pivot_root", "fsopen", "fsconfig", "fsmount", "fspick",
+	"move_mount", "open_tree", "mount_setattr",
+	// Other processes' memory and files: a program has no debugger to run.
+	"ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
+	"open_by_handle_at",
+	// The clock.
+	"settimeofday", "clock_settime", "clock_adjtime",
+}
+
+// namespaceFlags are the clone and unshare flags that create namespaces.
+const namespaceFlags = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC |
+	unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET
+
+// seccompPolicy is the filter of a run on this architecture.
+//
+// clone3 takes its flags in memory, where a filter cannot look, so it fails
+// with ENOSYS: the C library then falls back to clone, whose flags are
+// checked. clone and unshare fail with EPERM when they ask for a namespace.
+func seccompPolicy() (*seccomp.Policy, error) {
+	if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
+		// clone's flags are its first argument on these; other
+		// architectures are not checked.
+		return nil, fmt.Errorf("no filter for %s (only amd64 and arm64)", runtime.GOARCH)
+	}
+	info, err := arch.GetInfo("")
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, n := range refusedSyscalls {
+		if _, ok := info.SyscallNames[n]; ok {
+			names = append(names, n)
+		}
+	}
+	nsCond := func(name string, flags uint64) seccomp.NameWithConditions {
+		return seccomp.NameWithConditions{Name: name, Conditions: seccomp.ArgumentConditions{
+			{Argument: 0, Operation: seccomp.BitsSet, Value: flags},
+		}}
+	}
+	return &seccomp.Policy{
+		DefaultAction: seccomp.ActionAllow,
+		Syscalls: []seccomp.SyscallGroup{
+			{Names: names, Action: seccomp.ActionErrno},
+			{Names: []string{"clone3"}, Action: seccomp.ActionErrno | seccomp.Action(unix.ENOSYS)},
+			{NamesWithCondtions: []seccomp.NameWithConditions{
+				nsCond("clone", namespaceFlags),
+				nsCond("unshare", namespaceFlags|unix.CLONE_NEWTIME),
+			}, Action: seccomp.ActionErrno},
+		},
+	}, nil
+}
+
+// applySeccomp installs the filter on every thread of this process (with
+// no-new-privileges, which it needs).
+func applySeccomp() error {
+	p, err := seccompPolicy()
+	if err != nil {
+		return err
+	}
+	return seccomp.LoadFilter(seccomp.Filter{NoNewPrivs: true, Flag: seccomp.FilterFlagTSync, Policy: *p})
+}
+
+// SeccompAvailable reports why the filter cannot be used here, or nil.
+func SeccompAvailable() error {
+	if !seccomp.Supported() {
+		return errors.New("the kernel does not offer seccomp filters")
+	}
+	p, err := seccompPolicy()
+	if err != nil {
+		return err
+	}
+	_, err = p.Assemble()
+	return err
+}
