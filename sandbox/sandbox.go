@@ -13,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/codeexec/codeexec/sandbox/egress"
 )
 
 // Mode names a sandbox backend. The values are the accepted values of
@@ -129,6 +131,10 @@ type Result struct {
 	Duration time.Duration
 	// Sandbox is the mode that ran it.
 	Sandbox Mode
+	// Network reports what the run reached and what was refused, when
+	// runs reach the network through codeexec's egress proxy
+	// (CODE_EXEC_NETWORK=allowlist); nil otherwise.
+	Network *egress.Report
 }
 
 // LimitHit returns a short description of the limit that stopped the run, or
