@@ -170,6 +170,10 @@ type Capabilities struct {
 	// Warnings are things the operator must know (for example that mode
 	// none runs code unsandboxed).
 	Warnings []string
+	// Egress describes the network allowlist when runs reach the network
+	// through codeexec's egress proxy (CODE_EXEC_NETWORK=allowlist); nil
+	// when they have no network (or, in mode none, the host's).
+	Egress *egress.PolicyInfo
 }
 
 // Isolation declares which boundaries hold between a run and the host on
@@ -180,7 +184,9 @@ type Capabilities struct {
 // free-text names of Protections.
 type Isolation struct {
 	// Network: the program cannot reach the network, the host's services
-	// or DNS; at most a loopback of its own.
+	// or DNS; at most a loopback of its own and, when Capabilities.Egress
+	// is set, codeexec's egress proxy, through which it reaches the
+	// allowed destinations and nothing else.
 	Network bool `json:"network"`
 	// Filesystem: the program sees the system's files read-only and its
 	// own run directory, and nothing else of the host's files.

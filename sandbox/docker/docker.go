@@ -259,6 +259,9 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		}
 	}
 	r.caps = r.capabilities(statuses)
+	if cfg.Egress != nil {
+		r.caps.Egress = cfg.Egress.Info(true, egressAddr)
+	}
 	r.pool = newPool(r, cfg.PoolSize, cfg.PoolLimits)
 	go r.reap()
 	log.Info("docker sandbox ready", "engine", r.engine.serverVersion, "api", r.engine.apiVersion,

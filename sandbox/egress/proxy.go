@@ -520,3 +520,38 @@ func ProxyEnv(addr string) []string {
 		"NO_PROXY=", "no_proxy=",
 	}
 }
+
+// PolicyInfo describes a policy to operators and models (sandbox_info,
+// the audit record).
+type PolicyInfo struct {
+	// Allow lists the allowlist entries, each as it parses back.
+	Allow []string `json:"allow"`
+	// AllowPrivate: loopback, private, CGNAT and link-local addresses
+	// may be reached.
+	AllowPrivate bool `json:"allow_private"`
+	// Enforced: the sandbox sends every connection of a run through the
+	// proxy. In mode none programs are only pointed at it.
+	Enforced bool `json:"enforced"`
+	// Proxy is the address programs find the proxy at (HTTP_PROXY).
+	Proxy                 string  `json:"proxy,omitempty"`
+	MaxConnections        int     `json:"max_connections"`
+	MaxBytes              int64   `json:"max_bytes"`
+	ConnectTimeoutSeconds float64 `json:"connect_timeout_seconds"`
+	IdleTimeoutSeconds    float64 `json:"idle_timeout_seconds"`
+}
+
+// Info describes the proxy's policy; enforced and proxy are the sandbox's
+// to say.
+func (p *Proxy) Info(enforced bool, proxy string) *PolicyInfo {
+	pol := p.policy
+	return &PolicyInfo{
+		Allow:                 pol.Allow.Strings(),
+		AllowPrivate:          pol.AllowPrivate,
+		Enforced:              enforced,
+		Proxy:                 proxy,
+		MaxConnections:        pol.Caps.Connections,
+		MaxBytes:              pol.Caps.Bytes,
+		ConnectTimeoutSeconds: pol.Caps.ConnectTimeout.Seconds(),
+		IdleTimeoutSeconds:    pol.Caps.IdleTimeout.Seconds(),
+	}
+}

@@ -92,6 +92,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		Warnings: []string{Warning},
 	}
 	if r.egress != nil {
+		r.caps.Egress = r.egress.Info(false, "127.0.0.1 (a port of each run's own)")
 		r.caps.Warnings = append(r.caps.Warnings, EgressWarning)
 		for i, p := range r.caps.Protections {
 			if p.Name == "network isolation" {

@@ -146,6 +146,9 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		Languages:   langs,
 		Protections: r.protections(),
 	}
+	if r.egress != nil {
+		r.caps.Egress = r.egress.Info(true, EgressAddr)
+	}
 	if err := r.probeLanguages(ctx); err != nil {
 		r.closeCgroups()
 		_ = wr.Remove()
