@@ -453,3 +453,26 @@ func TestProxyEnv(t *testing.T) {
 		t.Fatalf("ProxyEnv = %q", got)
 	}
 }
+
+// The destination is the request's URL: a Host header that names another
+// site does not reach the upstream, so a program cannot pick a virtual host
+// the allowlist does not name on an allowed address.
+func TestHostHeaderCannotChooseAnotherSite(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	c, err := net.Dial("tcp", f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET http://allowed.test:%d/h HTTP/1.1\r\nHost: notlisted.test\r\nConnection: close\r\n\r\n", f.hport)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := fmt.Sprintf("host=allowed.test:%d", f.hport); resp.StatusCode != 200 || !strings.Contains(string(b), want) {
+		t.Fatalf("GET = %d %q, want 200 and %s", resp.StatusCode, b, want)
+	}
+}

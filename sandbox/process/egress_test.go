@@ -3,6 +3,7 @@ package process_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/codeexec/codeexec/sandbox"
@@ -43,5 +44,26 @@ func TestEgressNeedsNetworkNamespace(t *testing.T) {
 	})
 	if !errors.Is(err, sandbox.ErrSandboxUnavailable) {
 		t.Fatalf("process.New with egress and no network namespace: %v, want ErrSandboxUnavailable", err)
+	}
+}
+
+// The listener the supervisor hands over is the server's alone: the
+// program holds no descriptor of it (it could otherwise accept the run's
+// own proxy connections), and the only socket it sees is its own.
+func TestEgressListenerNotInherited(t *testing.T) {
+	t.Parallel()
+	requireActive(t, newRunnerWith(t), "network namespace")
+	proxy := egress.New(egress.Policy{}, nil)
+	r, err := process.New(context.Background(), process.Config{Languages: []string{"bash"}, WorkRoot: WorkRoot(t), Egress: proxy})
+	if err != nil {
+		t.Fatalf("process.New: %v", err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	res, err := r.Run(context.Background(), sandboxtest.Req("bash", `for f in /proc/self/fd/*; do readlink "$f"; done`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(res.Stdout, "socket:") {
+		t.Fatalf("the program holds a socket it did not open:\n%s", res.Stdout)
 	}
 }
