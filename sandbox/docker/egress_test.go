@@ -3,7 +3,9 @@ package docker
 import (
 	"net"
 	"os"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/codeexec/codeexec/sandbox/egress"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
@@ -53,8 +55,16 @@ func TestEgressAllowlist(t *testing.T) {
 			if ip != "127.0.0.1" {
 				raws = append(raws, ip)
 			}
-			for range max(1, tc.pool*2) {
+			e.CheckEgress(t, r, tc.allowPrivate, raws...)
+			if tc.pool > 0 {
+				// The pool fills after the first request. A warm
+				// container's session is open before its run; the
+				// report must still be the run's alone.
+				waitWarmPython(t, r)
 				e.CheckEgress(t, r, tc.allowPrivate, raws...)
+			}
+			if rec := servedOf(r); tc.pool > 0 && !slices.Contains(rec.warm, true) {
+				t.Fatalf("no run took a warm container: %v", rec.warm)
 			}
 			dir := r.egressDir
 			if err := r.Close(); err != nil {
@@ -65,4 +75,20 @@ func TestEgressAllowlist(t *testing.T) {
 			}
 		})
 	}
+}
+
+// waitWarmPython waits until the pool holds a warm python container.
+func waitWarmPython(t *testing.T, r *Runner) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		r.pool.mu.Lock()
+		n := len(r.pool.warm["python"])
+		r.pool.mu.Unlock()
+		if n > 0 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("no warm python container within a minute")
 }
