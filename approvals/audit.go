@@ -13,6 +13,8 @@ import (
 	"regexp"
 	"sync"
 	"time"
+
+	"github.com/codeexec/codeexec/sandbox/egress"
 )
 
 // Event names the kind of an audit entry.
@@ -49,6 +51,9 @@ type Entry struct {
 	Policy    Policy     `json:"policy,omitempty"`
 	Reasons   []string   `json:"reasons,omitempty"`
 	Requester *Requester `json:"requester,omitempty"`
+	// NetworkPolicy is the allowlist the run would reach the network
+	// under (CODE_EXEC_NETWORK=allowlist).
+	NetworkPolicy *egress.PolicyInfo `json:"network_policy,omitempty"`
 
 	// decision
 	Outcome Outcome `json:"outcome,omitempty"`
@@ -63,6 +68,8 @@ type Entry struct {
 	Signal     string   `json:"signal,omitempty"`
 	Sandbox    string   `json:"sandbox,omitempty"`
 	Error      string   `json:"error,omitempty"`
+	// Network is what the run reached and what was refused.
+	Network *egress.Report `json:"network,omitempty"`
 
 	// Prev is the Hash of the previous entry ("" for the first).
 	Prev string `json:"prev"`

@@ -211,6 +211,18 @@ func (c callRunner) Capabilities() sandbox.Capabilities { return c.g.Capabilitie
 
 func (c callRunner) Close() error { return nil }
 
+// riskCheck is the configured risk check and, when runs reach the network
+// through an allowlist, which destinations the code names that the
+// allowlist would refuse.
+func (g *Gate) riskCheck(req sandbox.Request) []Finding {
+	f := g.cfg.RiskCheck(req.Language, req.Code)
+	if p := g.next.Capabilities().Egress; p != nil {
+		f = append(f, AllowlistFindings(req.Code, p)...)
+		sortFindings(f)
+	}
+	return f
+}
+
 // ErrAudit is wrapped when the audit log cannot be written. Nothing runs
 // that could not be recorded.
 var ErrAudit = errors.New("the audit log could not be written")
@@ -226,7 +238,7 @@ func (g *Gate) run(ctx context.Context, req sandbox.Request, c Call) (*sandbox.R
 	} else {
 		var findings []Finding
 		if g.cfg.Policy != PolicyNever {
-			findings = g.cfg.RiskCheck(req.Language, req.Code)
+			findings = g.riskCheck(req)
 		}
 		a, err := g.newAsk(req, c.Requester, findings)
 		if err != nil {
@@ -254,6 +266,7 @@ func (g *Gate) run(ctx context.Context, req sandbox.Request, c Call) (*sandbox.R
 	if res != nil {
 		code, ms := res.ExitCode, float64(res.Duration.Microseconds())/1000
 		e.ExitCode, e.DurationMS, e.LimitHit, e.Signal, e.Sandbox = &code, &ms, res.LimitHit(), res.Signal, string(res.Sandbox)
+		e.Network = res.Network
 	}
 	if e.Sandbox == "" {
 		e.Sandbox = string(g.next.Capabilities().Mode)
@@ -287,6 +300,7 @@ func (g *Gate) newAsk(req sandbox.Request, requester Requester, findings []Findi
 	err := g.record(Entry{
 		Event: EventRequest, ID: a.ID, CodeSHA256: a.CodeSHA256, Language: a.Language, Code: a.Code,
 		StdinSize: &stdin, TimeoutMS: &timeout, Policy: g.cfg.Policy, Reasons: a.Reasons, Requester: &requester, Time: now,
+		NetworkPolicy: g.next.Capabilities().Egress,
 	})
 	if err != nil {
 		g.log.Error("audit log", "err", err)
@@ -404,7 +418,7 @@ func (g *Gate) redeem(req sandbox.Request, hash string, c Call) (Decision, error
 // request first.
 func (g *Gate) reject(req sandbox.Request, requester Requester, id string, outcome Outcome, note string) error {
 	if id == "" {
-		a, err := g.newAsk(req, requester, g.cfg.RiskCheck(req.Language, req.Code))
+		a, err := g.newAsk(req, requester, g.riskCheck(req))
 		if err != nil {
 			return err
 		}

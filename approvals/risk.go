@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/codeexec/codeexec/sandbox/egress"
 )
 
 // Category is a kind of risky behaviour that the risk check looks for.
@@ -142,8 +144,20 @@ func Assess(language, code string) []Finding {
 			break
 		}
 	}
+	out = append(out, destinationFindings(code, nil)...)
 	sortFindings(out)
 	return out
+}
+
+// AllowlistFindings tells the approver which of the destinations code
+// names the network allowlist of policy would refuse.
+func AllowlistFindings(code string, policy *egress.PolicyInfo) []Finding {
+	fs := destinationFindings(code, policy)
+	if len(fs) < 2 {
+		return nil
+	}
+	// The first lists the destinations, which Assess does already.
+	return fs[1:]
 }
 
 // firstMatch returns what rl flags in line: its first non-empty group (or the

@@ -164,6 +164,15 @@ type Config struct {
 	// absorbs a pair of calls, and 2 per language costs about 200 MB.
 	DockerPoolSize int `env:"DOCKER_POOL_SIZE" envDefault:"2" accepted:"a whole number from 0 to 64" help:"warm containers docker mode keeps per language, created and started ahead of demand and locked down like any other; each serves one run and is then removed; 0 creates every container on demand"`
 
+	Network               Network       `env:"NETWORK" envDefault:"none" accepted:"none or allowlist" help:"what runs may reach: none (no network at all) or allowlist (only the destinations of CODE_EXEC_NETWORK_ALLOW, through codeexec's egress proxy; HTTP_PROXY and HTTPS_PROXY are set for programs)"`
+	NetworkAllow          []string      `env:"NETWORK_ALLOW" envSeparator:"," accepted:"a comma-separated list of host, host:port, *.suffix or *.suffix:port" help:"with CODE_EXEC_NETWORK=allowlist, the destinations runs may reach; an entry without a port allows 80 and 443; *.example.com matches every subdomain of example.com, not example.com itself"`
+	NetworkAllowPrivate   bool          `env:"NETWORK_ALLOW_PRIVATE" envDefault:"false" accepted:"true or false" help:"with CODE_EXEC_NETWORK=allowlist, let runs reach loopback, private (RFC 1918, ULA), CGNAT and link-local addresses, which are refused after name resolution otherwise; cloud metadata addresses stay refused"`
+	NetworkResolve        string        `env:"NETWORK_RESOLVE" accepted:"a comma-separated list of name=address" help:"with CODE_EXEC_NETWORK=allowlist, names the egress proxy resolves to fixed addresses instead of asking DNS"`
+	NetworkMaxConnections int           `env:"NETWORK_MAX_CONNECTIONS" envDefault:"64" accepted:"a whole number from 1 to 100000" help:"with CODE_EXEC_NETWORK=allowlist, most connections a run may open"`
+	NetworkMaxBytes       ByteSize      `env:"NETWORK_MAX_BYTES" envDefault:"64m" accepted:"a byte size such as 64m (at least 1k)" help:"with CODE_EXEC_NETWORK=allowlist, most bytes a run may send and receive, all connections together"`
+	NetworkConnectTimeout time.Duration `env:"NETWORK_CONNECT_TIMEOUT" envDefault:"10s" accepted:"a duration such as 10s (from 100ms to 5m)" help:"with CODE_EXEC_NETWORK=allowlist, how long the egress proxy may take to resolve a name and connect"`
+	NetworkIdleTimeout    time.Duration `env:"NETWORK_IDLE_TIMEOUT" envDefault:"30s" accepted:"a duration such as 30s (from 1s to 1h)" help:"with CODE_EXEC_NETWORK=allowlist, a connection on which nothing moved for this long is closed"`
+
 	Approval        approvals.Policy `env:"APPROVAL" envDefault:"never" accepted:"never, always or risky" help:"when a person must approve code before it runs: never, always, or risky (only code that the risk check flags: network, subprocesses, deleting or overwriting files, privileges, environment variables or credentials, dynamic code)"`
 	ApprovalTimeout time.Duration    `env:"APPROVAL_TIMEOUT" envDefault:"5m" accepted:"a duration such as 5m (from 1s to 24h)" help:"how long a run waits for a person's approval; no answer in time means denied"`
 	ApprovalElicit  Elicit           `env:"APPROVAL_ELICIT" envDefault:"auto" accepted:"auto, true or false" help:"whether the MCP client's answer to an approval request (elicitation) counts: auto counts it where a person stands behind the client (stdio, and HTTP without CODE_EXEC_AUTH_TOKEN), and not behind a token, where the client is usually an agent that must not approve its own code; true counts it everywhere (opt in only if every holder of the token is a person's client); false never asks the client, only the approvals console and CLI"`
@@ -294,6 +303,7 @@ func (c *Config) Validate() error {
 	if err := c.PythonPolicyConfig().Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("CODE_EXEC_PYTHON_ALLOWED_IMPORTS is not valid: %w", err))
 	}
+	errs = append(errs, c.validateNetwork()...)
 	check(slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel), "LogLevel", c.LogLevel, "unknown level")
 	check(c.LogFormat == "text" || c.LogFormat == "json", "LogFormat", c.LogFormat, "unknown format")
 	if c.AuthToken != "" && len(c.AuthToken) < 16 {

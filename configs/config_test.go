@@ -216,3 +216,41 @@ func TestElicitationCounts(t *testing.T) {
 		t.Errorf("a bad CODE_EXEC_APPROVAL_ELICIT: %v", err)
 	}
 }
+
+func TestNetworkSettings(t *testing.T) {
+	t.Parallel()
+	base := []string{"CODE_EXEC_SANDBOX=process"}
+	c, err := Load(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, on := c.EgressPolicy(); on || c.Network != NetworkNone {
+		t.Fatalf("default network = %q (policy on: %v), want none", c.Network, on)
+	}
+	c, err = Load(append(base, "CODE_EXEC_NETWORK=allowlist", "CODE_EXEC_NETWORK_ALLOW=pypi.org,*.example.com:8443",
+		"CODE_EXEC_NETWORK_RESOLVE=pypi.org=127.0.0.1", "CODE_EXEC_NETWORK_MAX_BYTES=1m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, on := c.EgressPolicy()
+	if !on || len(p.Allow.Rules()) != 2 || p.AllowPrivate || p.Caps.Bytes != 1<<20 || p.Caps.Connections != 64 {
+		t.Fatalf("policy = %+v (on: %v)", p, on)
+	}
+	for _, tt := range []struct {
+		env  []string
+		want string
+	}{
+		{[]string{"CODE_EXEC_NETWORK=open"}, "CODE_EXEC_NETWORK="},
+		{[]string{"CODE_EXEC_NETWORK=allowlist"}, "needs CODE_EXEC_NETWORK_ALLOW"},
+		{[]string{"CODE_EXEC_NETWORK=allowlist", "CODE_EXEC_NETWORK_ALLOW=ok.example,bad host"}, `"bad host"`},
+		{[]string{"CODE_EXEC_NETWORK=allowlist", "CODE_EXEC_NETWORK_ALLOW=a.example", "CODE_EXEC_NETWORK_RESOLVE=a.example=nope"}, `"a.example=nope"`},
+		{[]string{"CODE_EXEC_NETWORK=allowlist", "CODE_EXEC_NETWORK_ALLOW=a.example", "CODE_EXEC_NETWORK_MAX_CONNECTIONS=0"}, "CODE_EXEC_NETWORK_MAX_CONNECTIONS"},
+		{[]string{"CODE_EXEC_NETWORK_ALLOW=a.example"}, "CODE_EXEC_NETWORK_ALLOW is set but CODE_EXEC_NETWORK=none"},
+		{[]string{"CODE_EXEC_NETWORK_ALLOW_PRIVATE=true"}, "CODE_EXEC_NETWORK_ALLOW_PRIVATE is set"},
+	} {
+		_, err := Load(append(append([]string{}, base...), tt.env...))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Load(%q) error = %v, want it to contain %q", tt.env, err, tt.want)
+		}
+	}
+}

@@ -13,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/codeexec/codeexec/sandbox/egress"
 )
 
 // Mode names a sandbox backend. The values are the accepted values of
@@ -129,6 +131,10 @@ type Result struct {
 	Duration time.Duration
 	// Sandbox is the mode that ran it.
 	Sandbox Mode
+	// Network reports what the run reached and what was refused, when
+	// runs reach the network through codeexec's egress proxy
+	// (CODE_EXEC_NETWORK=allowlist); nil otherwise.
+	Network *egress.Report
 }
 
 // LimitHit returns a short description of the limit that stopped the run, or
@@ -164,6 +170,10 @@ type Capabilities struct {
 	// Warnings are things the operator must know (for example that mode
 	// none runs code unsandboxed).
 	Warnings []string
+	// Egress describes the network allowlist when runs reach the network
+	// through codeexec's egress proxy (CODE_EXEC_NETWORK=allowlist); nil
+	// when they have no network (or, in mode none, the host's).
+	Egress *egress.PolicyInfo
 }
 
 // Isolation declares which boundaries hold between a run and the host on
@@ -174,7 +184,9 @@ type Capabilities struct {
 // free-text names of Protections.
 type Isolation struct {
 	// Network: the program cannot reach the network, the host's services
-	// or DNS; at most a loopback of its own.
+	// or DNS; at most a loopback of its own and, when Capabilities.Egress
+	// is set, codeexec's egress proxy, through which it reaches the
+	// allowed destinations and nothing else.
 	Network bool `json:"network"`
 	// Filesystem: the program sees the system's files read-only and its
 	// own run directory, and nothing else of the host's files.

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 
 	"github.com/codeexec/codeexec/approvals"
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/egress"
 	"github.com/codeexec/codeexec/sandbox/pypolicy"
 )
 
@@ -45,7 +48,38 @@ var executeOutputSchema = `{
     "duration_ms": {"type": "number", "description": "Wall-clock duration of the run in milliseconds."},
     "sandbox": {"type": "string", "enum": ` + modeEnum + `, "description": "The sandbox mode that ran the code."},
     "language": {"type": "string"},
-    "signal": {"type": "string", "description": "The signal that ended the program, if any."}
+    "signal": {"type": "string", "description": "The signal that ended the program, if any."},
+    "network": {
+      "type": "object",
+      "description": "What the run reached and what was refused, when runs reach the network through codeexec's egress proxy (CODE_EXEC_NETWORK=allowlist).",
+      "properties": {
+        "reached": {"type": "array", "items": {
+          "type": "object",
+          "properties": {
+            "host": {"type": "string"},
+            "port": {"type": "integer"},
+            "address": {"type": "string", "description": "The IP address connected to."},
+            "connections": {"type": "integer"},
+            "bytes_sent": {"type": "integer"},
+            "bytes_received": {"type": "integer"}
+          },
+          "required": ["host", "port", "address", "connections", "bytes_sent", "bytes_received"]
+        }},
+        "refused": {"type": "array", "items": {
+          "type": "object",
+          "properties": {
+            "host": {"type": "string"},
+            "port": {"type": "integer"},
+            "reason": {"type": "string", "enum": ["not_allowed", "port", "private_address", "cap", "unresolved", "unreachable", "bad_request"]},
+            "detail": {"type": "string"},
+            "count": {"type": "integer"}
+          },
+          "required": ["host", "reason", "count"]
+        }},
+        "omitted": {"type": "integer", "description": "Destinations left out of the lists, which are bounded."}
+      },
+      "required": ["reached", "refused"]
+    }
   },
   "required": ["exit_code", "stdout", "stderr", "timed_out", "oom_killed", "truncated", "duration_ms", "sandbox"]
 }`
@@ -60,6 +94,21 @@ var infoOutputSchema = `{
     "languages": {"type": "array", "items": {"type": "object"}},
     "limits": {"type": "object"},
     "network": {"type": "string"},
+    "network_policy": {
+      "type": "object",
+      "description": "The network allowlist, when runs reach the network through codeexec's egress proxy (CODE_EXEC_NETWORK=allowlist).",
+      "properties": {
+        "allow": {"type": "array", "items": {"type": "string"}},
+        "allow_private": {"type": "boolean"},
+        "enforced": {"type": "boolean", "description": "false in mode none: programs are pointed at the proxy but can bypass it."},
+        "proxy": {"type": "string"},
+        "max_connections": {"type": "integer"},
+        "max_bytes": {"type": "integer"},
+        "connect_timeout_seconds": {"type": "number"},
+        "idle_timeout_seconds": {"type": "number"}
+      },
+      "required": ["allow", "allow_private", "enforced"]
+    },
     "approval": {"type": "string"},
     "protections": {"type": "array", "items": {"type": "object"}},
     "boundaries": {
@@ -91,6 +140,9 @@ type ExecuteOutput struct {
 	Sandbox    string  `json:"sandbox"`
 	Language   string  `json:"language"`
 	Signal     string  `json:"signal,omitempty"`
+	// Network is what the run reached and what was refused, under
+	// CODE_EXEC_NETWORK=allowlist.
+	Network *egress.Report `json:"network,omitempty"`
 }
 
 // executeTool declares code_execute from the runner's capabilities: the
@@ -98,7 +150,9 @@ type ExecuteOutput struct {
 // open-world; code kept from the host's files is not destructive), and the
 // description names only the languages that can run.
 func executeTool(caps sandbox.Capabilities) mcp.Tool {
-	openWorld := !caps.Isolation.Network
+	// Code that reaches allowed destinations through the egress proxy
+	// reaches the world too.
+	openWorld := !caps.Isolation.Network || caps.Egress != nil
 	destructive := !caps.Isolation.Filesystem
 	desc := "Run a short program and return its stdout, stderr and exit code. " +
 		"Languages: " + languageList(caps.Languages) + ". Each run starts from a clean slate: no state is kept between calls. " +
@@ -251,6 +305,7 @@ func (s *Server) execute(ctx context.Context, req mcp.CallToolRequest) *mcp.Call
 		Sandbox:    string(res.Sandbox),
 		Language:   args.Language,
 		Signal:     res.Signal,
+		Network:    res.Network,
 	}
 	s.log.Info("run", "language", args.Language, "sandbox", res.Sandbox, "exit_code", res.ExitCode,
 		"duration_ms", out.DurationMS, "limit", res.LimitHit(), "stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr))
@@ -315,6 +370,7 @@ func RenderText(o ExecuteOutput, timeout time.Duration, outputCap string) string
 	if o.Stdout == "" && o.Stderr == "" {
 		b.WriteString("(no output)\n\n")
 	}
+	section("network", renderNetwork(o.Network))
 	ran := fmt.Sprintf("after %s in the %s sandbox", fmtMillis(o.DurationMS), o.Sandbox)
 	switch {
 	case o.TimedOut:
@@ -329,6 +385,48 @@ func RenderText(o ExecuteOutput, timeout time.Duration, outputCap string) string
 		fmt.Fprintf(&b, "Exit code %d (%s).", o.ExitCode, ran)
 	}
 	return b.String()
+}
+
+// reasonText says why the egress proxy refused a destination.
+var reasonText = map[egress.Reason]string{
+	egress.ReasonNotAllowed:     "not on the allowlist",
+	egress.ReasonPort:           "port not allowed for this host",
+	egress.ReasonPrivateAddress: "private or internal address",
+	egress.ReasonCap:            "the run's network cap was reached",
+	egress.ReasonUnresolved:     "name not resolved",
+	egress.ReasonUnreachable:    "unreachable",
+	egress.ReasonBadRequest:     "not a request the proxy forwards",
+}
+
+// renderNetwork lists, one line each, what the run reached and what was
+// refused, or "" when nothing went through the proxy.
+func renderNetwork(r *egress.Report) string {
+	if r.Empty() {
+		return ""
+	}
+	var b strings.Builder
+	for _, d := range r.Reached {
+		fmt.Fprintf(&b, "reached %s (%s, %d connection%s, %d bytes sent, %d received)\n", hostPortText(d.Host, d.Port), d.Address,
+			d.Connections, map[bool]string{true: "", false: "s"}[d.Connections == 1], d.BytesSent, d.BytesReceived)
+	}
+	for _, d := range r.Refused {
+		why := reasonText[d.Reason]
+		if d.Detail != "" {
+			why += ": " + d.Detail
+		}
+		fmt.Fprintf(&b, "refused %s (%s)\n", hostPortText(d.Host, d.Port), why)
+	}
+	if r.Omitted > 0 {
+		fmt.Fprintf(&b, "... and %d more destinations\n", r.Omitted)
+	}
+	return b.String()
+}
+
+func hostPortText(host string, port int) string {
+	if port == 0 {
+		return host
+	}
+	return net.JoinHostPort(host, strconv.Itoa(port))
 }
 
 func fmtMillis(ms float64) string {
@@ -367,14 +465,16 @@ type InfoOutput struct {
 	// Boundaries declares, as data, which boundaries between a run and the
 	// host hold (sandbox.Isolation); Protections says how, in the backend's
 	// own words.
-	Boundaries  sandbox.Isolation        `json:"boundaries"`
-	Warnings    []string                 `json:"warnings,omitempty"`
-	Languages   []sandbox.LanguageStatus `json:"languages"`
-	Limits      InfoLimits               `json:"limits"`
-	Network     string                   `json:"network"`
-	Approval    string                   `json:"approval"`
-	Protections []sandbox.Protection     `json:"protections"`
-	Version     string                   `json:"version"`
+	Boundaries sandbox.Isolation        `json:"boundaries"`
+	Warnings   []string                 `json:"warnings,omitempty"`
+	Languages  []sandbox.LanguageStatus `json:"languages"`
+	Limits     InfoLimits               `json:"limits"`
+	Network    string                   `json:"network"`
+	// NetworkPolicy is the allowlist under CODE_EXEC_NETWORK=allowlist.
+	NetworkPolicy *egress.PolicyInfo   `json:"network_policy,omitempty"`
+	Approval      string               `json:"approval"`
+	Protections   []sandbox.Protection `json:"protections"`
+	Version       string               `json:"version"`
 }
 
 // InfoLimits are the operator's limits as sandbox_info reports them.
@@ -404,7 +504,12 @@ func (s *Server) Info() InfoOutput {
 		taskCap = o.TaskMaxTimeout.Seconds()
 	}
 	network := "not isolated: code can reach the network like any program of the server's user"
-	if caps.Isolation.Network {
+	switch {
+	case caps.Egress != nil && !caps.Egress.Enforced:
+		network = "not isolated, allowlist NOT enforced: programs are pointed at codeexec's egress proxy, which applies the allowlist to what goes through it, but they can bypass it and reach the network like any program of the server's user"
+	case caps.Egress != nil:
+		network = "allowlist: each run has a loopback interface of its own and reaches the network only through codeexec's egress proxy (HTTP_PROXY/HTTPS_PROXY), which lets through the allowed destinations (network_policy) and refuses the rest"
+	case caps.Isolation.Network:
 		network = "none: each run has no network but a loopback interface of its own"
 	}
 	return InfoOutput{
@@ -428,10 +533,11 @@ func (s *Server) Info() InfoOutput {
 			MaxConcurrency:        o.MaxConcurrency,
 			MaxTaskTimeoutSeconds: taskCap,
 		},
-		Network:     network,
-		Approval:    s.approvalDescription(),
-		Protections: caps.Protections,
-		Version:     o.Version,
+		Network:       network,
+		NetworkPolicy: caps.Egress,
+		Approval:      s.approvalDescription(),
+		Protections:   caps.Protections,
+		Version:       o.Version,
 	}
 }
 

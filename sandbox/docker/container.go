@@ -23,6 +23,7 @@ type containerSpec struct {
 	deadline time.Time // after it, the container is a leftover anyone may remove
 	framed   bool      // cmd is the run supervisor (runCommand), whose output is framed
 	nonce    string    // the supervisor's trailer nonce when framed
+	egress   bool      // the container reaches the network through the egress proxy
 }
 
 // session is a started, locked-down container whose stdin, stdout and
@@ -42,6 +43,8 @@ type session struct {
 	stop    context.CancelFunc
 
 	readC chan struct{} // closed once the output stream ended
+
+	egress *runEgress // the container's egress, when it has one
 
 	takeOnce sync.Once
 	takenC   chan struct{} // closed when the session leaves the pool
@@ -111,7 +114,11 @@ func (r *Runner) configs(spec containerSpec) (*container.Config, *container.Host
 	if r.owner != "" {
 		cfg.Labels[LabelOwner] = r.owner
 	}
-	return cfg, r.hostConfig(spec.limits)
+	host := r.hostConfig(spec.limits)
+	if spec.egress {
+		cfg.Env = append(append([]string{}, containerEnv...), egressEnv()...)
+	}
+	return cfg, host
 }
 
 // hostConfig is the locked-down host configuration of every container with
@@ -163,13 +170,19 @@ func (r *Runner) hostConfig(lim sandbox.Limits) *container.HostConfig {
 // Only its role and deadline labels differ between the two.
 func (r *Runner) runSpec(lang string, lim sandbox.Limits, role string, deadline time.Time) containerSpec {
 	nonce := trailerTag + newNonce()
+	cmd := runCommand(lang, r.interps[lang], nonce)
+	if r.cfg.Egress != nil {
+		// The relay starts, and listens, before the supervisor script.
+		cmd[2] = relayLaunch(r.relayPython) + cmd[2]
+	}
 	return containerSpec{
 		role:     role,
-		cmd:      runCommand(lang, r.interps[lang], nonce),
+		cmd:      cmd,
 		limits:   containerLimits(lim),
 		deadline: deadline,
 		framed:   true,
 		nonce:    nonce,
+		egress:   r.cfg.Egress != nil,
 	}
 }
 
@@ -202,8 +215,19 @@ func (r *Runner) start(ctx context.Context, spec containerSpec, lang string) (*s
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engineTimeout)
 	defer cancel()
 
+	var eg *runEgress
+	if spec.egress {
+		var err error
+		if eg, err = r.openEgress(spec.role); err != nil {
+			return nil, err
+		}
+		host.Mounts = append(host.Mounts, eg.mount())
+	}
 	created, err := r.cli.ContainerCreate(opCtx, client.ContainerCreateOptions{Config: cfg, HostConfig: host})
 	if err != nil {
+		if eg != nil {
+			eg.close()
+		}
 		return nil, engineErr("creating the container", err)
 	}
 	for _, w := range created.Warnings {
@@ -212,9 +236,15 @@ func (r *Runner) start(ctx context.Context, spec containerSpec, lang string) (*s
 	id := created.ID
 	if err := r.track(id); err != nil {
 		_ = r.remove(id)
+		if eg != nil {
+			eg.close()
+		}
 		return nil, fmt.Errorf("docker: %w", err)
 	}
 	fail := func(doing string, err error) (*session, error) {
+		if eg != nil {
+			eg.close()
+		}
 		if rerr := r.remove(id); rerr != nil {
 			r.log.Warn("could not remove a container after a failed start", "id", shortID(id), "err", rerr)
 		}
@@ -232,6 +262,7 @@ func (r *Runner) start(ctx context.Context, spec containerSpec, lang string) (*s
 		exitedC: make(chan struct{}),
 		readC:   make(chan struct{}),
 		takenC:  make(chan struct{}),
+		egress:  eg,
 	}
 
 	// Wait for the next exit before starting, so that a fast exit is not
@@ -293,6 +324,9 @@ func (r *Runner) inspectState(id string) (*container.State, error) {
 func (r *Runner) discard(s *session) {
 	s.attach.Close()
 	s.stop()
+	if s.egress != nil {
+		s.egress.close()
+	}
 	if err := r.remove(s.id); err != nil {
 		r.log.Warn("could not remove a container; the reaper will retry", "id", shortID(s.id), "err", err)
 	}

@@ -53,6 +53,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/egress"
 )
 
 // Defaults and names that other programs (scripts, docs, tests) rely on.
@@ -120,6 +121,11 @@ type Config struct {
 	// container limits runs cold. The zero value means "the limits of the
 	// first request"; the pool then fills after that request.
 	PoolLimits sandbox.Limits
+	// Egress, when set, is the proxy through which runs reach the network
+	// (CODE_EXEC_NETWORK=allowlist); see egress.go. It needs python3 in
+	// the image and an engine on this host (the run's socket is
+	// bind-mounted into its container).
+	Egress *egress.Proxy
 }
 
 // Runner runs each request in a fresh container on a Docker Engine.
@@ -138,6 +144,9 @@ type Runner struct {
 	engine   engineFacts
 	interps  map[string]sandbox.Interpreter
 	caps     sandbox.Capabilities
+
+	egressDir   string // holds the runs' egress socket directories
+	relayPython string // python3 in the image, which runs the egress relay
 
 	pool *pool
 
@@ -243,7 +252,16 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		_ = cli.Close()
 		return nil, err
 	}
+	if cfg.Egress != nil {
+		if err := r.prepareEgress(ctx); err != nil {
+			_ = cli.Close()
+			return nil, err
+		}
+	}
 	r.caps = r.capabilities(statuses)
+	if cfg.Egress != nil {
+		r.caps.Egress = cfg.Egress.Info(true, egressAddr)
+	}
 	r.pool = newPool(r, cfg.PoolSize, cfg.PoolLimits)
 	go r.reap()
 	log.Info("docker sandbox ready", "engine", r.engine.serverVersion, "api", r.engine.apiVersion,
@@ -381,6 +399,9 @@ func (r *Runner) Close() error {
 			errs = append(errs, err)
 		}
 		if err := r.cli.Close(); err != nil {
+			errs = append(errs, err)
+		}
+		if err := r.removeEgressDir(); err != nil {
 			errs = append(errs, err)
 		}
 		r.closeErr = errors.Join(errs...)

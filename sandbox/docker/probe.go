@@ -29,6 +29,7 @@ func probeScript(enabled []string) string {
 	var b strings.Builder
 	b.WriteString("echo \"@@uid $(id -u)\"\n")
 	b.WriteString("if env --default-signal=INT,QUIT true >/dev/null 2>&1; then echo '@@envsig'; fi\n")
+	b.WriteString("if p=$(command -v python3); then echo \"@@python3 $p\"; fi\n")
 	for _, name := range sandbox.LanguageNames() {
 		if !slices.Contains(enabled, name) {
 			continue
@@ -80,6 +81,8 @@ func (r *Runner) parseProbe(out string) ([]sandbox.LanguageStatus, error) {
 			uid = strings.TrimSpace(strings.TrimPrefix(line, "@@uid "))
 		case line == "@@envsig":
 			envsig = true
+		case strings.HasPrefix(line, "@@python3 "):
+			r.relayPython = strings.TrimSpace(strings.TrimPrefix(line, "@@python3 "))
 		case strings.HasPrefix(line, "@@begin "):
 			cur = &found{}
 			got[strings.TrimPrefix(line, "@@begin ")] = cur
@@ -137,7 +140,7 @@ func (r *Runner) capabilities(langs []sandbox.LanguageStatus) sandbox.Capabiliti
 	ps := []sandbox.Protection{
 		{Name: "fresh container per run", Active: true, Detail: "each run gets a new container from " + r.cfg.Image + " that has run nothing before, removed after the run; leftovers are found by the label " + LabelManaged + " and removed"},
 		{Name: "warm pool", Active: r.cfg.PoolSize > 0, Detail: poolDetail(r.cfg.PoolSize)},
-		{Name: "network", Active: true, Detail: "network mode none: only a loopback interface, no route to the host, the internet or DNS"},
+		{Name: "network", Active: true, Detail: r.networkDetail()},
 		{Name: "read-only root filesystem", Active: true, Detail: "the image's filesystem cannot be written"},
 		{Name: "size-capped /tmp", Active: true, Detail: "/tmp is a tmpfs (" + tmpfsOptions + ") sized by the file size limit; /dev/shm is capped at the same size or 64 MiB"},
 		{Name: "non-root user", Active: nonRoot, Detail: "code runs as uid " + r.uid},

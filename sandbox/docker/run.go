@@ -58,6 +58,9 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	if s := r.pool.take(lang, req.Limits); s != nil {
 		r.observe(s.id, true)
 		res, err, fault := r.exchange(ctx, s, input(), req.Limits, req.Observe, true)
+		if !fault {
+			r.networkReport(s, res)
+		}
 		r.release(s)
 		if !fault {
 			return res, err
@@ -75,7 +78,20 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	r.observe(s.id, false)
 	defer r.release(s)
 	res, err, _ := r.exchange(ctx, s, input(), req.Limits, req.Observe, false)
+	r.networkReport(s, res)
 	return res, err
+}
+
+// networkReport ends the container's egress session, once the program has
+// ended, and puts its report in res.
+func (r *Runner) networkReport(s *session, res *sandbox.Result) {
+	if s.egress == nil {
+		return
+	}
+	rep := s.egress.close()
+	if res != nil {
+		res.Network = rep
+	}
 }
 
 // observe tells a test which container served a run.

@@ -8,10 +8,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/egress"
 	"github.com/codeexec/codeexec/sandbox/internal/executor"
 )
 
@@ -31,7 +34,14 @@ type Config struct {
 	WorkRoot string
 	// Logger receives diagnostics; nil means slog.Default().
 	Logger *slog.Logger
+	// Egress, when set, is the proxy that HTTP_PROXY and HTTPS_PROXY point
+	// programs to (CODE_EXEC_NETWORK=allowlist). Nothing makes programs use
+	// it: in mode none the allowlist is advice, not a boundary.
+	Egress *egress.Proxy
 }
+
+// EgressWarning is what sandbox_info says about an allowlist in mode none.
+const EgressWarning = "CODE_EXEC_NETWORK=allowlist is NOT enforced in mode none: programs get HTTP_PROXY and HTTPS_PROXY pointing at the egress proxy, and the report lists what went through it, but any program can ignore the variables and reach the network directly."
 
 // Runner runs code without isolation.
 type Runner struct {
@@ -41,6 +51,7 @@ type Runner struct {
 	workRoot *executor.WorkRoot
 	log      *slog.Logger
 	runs     *executor.RunGroup
+	egress   *egress.Proxy
 }
 
 var _ sandbox.Runner = (*Runner)(nil)
@@ -61,7 +72,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		return nil, fmt.Errorf("becoming a child subreaper for the orphans of runs: %w", err)
 	}
 	interp, langs := sandbox.ResolveInterpreters(ctx, cfg.Languages, "")
-	r := &Runner{interp: interp, root: root, workRoot: wr, log: log}
+	r := &Runner{interp: interp, root: root, workRoot: wr, log: log, egress: cfg.Egress}
 	r.runs = executor.NewRunGroup()
 	r.caps = sandbox.Capabilities{
 		Mode: sandbox.ModeNone,
@@ -79,6 +90,15 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 			{Name: "filesystem isolation", Active: false},
 		},
 		Warnings: []string{Warning},
+	}
+	if r.egress != nil {
+		r.caps.Egress = r.egress.Info(false, "127.0.0.1 (a port of each run's own)")
+		r.caps.Warnings = append(r.caps.Warnings, EgressWarning)
+		for i, p := range r.caps.Protections {
+			if p.Name == "network isolation" {
+				r.caps.Protections[i].Detail = "not enforced: programs are pointed at the egress proxy but can bypass it"
+			}
+		}
 	}
 	return r, nil
 }
@@ -105,10 +125,20 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	dir, file := rd.Dir, rd.File
 	res := &sandbox.Result{Sandbox: sandbox.ModeNone}
 	marker := RunIDVariable + "=" + filepath.Base(dir)
+	env := append(os.Environ(), marker)
+	if r.egress != nil {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("%w: egress listener: %v", sandbox.ErrSandboxUnavailable, err)
+		}
+		session := r.egress.Serve(filepath.Base(dir), l)
+		defer func() { res.Network = session.Close() }()
+		env = append(withoutProxyEnv(env), egress.ProxyEnv(l.Addr().String())...)
+	}
 	err = executor.Spawn(ctx, executor.Spec{
 		Path:      in.Path,
 		Args:      append(append([]string{}, spec.Args...), file),
-		Env:       append(os.Environ(), marker),
+		Env:       env,
 		Dir:       dir,
 		Stdin:     req.Stdin,
 		Limits:    req.Limits,
@@ -117,6 +147,21 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		RunMarker: marker,
 	}, res)
 	return res, err
+}
+
+// withoutProxyEnv drops the server's own proxy variables, which the egress
+// proxy's replace.
+func withoutProxyEnv(env []string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		switch strings.ToUpper(name) {
+		case "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY":
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
 }
 
 // Close stops the runs in flight and removes the work root. It is safe to

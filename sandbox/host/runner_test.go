@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/egress"
 	"github.com/codeexec/codeexec/sandbox/host"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 )
@@ -53,5 +54,37 @@ func TestCapabilitiesWarn(t *testing.T) {
 	}
 	if caps.Isolation != (sandbox.Isolation{}) {
 		t.Fatalf("mode none declares isolation: %+v", caps.Isolation)
+	}
+}
+
+// In mode none the allowlist is advice: programs are pointed at the proxy,
+// which enforces it on what goes through it, and sandbox_info says so.
+func TestEgressIsAdviceOnly(t *testing.T) {
+	e := sandboxtest.StartEgress(t, "127.0.0.1")
+	t.Setenv("HTTP_PROXY", "http://server-own-proxy.invalid:1")
+	r, err := host.New(context.Background(), host.Config{Languages: []string{"python"}, WorkRoot: t.TempDir(), Egress: egress.New(e.Policy(t, true), nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	found := false
+	for _, w := range r.Capabilities().Warnings {
+		found = found || w == host.EgressWarning
+	}
+	if !found {
+		t.Fatalf("warnings %q lack the egress warning", r.Capabilities().Warnings)
+	}
+	res, err := r.Run(context.Background(), sandboxtest.Req("python", e.Program()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sandboxtest.Line(res.Stdout, "http"); got != "200 plain-ok" {
+		t.Fatalf("http: %q\n%s%s", got, res.Stdout, res.Stderr)
+	}
+	if got := sandboxtest.Line(res.Stdout, "notlisted"); got != "HTTP 403" {
+		t.Fatalf("notlisted: %q", got)
+	}
+	if res.Network == nil || len(res.Network.Reached) == 0 || len(res.Network.Refused) == 0 {
+		t.Fatalf("network report = %+v", res.Network)
 	}
 }

@@ -8,14 +8,17 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/egress"
 	"github.com/codeexec/codeexec/sandbox/internal/executor"
 )
 
@@ -37,7 +40,16 @@ type Config struct {
 	// when the server is root (CODE_EXEC_PROCESS_UID_RANGE); the zero value
 	// means DefaultUIDRange.
 	UIDRange UIDRange
+	// Egress, when set, is the proxy through which runs reach the network
+	// (CODE_EXEC_NETWORK=allowlist). Each run's network namespace then has
+	// one way out: a listener on EgressAddr inside it, served by Egress.
+	// It needs the network namespace: New fails without one.
+	Egress *egress.Proxy
 }
+
+// EgressAddr is where a run's programs find the egress proxy, inside the
+// run's own network namespace (HTTP_PROXY and HTTPS_PROXY point there).
+const EgressAddr = "127.0.0.1:3128"
 
 // Runner runs code as supervised child processes.
 type Runner struct {
@@ -61,6 +73,8 @@ type Runner struct {
 	uidRange UIDRange
 	// cgroups makes the runs' cgroups (nil where the host allows none).
 	cgroups *cgroupManager
+	egress  *egress.Proxy
+	runSeq  atomic.Int64
 }
 
 var _ sandbox.Runner = (*Runner)(nil)
@@ -79,7 +93,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	}
 	root := wr.Dir
 	interp, langs := sandbox.ResolveInterpreters(ctx, cfg.Languages, executor.MinimalPath)
-	r := &Runner{interp: interp, root: root, workRoot: wr, log: log}
+	r := &Runner{interp: interp, root: root, workRoot: wr, log: log, egress: cfg.Egress}
 	uids := cfg.UIDRange
 	if uids == (UIDRange{}) {
 		uids = DefaultUIDRange
@@ -108,6 +122,10 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		r.cred = nil
 	}
 	r.features = append(r.features, runUsers, r.setUpCgroups(ctx, cfg.Disable))
+	if r.egress != nil && !r.iso.Network {
+		_ = wr.Remove()
+		return nil, fmt.Errorf("%w: CODE_EXEC_NETWORK=allowlist needs process mode's network namespace, which is unavailable (%s)", sandbox.ErrSandboxUnavailable, featureStatus(r.features, FeatureNetwork))
+	}
 	if cfg.Strict {
 		var missing []string
 		for _, f := range r.features {
@@ -127,6 +145,9 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		Summary:     r.isolationSummary(),
 		Languages:   langs,
 		Protections: r.protections(),
+	}
+	if r.egress != nil {
+		r.caps.Egress = r.egress.Info(true, EgressAddr)
 	}
 	if err := r.probeLanguages(ctx); err != nil {
 		r.closeCgroups()
@@ -237,6 +258,9 @@ func (r *Runner) protections() []sandbox.Protection {
 	p = append(p, r.shield)
 	p = append(p, r.features...)
 	net := sandbox.Protection{Name: "network isolation", Active: r.iso.Network, Detail: "no network but an isolated loopback"}
+	if r.egress != nil {
+		net.Detail = "an isolated loopback whose only way out is codeexec's egress proxy at " + EgressAddr + " (CODE_EXEC_NETWORK=allowlist)"
+	}
 	if !r.iso.Network {
 		net.Detail = "code can reach the network like any program of its user (" + featureStatus(r.features, FeatureNetwork) + ")"
 	}
@@ -384,12 +408,29 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	}
 	iso.TmpBytes = req.Limits.FileSizeBytes
 	res := &sandbox.Result{Sandbox: sandbox.ModeProcess}
+	env := minimalEnv(dir)
+	var egressAddr string
+	var egressServe func(net.Listener)
+	var session *egress.Session
+	if r.egress != nil {
+		env = append(env, egress.ProxyEnv(EgressAddr)...)
+		egressAddr = EgressAddr
+		id := fmt.Sprintf("process-%d", r.runSeq.Add(1))
+		egressServe = func(l net.Listener) { session = r.egress.Serve(id, l) }
+		defer func() {
+			if session != nil {
+				res.Network = session.Close()
+			}
+		}()
+	}
 	args := append(interpreterArgs(req.Language, req.Limits), spec.Args...)
 	err = executor.Spawn(ctx, executor.Spec{
+		EgressAddr:          egressAddr,
+		EgressServe:         egressServe,
 		Isolation:           iso,
 		Path:                in.Path,
 		Args:                append(args, file),
-		Env:                 minimalEnv(dir),
+		Env:                 env,
 		Dir:                 dir,
 		Stdin:               req.Stdin,
 		Limits:              req.Limits,

@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -81,6 +82,18 @@ type Spec struct {
 	// RunMarker is a KEY=value pair in Env that identifies the run's
 	// processes for the orphan sweep of direct mode.
 	RunMarker string `json:"-"`
+	// EgressAddr, when set, is a TCP address (host:port) on which the
+	// supervisor listens inside the run's network namespace, before the
+	// program starts; it hands the listening socket to the server, which
+	// calls EgressServe with it. That socket is the run's only way out of
+	// its namespace. It needs Isolation.Network.
+	EgressAddr string
+	// EgressServe takes over the listener (see EgressAddr). It is called
+	// once, before the program starts.
+	EgressServe func(net.Listener) `json:"-"`
+	// EgressFD is the supervisor's descriptor of the egress socket pair,
+	// set by the server: the first after the other descriptors it passes.
+	EgressFD int
 }
 
 // needsExecStage reports whether anything must be applied to the program's

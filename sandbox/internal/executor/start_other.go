@@ -22,6 +22,9 @@ import (
 // startRun starts the program in a process group of its own: through the
 // exec stage when it has rlimits, directly otherwise.
 func startRun(spec Spec, out *sandbox.Output) (*supervised, error) {
+	if spec.EgressServe != nil {
+		return nil, fmt.Errorf("egress needs a network namespace, which needs Linux")
+	}
 	if !spec.Rlimits {
 		return startDirect(spec, out, nil)
 	}

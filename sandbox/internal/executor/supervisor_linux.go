@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -88,6 +89,23 @@ func startRun(spec Spec, out *sandbox.Output) (*supervised, error) {
 		statusW.Close()
 		return nil, err
 	}
+	var egressConn *net.UnixConn
+	var egressFile *os.File
+	if spec.EgressServe != nil {
+		if !spec.Isolation.Network {
+			for _, f := range []*os.File{cfgR, cfgW, statusR, statusW, ctlR, ctlW} {
+				f.Close()
+			}
+			return nil, errors.New("egress needs the run's own network namespace")
+		}
+		if egressConn, egressFile, err = egressPair(); err != nil {
+			for _, f := range []*os.File{cfgR, cfgW, statusR, statusW, ctlR, ctlW} {
+				f.Close()
+			}
+			return nil, err
+		}
+		defer egressFile.Close()
+	}
 	cmd := exec.Command(exe, supervisorArg)
 	var exeFile *os.File
 	if spec.Isolation.Namespaces() {
@@ -96,6 +114,9 @@ func startRun(spec Spec, out *sandbox.Output) (*supervised, error) {
 		if exeFile, err = os.Open(exe); err != nil {
 			for _, f := range []*os.File{cfgR, cfgW, statusR, statusW, ctlR, ctlW} {
 				f.Close()
+			}
+			if egressConn != nil {
+				egressConn.Close()
 			}
 			return nil, fmt.Errorf("opening the codeexec binary: %w", err)
 		}
@@ -118,6 +139,11 @@ func startRun(spec Spec, out *sandbox.Output) (*supervised, error) {
 	// fds 7... = cgroupFD...: the run's cgroup.procs files.
 	cmd.ExtraFiles = append(cmd.ExtraFiles, spec.CgroupProcs...)
 	spec.CgroupFDs = len(spec.CgroupProcs)
+	if egressFile != nil {
+		// After every other descriptor the supervisor gets.
+		spec.EgressFD = 3 + len(cmd.ExtraFiles)
+		cmd.ExtraFiles = append(cmd.ExtraFiles, egressFile)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	applyCloneAttrs(cmd.SysProcAttr, spec.Isolation)
 	// Pipes held open by a stray process must not hold up Wait forever.
@@ -126,10 +152,16 @@ func startRun(spec Spec, out *sandbox.Output) (*supervised, error) {
 	cfgR.Close()
 	statusW.Close()
 	ctlR.Close()
+	if egressFile != nil {
+		egressFile.Close()
+	}
 	if err != nil {
 		cfgW.Close()
 		statusR.Close()
 		ctlW.Close()
+		if egressConn != nil {
+			egressConn.Close()
+		}
 		return nil, err
 	}
 	var stopOnce sync.Once
@@ -141,6 +173,18 @@ func startRun(spec Spec, out *sandbox.Output) (*supervised, error) {
 	}
 	cfgW.Close()
 	pid := cmd.Process.Pid
+	if egressConn != nil {
+		// The supervisor sends the listener before it starts the
+		// program; if it fails first, its end closes and this returns.
+		l, err := receiveEgressListener(egressConn)
+		egressConn.Close()
+		if err == nil {
+			spec.EgressServe(l)
+		} else {
+			// The supervisor reports why on its status pipe.
+			stop()
+		}
+	}
 	return &supervised{
 		cmd:  cmd,
 		stop: stop,
@@ -196,6 +240,11 @@ func supervisorMain() int {
 	if spec.Isolation.Namespaces() {
 		var err error
 		if limits, err = enterIsolation(spec); err != nil {
+			return report(status{Error: err.Error()})
+		}
+	}
+	if spec.EgressAddr != "" {
+		if err := sendEgressListener(spec.EgressAddr, spec.EgressFD); err != nil {
 			return report(status{Error: err.Error()})
 		}
 	}

@@ -1,0 +1,102 @@
+package configs
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/codeexec/codeexec/sandbox/egress"
+)
+
+// Network names what runs may reach: the accepted values of
+// CODE_EXEC_NETWORK.
+type Network string
+
+// The network modes.
+const (
+	// NetworkNone: no network at all (the default).
+	NetworkNone Network = "none"
+	// NetworkAllowlist: only the allowed destinations, through the egress
+	// proxy.
+	NetworkAllowlist Network = "allowlist"
+)
+
+// UnmarshalText accepts none and allowlist.
+func (n *Network) UnmarshalText(b []byte) error {
+	switch v := Network(strings.ToLower(strings.TrimSpace(string(b)))); v {
+	case NetworkNone, NetworkAllowlist:
+		*n = v
+		return nil
+	}
+	return fmt.Errorf("unknown network mode %q", string(b))
+}
+
+// validateNetwork checks the network settings: the allowlist and the pins
+// parse (an error names the bad entry), the caps are in range, and no
+// allowlist setting is given without CODE_EXEC_NETWORK=allowlist, where it
+// would do nothing.
+func (c *Config) validateNetwork() []error {
+	var errs []error
+	if c.Network != NetworkAllowlist {
+		for _, set := range []struct {
+			field string
+			on    bool
+		}{
+			{"NetworkAllow", len(c.NetworkAllow) > 0},
+			{"NetworkAllowPrivate", c.NetworkAllowPrivate},
+			{"NetworkResolve", c.NetworkResolve != ""},
+		} {
+			if set.on {
+				f, _ := fieldByName(set.field)
+				errs = append(errs, fmt.Errorf("%s is set but CODE_EXEC_NETWORK=%s: it applies only with CODE_EXEC_NETWORK=allowlist", Prefix+f.Tag.Get("env"), c.Network))
+			}
+		}
+		return errs
+	}
+	allow, err := egress.ParseAllowlist(c.NetworkAllow)
+	switch {
+	case err != nil:
+		errs = append(errs, invalid("NetworkAllow", strings.Join(c.NetworkAllow, ","), err.Error()))
+	case len(allow.Rules()) == 0:
+		errs = append(errs, errors.New("CODE_EXEC_NETWORK=allowlist needs CODE_EXEC_NETWORK_ALLOW: with no destination allowed, use CODE_EXEC_NETWORK=none"))
+	}
+	if _, err := egress.ParsePins(c.NetworkResolve); err != nil {
+		errs = append(errs, invalid("NetworkResolve", c.NetworkResolve, err.Error()))
+	}
+	if c.NetworkMaxConnections < 1 || c.NetworkMaxConnections > 100000 {
+		errs = append(errs, invalid("NetworkMaxConnections", c.NetworkMaxConnections, "it is out of range"))
+	}
+	if c.NetworkMaxBytes < 1<<10 {
+		errs = append(errs, invalid("NetworkMaxBytes", c.NetworkMaxBytes, "it is below 1k"))
+	}
+	if c.NetworkConnectTimeout < 100*time.Millisecond || c.NetworkConnectTimeout > 5*time.Minute {
+		errs = append(errs, invalid("NetworkConnectTimeout", c.NetworkConnectTimeout, "it is out of range"))
+	}
+	if c.NetworkIdleTimeout < time.Second || c.NetworkIdleTimeout > time.Hour {
+		errs = append(errs, invalid("NetworkIdleTimeout", c.NetworkIdleTimeout, "it is out of range"))
+	}
+	return errs
+}
+
+// EgressPolicy returns the egress proxy's policy, or false with
+// CODE_EXEC_NETWORK=none. Names not in CODE_EXEC_NETWORK_RESOLVE are
+// resolved by the system's resolver. Call it on a validated Config.
+func (c *Config) EgressPolicy() (egress.Policy, bool) {
+	if c.Network != NetworkAllowlist {
+		return egress.Policy{}, false
+	}
+	allow, _ := egress.ParseAllowlist(c.NetworkAllow)
+	pins, _ := egress.ParsePins(c.NetworkResolve)
+	return egress.Policy{
+		Allow:        allow,
+		AllowPrivate: c.NetworkAllowPrivate,
+		Resolver:     egress.PinnedResolver{Pins: pins, Next: egress.SystemResolver()},
+		Caps: egress.Caps{
+			Connections:    c.NetworkMaxConnections,
+			Bytes:          int64(c.NetworkMaxBytes),
+			ConnectTimeout: c.NetworkConnectTimeout,
+			IdleTimeout:    c.NetworkIdleTimeout,
+		},
+	}, true
+}

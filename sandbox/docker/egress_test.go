@@ -1,0 +1,94 @@
+package docker
+
+import (
+	"net"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/codeexec/codeexec/sandbox/egress"
+	"github.com/codeexec/codeexec/sandbox/sandboxtest"
+)
+
+// bridgeIP is the IPv4 address of the default Docker bridge on this host,
+// or "" when there is none.
+func bridgeIP() string {
+	ifi, err := net.InterfaceByName("docker0")
+	if err != nil {
+		return ""
+	}
+	addrs, _ := ifi.Addrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil {
+			return n.IP.String()
+		}
+	}
+	return ""
+}
+
+// TestEgressAllowlist runs the shared egress check in docker mode. The
+// listeners are on the Docker bridge's own address when there is one (a
+// container on a bridge network could reach it directly; a run container
+// must not), else on loopback. Raw sockets try both.
+func TestEgressAllowlist(t *testing.T) {
+	engine(t)
+	ip := bridgeIP()
+	if ip == "" {
+		ip = "127.0.0.1"
+	}
+	e := sandboxtest.StartEgress(t, ip)
+	for _, tc := range []struct {
+		name         string
+		allowPrivate bool
+		pool         int
+	}{
+		{"private allowed, warm pool", true, 1},
+		{"private refused", false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, _ := newRunner(t, Config{Languages: []string{"python"}, PoolSize: tc.pool, Egress: egress.New(e.Policy(t, tc.allowPrivate), nil)})
+			if !r.Capabilities().Active("network") {
+				t.Fatal("the network protection is not active")
+			}
+			raws := []string{"127.0.0.1"}
+			if ip != "127.0.0.1" {
+				raws = append(raws, ip)
+			}
+			e.CheckEgress(t, r, tc.allowPrivate, raws...)
+			if tc.pool > 0 {
+				// The pool fills after the first request. A warm
+				// container's session is open before its run; the
+				// report must still be the run's alone.
+				waitWarmPython(t, r)
+				e.CheckEgress(t, r, tc.allowPrivate, raws...)
+			}
+			if rec := servedOf(r); tc.pool > 0 && !slices.Contains(rec.warm, true) {
+				t.Fatalf("no run took a warm container: %v", rec.warm)
+			}
+			dir := r.egressDir
+			if err := r.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(dir); !os.IsNotExist(err) {
+				t.Fatalf("the egress socket directory %s is still there after Close (%v)", dir, err)
+			}
+		})
+	}
+}
+
+// waitWarmPython waits until the pool holds a warm python container.
+func waitWarmPython(t *testing.T, r *Runner) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		r.pool.mu.Lock()
+		n := len(r.pool.warm["python"])
+		r.pool.mu.Unlock()
+		if n > 0 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("no warm python container within a minute")
+}

@@ -1,0 +1,557 @@
+// Package egress is codeexec's egress proxy: the only way a sandboxed run
+// reaches the network when CODE_EXEC_NETWORK=allowlist.
+//
+// A Proxy holds the operator's Policy. Each run gets a Session of its own,
+// served on a listener that only that run can reach, so the proxy knows which
+// run every connection belongs to without credentials. The session forwards
+// plain HTTP requests (absolute http:// URLs) and tunnels CONNECT requests
+// (TLS passes through untouched: the proxy never sees inside it). Before it
+// connects anywhere it checks the destination against the allowlist,
+// resolves the name itself, refuses loopback, private, link-local and other
+// internal addresses unless the policy allows private addresses, and dials
+// the address it checked, so that a name cannot resolve differently between
+// the check and the connection. Closing the session ends every connection
+// of the run and returns its Report.
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Caps bound one run's use of the network. A zero field means no cap of
+// that kind; the server always fills every field.
+type Caps struct {
+	// Connections caps the connections the run opens to destinations.
+	Connections int
+	// Bytes caps the bytes sent and received, all destinations together.
+	Bytes int64
+	// ConnectTimeout bounds name resolution plus connecting.
+	ConnectTimeout time.Duration
+	// IdleTimeout closes a connection on which nothing moved for that long.
+	IdleTimeout time.Duration
+}
+
+// Policy is what a run may reach.
+type Policy struct {
+	Allow *Allowlist
+	// AllowPrivate lets runs reach loopback, private (RFC 1918, ULA),
+	// CGNAT and link-local addresses. Cloud metadata, unspecified,
+	// multicast and reserved addresses stay refused.
+	AllowPrivate bool
+	// Resolver resolves names; nil means the system's resolver.
+	Resolver Resolver
+	Caps     Caps
+}
+
+// Proxy serves the policy to runs. It holds no connection itself: each run's
+// Session does. It is safe for concurrent use.
+type Proxy struct {
+	policy Policy
+	log    *slog.Logger
+	// dialer connects to a checked address; replaced in tests.
+	dialer func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// New returns a Proxy for the policy. log may be nil.
+func New(p Policy, log *slog.Logger) *Proxy {
+	if p.Allow == nil {
+		p.Allow = &Allowlist{}
+	}
+	if p.Resolver == nil {
+		p.Resolver = SystemResolver()
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	d := &net.Dialer{}
+	return &Proxy{policy: p, log: log, dialer: d.DialContext}
+}
+
+// Policy returns the proxy's policy.
+func (p *Proxy) Policy() Policy { return p.policy }
+
+// Session is one run's proxy. Close it when the run ends.
+type Session struct {
+	p         *Proxy
+	id        string
+	srv       *http.Server
+	transport *http.Transport
+	rec       recorder
+	served    chan struct{}
+
+	mu        sync.Mutex
+	closed    bool
+	conns     map[net.Conn]struct{} // upstream connections and hijacked clients
+	work      sync.WaitGroup        // handlers and tunnels in flight
+	dials     int
+	bytes     atomic.Int64
+	report    *Report
+	stopIdle  chan struct{}
+	closeOnce sync.Once
+}
+
+// Serve starts serving one run on l and takes ownership of l: Close closes
+// it. id names the run in logs.
+func (p *Proxy) Serve(id string, l net.Listener) *Session {
+	s := &Session{
+		p:        p,
+		id:       id,
+		conns:    map[net.Conn]struct{}{},
+		served:   make(chan struct{}),
+		stopIdle: make(chan struct{}),
+	}
+	s.transport = &http.Transport{
+		Proxy:                 nil, // never a proxy of our own
+		DialContext:           s.dialContext,
+		MaxIdleConnsPerHost:   4,
+		IdleConnTimeout:       p.policy.Caps.IdleTimeout,
+		ResponseHeaderTimeout: 0,
+		DisableCompression:    true,
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			// The inbound URL is absolute and already names the
+			// destination; X-Forwarded-* were stripped.
+			pr.Out.Host = pr.In.Host
+		},
+		Transport:    s.transport,
+		ErrorHandler: s.writeError,
+		ErrorLog:     slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
+	}
+	s.srv = &http.Server{
+		Handler:           s.handler(rp),
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       p.policy.Caps.IdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
+	}
+	go func() {
+		defer close(s.served)
+		_ = s.srv.Serve(l)
+	}()
+	if t := p.policy.Caps.IdleTimeout; t > 0 {
+		go s.reapIdle(t)
+	}
+	return s
+}
+
+// Close stops the session: it closes the listener and every connection of
+// the run, waits for them to end and returns the run's report. It is safe
+// to call more than once; later calls return the same report.
+func (s *Session) Close() *Report {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		conns := make([]net.Conn, 0, len(s.conns))
+		for c := range s.conns {
+			conns = append(conns, c)
+		}
+		s.mu.Unlock()
+		close(s.stopIdle)
+		_ = s.srv.Close()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		s.transport.CloseIdleConnections()
+		<-s.served
+		s.work.Wait()
+		s.transport.CloseIdleConnections()
+		s.report = s.rec.report()
+	})
+	return s.report
+}
+
+// begin registers a unit of work; it fails once the session is closed.
+func (s *Session) begin() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.work.Add(1)
+	return true
+}
+
+func (s *Session) track(c net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+func (s *Session) untrack(c net.Conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+func (s *Session) handler(rp http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.begin() {
+			http.Error(w, "codeexec egress: the run has ended", http.StatusServiceUnavailable)
+			return
+		}
+		defer s.work.Done()
+		if r.Method == http.MethodConnect {
+			s.connect(w, r)
+			return
+		}
+		if r.URL.Scheme != "http" || r.URL.Host == "" {
+			err := fmt.Errorf("%w: the proxy forwards absolute http:// URLs and CONNECT tunnels, not %q", ErrBadRequest, r.RequestURI)
+			s.rec.refuse(r.Host, 0, err)
+			s.writeError(w, r, err)
+			return
+		}
+		rp.ServeHTTP(w, r)
+	})
+}
+
+// connect serves a CONNECT request: it dials the destination, then copies
+// bytes both ways without looking at them.
+func (s *Session) connect(w http.ResponseWriter, r *http.Request) {
+	up, err := s.dial(r.Context(), r.Host)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	client, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		_ = up.Close()
+		return
+	}
+	if !s.track(client) {
+		_ = client.Close()
+		_ = up.Close()
+		return
+	}
+	_ = client.SetDeadline(time.Time{}) // the server's header deadline
+	defer func() {
+		s.untrack(client)
+		_ = client.Close()
+		_ = up.Close()
+	}()
+	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return
+	}
+	var from io.Reader = client
+	if n := brw.Reader.Buffered(); n > 0 {
+		// Bytes the client sent right after its request (a TLS hello).
+		from = io.MultiReader(io.LimitReader(brw.Reader, int64(n)), client)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = io.Copy(up, from)
+		closeWrite(up)
+	}()
+	_, _ = io.Copy(client, up)
+	closeWrite(client)
+	<-done
+}
+
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+		return
+	}
+	_ = c.Close()
+}
+
+// writeError answers a request the proxy could not forward.
+func (s *Session) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	code := http.StatusBadGateway
+	switch ReasonOf(err) {
+	case ReasonNotAllowed, ReasonPort, ReasonPrivateAddress:
+		code = http.StatusForbidden
+	case ReasonCap:
+		code = http.StatusTooManyRequests
+	case ReasonBadRequest:
+		code = http.StatusBadRequest
+	case ReasonUnreachable:
+		if errors.Is(err, context.DeadlineExceeded) {
+			code = http.StatusGatewayTimeout
+		}
+	}
+	s.p.log.Debug("egress refused", "run", s.id, "target", r.Host, "err", err)
+	http.Error(w, "codeexec egress: "+err.Error(), code)
+}
+
+func (s *Session) dialContext(ctx context.Context, _, addr string) (net.Conn, error) {
+	return s.dial(ctx, addr)
+}
+
+// dial checks hostport against the policy, resolves it and connects to the
+// first permitted address that answers. Every outcome is recorded.
+func (s *Session) dial(ctx context.Context, hostport string) (net.Conn, error) {
+	host, portStr, err := net.SplitHostPort(hostport)
+	if err != nil {
+		err = fmt.Errorf("%w: bad destination %q", ErrBadRequest, hostport)
+		s.rec.refuse(hostport, 0, err)
+		return nil, err
+	}
+	host = normalizeHost(host)
+	port, err := parsePort(portStr)
+	if err != nil {
+		err = fmt.Errorf("%w: bad destination %q", ErrBadRequest, hostport)
+		s.rec.refuse(host, 0, err)
+		return nil, err
+	}
+	conn, err := s.dialChecked(ctx, host, port)
+	if err != nil {
+		s.rec.refuse(host, port, err)
+		return nil, err
+	}
+	return conn, nil
+}
+
+func (s *Session) dialChecked(ctx context.Context, host string, port int) (net.Conn, error) {
+	pol := s.p.policy
+	if err := pol.Allow.Check(host, port); err != nil {
+		return nil, err
+	}
+	if err := s.takeConnection(); err != nil {
+		return nil, err
+	}
+	if t := pol.Caps.ConnectTimeout; t > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t)
+		defer cancel()
+	}
+	addrs, err := s.resolve(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	var permittedAddrs []netip.Addr
+	var refusedWhy []string
+	for _, a := range addrs {
+		if ok, class := permitted(a, pol.AllowPrivate); ok {
+			permittedAddrs = append(permittedAddrs, a)
+		} else {
+			refusedWhy = append(refusedWhy, a.String()+" is "+class)
+		}
+	}
+	if len(permittedAddrs) == 0 {
+		return nil, fmt.Errorf("%w: %s", ErrPrivateAddress, strings.Join(refusedWhy, ", "))
+	}
+	var errs []error
+	for _, a := range permittedAddrs {
+		addr := netip.AddrPortFrom(a, uint16(port)).String()
+		c, err := s.p.dialer(ctx, "tcp", addr)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		e := s.rec.reach(host, port, a.String())
+		mc := &meteredConn{Conn: c, s: s, entry: e, host: host, port: port}
+		mc.touch()
+		if !s.track(mc) {
+			_ = c.Close()
+			return nil, fmt.Errorf("%w: the run has ended", ErrUnreachable)
+		}
+		return mc, nil
+	}
+	return nil, fmt.Errorf("%w: %w", ErrUnreachable, errors.Join(errs...))
+}
+
+func (s *Session) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
+	if a, err := netip.ParseAddr(host); err == nil {
+		return []netip.Addr{a.Unmap()}, nil
+	}
+	addrs, err := s.p.policy.Resolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnresolved, err)
+	}
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("%w: no address for %s", ErrUnresolved, host)
+	}
+	for i, a := range addrs {
+		addrs[i] = a.Unmap()
+	}
+	return addrs, nil
+}
+
+// takeConnection counts a new connection against the caps.
+func (s *Session) takeConnection() error {
+	caps := s.p.policy.Caps
+	if caps.Bytes > 0 && s.bytes.Load() >= caps.Bytes {
+		return fmt.Errorf("%w: %d bytes", ErrCap, caps.Bytes)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if caps.Connections > 0 && s.dials >= caps.Connections {
+		return fmt.Errorf("%w: %d connections", ErrCap, caps.Connections)
+	}
+	s.dials++
+	return nil
+}
+
+// reapIdle closes upstream connections on which nothing moved for t.
+func (s *Session) reapIdle(t time.Duration) {
+	tick := min(max(t/4, 10*time.Millisecond), time.Second)
+	tk := time.NewTicker(tick)
+	defer tk.Stop()
+	for {
+		select {
+		case <-s.stopIdle:
+			return
+		case <-tk.C:
+		}
+		deadline := time.Now().Add(-t).UnixNano()
+		s.mu.Lock()
+		var idle []net.Conn
+		for c := range s.conns {
+			if mc, ok := c.(*meteredConn); ok && mc.last.Load() < deadline {
+				idle = append(idle, mc)
+			}
+		}
+		s.mu.Unlock()
+		for _, c := range idle {
+			_ = c.Close()
+		}
+	}
+}
+
+// meteredConn is a connection to a destination: it counts bytes against the
+// run's cap and the destination's report entry, and notes its last activity.
+type meteredConn struct {
+	net.Conn
+	s      *Session
+	entry  *reachedEntry
+	host   string
+	port   int
+	last   atomic.Int64
+	capHit atomic.Bool
+	closed atomic.Bool
+}
+
+func (c *meteredConn) touch() { c.last.Store(time.Now().UnixNano()) }
+
+// room returns how many of n bytes the byte cap still allows.
+func (c *meteredConn) room(n int) (int, error) {
+	limit := c.s.p.policy.Caps.Bytes
+	if limit <= 0 {
+		return n, nil
+	}
+	left := limit - c.s.bytes.Load()
+	if left <= 0 {
+		if !c.capHit.Swap(true) {
+			c.s.rec.refuse(c.host, c.port, fmt.Errorf("%w: %d bytes", ErrCap, limit))
+		}
+		_ = c.Close()
+		return 0, fmt.Errorf("%w: %d bytes", ErrCap, limit)
+	}
+	return int(min(int64(n), left)), nil
+}
+
+func (c *meteredConn) Read(p []byte) (int, error) {
+	k, err := c.room(len(p))
+	if err != nil {
+		return 0, err
+	}
+	n, err := c.Conn.Read(p[:k])
+	c.count(n, &c.entry.received)
+	return n, err
+}
+
+func (c *meteredConn) Write(p []byte) (int, error) {
+	total := 0
+	for len(p) > 0 {
+		k, err := c.room(len(p))
+		if err != nil {
+			return total, err
+		}
+		n, err := c.Conn.Write(p[:k])
+		c.count(n, &c.entry.sent)
+		total += n
+		if err != nil {
+			return total, err
+		}
+		p = p[n:]
+	}
+	return total, nil
+}
+
+func (c *meteredConn) count(n int, dir *atomic.Int64) {
+	if n > 0 {
+		c.s.bytes.Add(int64(n))
+		dir.Add(int64(n))
+		c.touch()
+	}
+}
+
+func (c *meteredConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Close()
+}
+
+func (c *meteredConn) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	c.s.untrack(c)
+	return c.Conn.Close()
+}
+
+// ProxyEnv returns the environment that points a program's HTTP clients at
+// a proxy listening on addr (host:port): HTTP_PROXY, HTTPS_PROXY, their
+// lower-case forms, and NO_PROXY empty so that nothing bypasses it.
+func ProxyEnv(addr string) []string {
+	u := "http://" + addr
+	return []string{
+		"HTTP_PROXY=" + u, "HTTPS_PROXY=" + u,
+		"http_proxy=" + u, "https_proxy=" + u,
+		"NO_PROXY=", "no_proxy=",
+	}
+}
+
+// PolicyInfo describes a policy to operators and models (sandbox_info,
+// the audit record).
+type PolicyInfo struct {
+	// Allow lists the allowlist entries, each as it parses back.
+	Allow []string `json:"allow"`
+	// AllowPrivate: loopback, private, CGNAT and link-local addresses
+	// may be reached.
+	AllowPrivate bool `json:"allow_private"`
+	// Enforced: the sandbox sends every connection of a run through the
+	// proxy. In mode none programs are only pointed at it.
+	Enforced bool `json:"enforced"`
+	// Proxy is the address programs find the proxy at (HTTP_PROXY).
+	Proxy                 string  `json:"proxy,omitempty"`
+	MaxConnections        int     `json:"max_connections"`
+	MaxBytes              int64   `json:"max_bytes"`
+	ConnectTimeoutSeconds float64 `json:"connect_timeout_seconds"`
+	IdleTimeoutSeconds    float64 `json:"idle_timeout_seconds"`
+}
+
+// Info describes the proxy's policy; enforced and proxy are the sandbox's
+// to say.
+func (p *Proxy) Info(enforced bool, proxy string) *PolicyInfo {
+	pol := p.policy
+	return &PolicyInfo{
+		Allow:                 pol.Allow.Strings(),
+		AllowPrivate:          pol.AllowPrivate,
+		Enforced:              enforced,
+		Proxy:                 proxy,
+		MaxConnections:        pol.Caps.Connections,
+		MaxBytes:              pol.Caps.Bytes,
+		ConnectTimeoutSeconds: pol.Caps.ConnectTimeout.Seconds(),
+		IdleTimeoutSeconds:    pol.Caps.IdleTimeout.Seconds(),
+	}
+}

@@ -1,0 +1,478 @@
+package egress_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/codeexec/codeexec/sandbox/egress"
+)
+
+// Every destination in these tests is a listener the test starts on
+// loopback, reached through names pinned to 127.0.0.1; no test asks DNS.
+
+func port(t *testing.T, rawURL string) int {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := strconv.Atoi(u.Port())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+type fixture struct {
+	proxy   *egress.Proxy
+	session *egress.Session
+	addr    string // the session's listener
+	http    *httptest.Server
+	tls     *httptest.Server
+	hport   int
+	tport   int
+}
+
+// newFixture starts an HTTP and an HTTPS server on loopback and a session
+// whose allowlist names allowed.test on their two ports; edit may change the
+// policy.
+func newFixture(t *testing.T, edit func(p *egress.Policy, f *fixture)) *fixture {
+	t.Helper()
+	f := &fixture{}
+	f.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/big" {
+			_, _ = w.Write([]byte(strings.Repeat("x", 1<<20)))
+			return
+		}
+		fmt.Fprintf(w, "plain %s host=%s xff=%q proxy-auth=%q", r.URL.Path, r.Host, r.Header.Get("X-Forwarded-For"), r.Header.Get("Proxy-Authorization"))
+	}))
+	t.Cleanup(f.http.Close)
+	f.tls = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "tls %s", r.URL.Path)
+	}))
+	t.Cleanup(f.tls.Close)
+	f.hport, f.tport = port(t, f.http.URL), port(t, f.tls.URL)
+
+	allow, err := egress.ParseAllowlist([]string{
+		"allowed.test:" + strconv.Itoa(f.hport),
+		"allowed.test:" + strconv.Itoa(f.tport),
+		"private.test:" + strconv.Itoa(f.hport),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pins, err := egress.ParsePins("allowed.test=127.0.0.1,private.test=127.0.0.1,notlisted.test=127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := egress.Policy{
+		Allow:        allow,
+		AllowPrivate: true,
+		Resolver:     pins,
+		Caps:         egress.Caps{Connections: 20, Bytes: 8 << 20, ConnectTimeout: 5 * time.Second, IdleTimeout: 10 * time.Second},
+	}
+	if edit != nil {
+		edit(&pol, f)
+	}
+	f.proxy = egress.New(pol, nil)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.addr = l.Addr().String()
+	f.session = f.proxy.Serve("test-run", l)
+	t.Cleanup(func() { f.session.Close() })
+	return f
+}
+
+// client returns an HTTP client that uses the session as its proxy and
+// trusts the TLS server's certificate under the name allowed.test.
+func (f *fixture) client() *http.Client {
+	pool := f.tls.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
+	return &http.Client{
+		Timeout: 10 * time.Second,
+		Transport: &http.Transport{
+			Proxy:           http.ProxyURL(&url.URL{Scheme: "http", Host: f.addr}),
+			TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "example.com"},
+		},
+	}
+}
+
+func get(t *testing.T, c *http.Client, u string) (int, string) {
+	t.Helper()
+	resp, err := c.Get(u)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestForwardsPlainHTTP(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	req, _ := http.NewRequest("GET", fmt.Sprintf("http://allowed.test:%d/hello", f.hport), nil)
+	req.Header.Set("X-Forwarded-For", "10.9.9.9")
+	resp, err := f.client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	want := fmt.Sprintf("plain /hello host=allowed.test:%d xff=\"\" proxy-auth=\"\"", f.hport)
+	if resp.StatusCode != 200 || string(b) != want {
+		t.Fatalf("GET = %d %q, want 200 %q", resp.StatusCode, b, want)
+	}
+	rep := f.session.Close()
+	if len(rep.Reached) != 1 || len(rep.Refused) != 0 {
+		t.Fatalf("report = %+v", rep)
+	}
+	r := rep.Reached[0]
+	if r.Host != "allowed.test" || r.Port != f.hport || r.Address != "127.0.0.1" || r.Connections != 1 || r.BytesSent == 0 || r.BytesReceived == 0 {
+		t.Fatalf("reached = %+v", r)
+	}
+}
+
+func TestTunnelsTLSWithoutInterception(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	code, body := get(t, f.client(), fmt.Sprintf("https://allowed.test:%d/secret", f.tport))
+	if code != 200 || body != "tls /secret" {
+		t.Fatalf("GET over CONNECT = %d %q", code, body)
+	}
+	rep := f.session.Close()
+	if len(rep.Reached) != 1 || rep.Reached[0].Port != f.tport || rep.Reached[0].Host != "allowed.test" {
+		t.Fatalf("report = %+v", rep)
+	}
+}
+
+// connect sends a raw CONNECT and returns the proxy's status code.
+func connect(t *testing.T, proxyAddr, target string) int {
+	t.Helper()
+	c, err := net.Dial("tcp", proxyAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	req := &http.Request{Method: http.MethodConnect, URL: &url.URL{Opaque: target}, Host: target, Header: http.Header{}}
+	if err := req.Write(c); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func TestRefusals(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, func(p *egress.Policy, f *fixture) { p.AllowPrivate = false })
+	c := f.client()
+	tests := []struct {
+		name   string
+		do     func() int
+		host   string
+		port   int
+		reason egress.Reason
+		status int
+	}{
+		{"not on the list over HTTP", func() int {
+			code, _ := get(t, c, fmt.Sprintf("http://notlisted.test:%d/", f.hport))
+			return code
+		}, "notlisted.test", f.hport, egress.ReasonNotAllowed, 403},
+		{"wrong port over CONNECT", func() int {
+			return connect(t, f.addr, "allowed.test:"+strconv.Itoa(f.hport+1))
+		}, "allowed.test", f.hport + 1, egress.ReasonPort, 403},
+		{"private address", func() int {
+			code, _ := get(t, c, fmt.Sprintf("http://private.test:%d/", f.hport))
+			return code
+		}, "private.test", f.hport, egress.ReasonPrivateAddress, 403},
+		{"address literal not on the list", func() int {
+			return connect(t, f.addr, "127.0.0.1:"+strconv.Itoa(f.tport))
+		}, "127.0.0.1", f.tport, egress.ReasonNotAllowed, 403},
+	}
+	for _, tt := range tests {
+		if got := tt.do(); got != tt.status {
+			t.Errorf("%s: status %d, want %d", tt.name, got, tt.status)
+		}
+	}
+	rep := f.session.Close()
+	if len(rep.Reached) != 0 {
+		t.Fatalf("reached = %+v, want nothing", rep.Reached)
+	}
+	if len(rep.Refused) != len(tests) {
+		t.Fatalf("refused = %+v, want %d entries", rep.Refused, len(tests))
+	}
+	for i, tt := range tests {
+		r := rep.Refused[i]
+		if r.Host != tt.host || r.Port != tt.port || r.Reason != tt.reason || r.Count != 1 {
+			t.Errorf("%s: refused = %+v, want %s:%d %s", tt.name, r, tt.host, tt.port, tt.reason)
+		}
+	}
+	if d := rep.Refused[2].Detail; !strings.Contains(d, "127.0.0.1 is loopback") {
+		t.Errorf("private refusal detail = %q, want the address and its class", d)
+	}
+}
+
+func TestMetadataRefusedEvenWithPrivateAllowed(t *testing.T) {
+	t.Parallel()
+	var dialled []string
+	f := newFixture(t, func(p *egress.Policy, f *fixture) {
+		p.Allow, _ = egress.ParseAllowlist([]string{"meta.test", "169.254.169.254"})
+		p.Resolver = egress.Pins{"meta.test": {netip.MustParseAddr("169.254.169.254")}}
+	})
+	f.proxy.SetDialer(func(_ context.Context, _, addr string) (net.Conn, error) {
+		dialled = append(dialled, addr)
+		return nil, errors.New("test dialer: no traffic")
+	})
+	for _, target := range []string{"meta.test:80", "169.254.169.254:80"} {
+		if code := connect(t, f.addr, target); code != 403 {
+			t.Errorf("CONNECT %s = %d, want 403", target, code)
+		}
+	}
+	rep := f.session.Close()
+	if len(dialled) != 0 {
+		t.Fatalf("dialled %v", dialled)
+	}
+	if len(rep.Refused) != 2 || rep.Refused[0].Reason != egress.ReasonPrivateAddress || !strings.Contains(rep.Refused[0].Detail, "cloud metadata") {
+		t.Fatalf("refused = %+v", rep.Refused)
+	}
+}
+
+func TestUnpinnedNameIsUnresolvedWithoutDNS(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, func(p *egress.Policy, f *fixture) {
+		p.Allow, _ = egress.ParseAllowlist([]string{"unpinned.test"})
+	})
+	if code := connect(t, f.addr, "unpinned.test:443"); code != 502 {
+		t.Fatalf("CONNECT = %d, want 502", code)
+	}
+	rep := f.session.Close()
+	if len(rep.Refused) != 1 || rep.Refused[0].Reason != egress.ReasonUnresolved {
+		t.Fatalf("refused = %+v", rep.Refused)
+	}
+}
+
+// The proxy resolves once and dials what it checked: a resolver that
+// answers differently on a second question cannot steer the connection.
+func TestDialsTheCheckedAddress(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	calls := 0
+	var dialled []string
+	f := newFixture(t, func(p *egress.Policy, f *fixture) {
+		p.AllowPrivate = false
+		p.Allow, _ = egress.ParseAllowlist([]string{"rebind.test"})
+		p.Resolver = resolverFunc(func(context.Context, string, string) ([]netip.Addr, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			calls++
+			if calls == 1 {
+				// A documentation address and a loopback one: only the
+				// first may be dialled.
+				return []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("192.0.2.10")}, nil
+			}
+			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+		})
+	})
+	f.proxy.SetDialer(func(ctx context.Context, network, addr string) (net.Conn, error) {
+		mu.Lock()
+		dialled = append(dialled, addr)
+		mu.Unlock()
+		// Stand in for 192.0.2.10 with the test's own listener.
+		var d net.Dialer
+		return d.DialContext(ctx, network, f.http.Listener.Addr().String())
+	})
+	code, _ := get(t, f.client(), "http://rebind.test/x")
+	rep := f.session.Close()
+	if code != 200 {
+		t.Fatalf("GET = %d", code)
+	}
+	if calls != 1 || len(dialled) != 1 || dialled[0] != "192.0.2.10:80" {
+		t.Fatalf("resolver calls = %d, dialled = %v; want one call and 192.0.2.10:80", calls, dialled)
+	}
+	if len(rep.Reached) != 1 || rep.Reached[0].Address != "192.0.2.10" {
+		t.Fatalf("reached = %+v", rep.Reached)
+	}
+}
+
+func TestConnectionCap(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, func(p *egress.Policy, f *fixture) { p.Caps.Connections = 2 })
+	target := "allowed.test:" + strconv.Itoa(f.hport)
+	codes := []int{connect(t, f.addr, target), connect(t, f.addr, target), connect(t, f.addr, target)}
+	if codes[0] != 200 || codes[1] != 200 || codes[2] != 429 {
+		t.Fatalf("CONNECT codes = %v, want 200 200 429", codes)
+	}
+	rep := f.session.Close()
+	if len(rep.Reached) != 1 || rep.Reached[0].Connections != 2 {
+		t.Fatalf("reached = %+v", rep.Reached)
+	}
+	if len(rep.Refused) != 1 || rep.Refused[0].Reason != egress.ReasonCap {
+		t.Fatalf("refused = %+v", rep.Refused)
+	}
+}
+
+func TestByteCap(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, func(p *egress.Policy, f *fixture) { p.Caps.Bytes = 64 << 10 })
+	code, body := get(t, f.client(), fmt.Sprintf("http://allowed.test:%d/big", f.hport))
+	if code == 200 && len(body) >= 1<<20 {
+		t.Fatalf("the whole megabyte came through a 64 KiB cap")
+	}
+	rep := f.session.Close()
+	if len(rep.Reached) != 1 {
+		t.Fatalf("reached = %+v", rep.Reached)
+	}
+	if got := rep.Reached[0].BytesSent + rep.Reached[0].BytesReceived; got > 64<<10 {
+		t.Fatalf("%d bytes moved, cap 64 KiB", got)
+	}
+	if len(rep.Refused) != 1 || rep.Refused[0].Reason != egress.ReasonCap {
+		t.Fatalf("refused = %+v, want the byte cap", rep.Refused)
+	}
+}
+
+func TestIdleTunnelIsClosed(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, func(p *egress.Policy, f *fixture) { p.Caps.IdleTimeout = 100 * time.Millisecond })
+	c, err := net.Dial("tcp", f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "CONNECT allowed.test:%d HTTP/1.1\r\nHost: allowed.test:%d\r\n\r\n", f.tport, f.tport)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT = %v, %v", resp, err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	start := time.Now()
+	if _, err := br.ReadByte(); err == nil {
+		t.Fatal("read a byte from an idle tunnel")
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("the idle tunnel stayed open: %v", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("closed after %v", d)
+	}
+}
+
+func TestBadRequests(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	// A request sent to the proxy as if it were a web server.
+	code, _ := get(t, http.DefaultClient, "http://"+f.addr+"/")
+	if code != 400 {
+		t.Fatalf("direct GET = %d, want 400", code)
+	}
+	if code := connect(t, f.addr, "allowed.test"); code != 400 {
+		t.Fatalf("CONNECT without port = %d, want 400", code)
+	}
+	rep := f.session.Close()
+	if len(rep.Refused) != 2 || rep.Refused[0].Reason != egress.ReasonBadRequest || rep.Refused[1].Reason != egress.ReasonBadRequest {
+		t.Fatalf("refused = %+v", rep.Refused)
+	}
+}
+
+func TestCloseEndsTunnelsAndIsIdempotent(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	c, err := net.Dial("tcp", f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "CONNECT allowed.test:%d HTTP/1.1\r\nHost: x\r\n\r\n", f.tport)
+	br := bufio.NewReader(c)
+	if resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect}); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT = %v, %v", resp, err)
+	}
+	done := make(chan *egress.Report)
+	go func() { done <- f.session.Close() }()
+	select {
+	case rep := <-done:
+		if len(rep.Reached) != 1 {
+			t.Fatalf("report = %+v", rep)
+		}
+		if again := f.session.Close(); again != rep {
+			t.Fatal("second Close returned another report")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not end the open tunnel")
+	}
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := br.ReadByte(); err == nil {
+		t.Fatal("tunnel still open after Close")
+	}
+	if _, err := net.DialTimeout("tcp", f.addr, time.Second); err == nil {
+		t.Fatal("listener still accepts after Close")
+	}
+}
+
+func TestReportAggregatesAndBounds(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, func(p *egress.Policy, f *fixture) { p.Caps.Connections = 0 })
+	for i := 0; i < 3; i++ {
+		connect(t, f.addr, "notlisted.test:443")
+	}
+	for i := 0; i < egress.MaxReportEntries+5; i++ {
+		connect(t, f.addr, fmt.Sprintf("n%d.test:443", i))
+	}
+	rep := f.session.Close()
+	if rep.Refused[0].Host != "notlisted.test" || rep.Refused[0].Count != 3 {
+		t.Fatalf("first refusal = %+v, want notlisted.test three times", rep.Refused[0])
+	}
+	if len(rep.Refused) != egress.MaxReportEntries || rep.Omitted != 6 {
+		t.Fatalf("%d refusals, %d omitted; want %d and 6", len(rep.Refused), rep.Omitted, egress.MaxReportEntries)
+	}
+}
+
+func TestProxyEnv(t *testing.T) {
+	t.Parallel()
+	got := strings.Join(egress.ProxyEnv("127.0.0.1:3128"), " ")
+	want := "HTTP_PROXY=http://127.0.0.1:3128 HTTPS_PROXY=http://127.0.0.1:3128 http_proxy=http://127.0.0.1:3128 https_proxy=http://127.0.0.1:3128 NO_PROXY= no_proxy="
+	if got != want {
+		t.Fatalf("ProxyEnv = %q", got)
+	}
+}
+
+// The destination is the request's URL: a Host header that names another
+// site does not reach the upstream, so a program cannot pick a virtual host
+// the allowlist does not name on an allowed address.
+func TestHostHeaderCannotChooseAnotherSite(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	c, err := net.Dial("tcp", f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET http://allowed.test:%d/h HTTP/1.1\r\nHost: notlisted.test\r\nConnection: close\r\n\r\n", f.hport)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := fmt.Sprintf("host=allowed.test:%d", f.hport); resp.StatusCode != 200 || !strings.Contains(string(b), want) {
+		t.Fatalf("GET = %d %q, want 200 and %s", resp.StatusCode, b, want)
+	}
+}

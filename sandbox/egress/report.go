@@ -1,0 +1,181 @@
+package egress
+
+import (
+	"errors"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+)
+
+// Reason says why a destination was refused. The values appear in the
+// structured result of code_execute.
+type Reason string
+
+// The reasons a destination is refused.
+const (
+	// ReasonNotAllowed: no allowlist entry names the host.
+	ReasonNotAllowed Reason = "not_allowed"
+	// ReasonPort: an entry names the host, none the port.
+	ReasonPort Reason = "port"
+	// ReasonPrivateAddress: the host resolved only to addresses the policy
+	// refuses (loopback, private, link-local, cloud metadata, ...).
+	ReasonPrivateAddress Reason = "private_address"
+	// ReasonCap: the run's cap on connections or bytes was reached.
+	ReasonCap Reason = "cap"
+	// ReasonUnresolved: the name could not be resolved.
+	ReasonUnresolved Reason = "unresolved"
+	// ReasonUnreachable: no resolved address accepted the connection in time.
+	ReasonUnreachable Reason = "unreachable"
+	// ReasonBadRequest: the program sent something the proxy does not
+	// forward (a request that is not an absolute http:// URL, a bad
+	// authority).
+	ReasonBadRequest Reason = "bad_request"
+)
+
+// Errors the proxy's dial returns; each wraps into a refusal with the
+// matching Reason (see ReasonOf).
+var (
+	ErrNotAllowed     = errors.New("host not on the allowlist")
+	ErrPort           = errors.New("port not allowed for this host")
+	ErrPrivateAddress = errors.New("address refused by the network policy")
+	ErrCap            = errors.New("run's network cap reached")
+	ErrUnresolved     = errors.New("name not resolved")
+	ErrUnreachable    = errors.New("destination unreachable")
+	ErrBadRequest     = errors.New("request not forwarded")
+)
+
+// ReasonOf returns the Reason of an error from the proxy, or "" for an
+// error of another kind.
+func ReasonOf(err error) Reason {
+	for _, m := range []struct {
+		err    error
+		reason Reason
+	}{
+		{ErrNotAllowed, ReasonNotAllowed},
+		{ErrPort, ReasonPort},
+		{ErrPrivateAddress, ReasonPrivateAddress},
+		{ErrCap, ReasonCap},
+		{ErrUnresolved, ReasonUnresolved},
+		{ErrUnreachable, ReasonUnreachable},
+		{ErrBadRequest, ReasonBadRequest},
+	} {
+		if errors.Is(err, m.err) {
+			return m.reason
+		}
+	}
+	return ""
+}
+
+// Report is what one run reached and what was refused, aggregated by
+// destination, each list in the order destinations were first seen.
+type Report struct {
+	Reached []Reached `json:"reached"`
+	Refused []Refused `json:"refused"`
+	// Omitted counts the destinations left out because the report holds at
+	// most MaxReportEntries of each kind.
+	Omitted int `json:"omitted,omitempty"`
+}
+
+// MaxReportEntries bounds each list of a Report.
+const MaxReportEntries = 100
+
+// Reached is a destination the run connected to.
+type Reached struct {
+	// Host and Port are what the program asked for.
+	Host string `json:"host"`
+	Port int    `json:"port"`
+	// Address is the IP address the proxy dialled.
+	Address string `json:"address"`
+	// Connections counts the connections made (a CONNECT tunnel, or a
+	// connection that carried forwarded HTTP requests).
+	Connections int `json:"connections"`
+	// BytesSent and BytesReceived count the bytes to and from the
+	// destination.
+	BytesSent     int64 `json:"bytes_sent"`
+	BytesReceived int64 `json:"bytes_received"`
+}
+
+// Refused is a destination the proxy refused.
+type Refused struct {
+	Host   string `json:"host"`
+	Port   int    `json:"port,omitempty"`
+	Reason Reason `json:"reason"`
+	// Detail says more, for example which address was refused and why.
+	Detail string `json:"detail,omitempty"`
+	// Count counts the attempts refused for this reason.
+	Count int `json:"count"`
+}
+
+// Empty reports whether nothing was reached or refused.
+func (r *Report) Empty() bool {
+	return r == nil || len(r.Reached) == 0 && len(r.Refused) == 0 && r.Omitted == 0
+}
+
+// recorder aggregates a run's report; safe for concurrent use.
+type recorder struct {
+	mu      sync.Mutex
+	reached []*reachedEntry
+	refused []*Refused
+	omitted int
+}
+
+type reachedEntry struct {
+	Reached
+	sent, received atomic.Int64
+}
+
+func (rec *recorder) reach(host string, port int, addr string) *reachedEntry {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, e := range rec.reached {
+		if e.Host == host && e.Port == port && e.Address == addr {
+			e.Connections++
+			return e
+		}
+	}
+	e := &reachedEntry{Reached: Reached{Host: host, Port: port, Address: addr, Connections: 1}}
+	if len(rec.reached) >= MaxReportEntries {
+		rec.omitted++
+		return e // counted, not reported
+	}
+	rec.reached = append(rec.reached, e)
+	return e
+}
+
+func (rec *recorder) refuse(host string, port int, err error) {
+	reason := ReasonOf(err)
+	if reason == "" {
+		reason = ReasonUnreachable
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, r := range rec.refused {
+		if r.Host == host && r.Port == port && r.Reason == reason {
+			r.Count++
+			return
+		}
+	}
+	if len(rec.refused) >= MaxReportEntries {
+		rec.omitted++
+		return
+	}
+	rec.refused = append(rec.refused, &Refused{Host: host, Port: port, Reason: reason, Detail: err.Error(), Count: 1})
+}
+
+func (rec *recorder) report() *Report {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	r := &Report{Reached: []Reached{}, Refused: []Refused{}, Omitted: rec.omitted}
+	for _, e := range rec.reached {
+		x := e.Reached
+		x.BytesSent, x.BytesReceived = e.sent.Load(), e.received.Load()
+		r.Reached = append(r.Reached, x)
+	}
+	for _, e := range rec.refused {
+		r.Refused = append(r.Refused, *e)
+	}
+	return r
+}
+
+func hostPort(host string, port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }

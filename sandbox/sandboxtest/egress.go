@@ -1,0 +1,238 @@
+package sandboxtest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/egress"
+)
+
+// Egress is the shared test of CODE_EXEC_NETWORK=allowlist: listeners that
+// the test starts on this machine, names pinned to their address, and a
+// python program that tries, from inside the sandbox, every way out.
+//
+// Nothing here sends traffic beyond this machine or asks DNS: every name is
+// pinned, and the names that are refused are refused before resolution.
+type Egress struct {
+	// IP is the address the listeners are on (loopback, or a Docker
+	// bridge's own address).
+	IP string
+	// HTTPPort serves plain HTTP, TLSPort HTTPS (the test server's
+	// certificate; the program does not verify it).
+	HTTPPort, TLSPort int
+}
+
+// StartEgress starts an HTTP and an HTTPS listener on ip; t's cleanup
+// closes them.
+func StartEgress(t *testing.T, ip string) *Egress {
+	t.Helper()
+	h := func(kind string) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, "%s-ok", kind)
+		})
+	}
+	listen := func() net.Listener {
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+		if err != nil {
+			t.Fatalf("listening on %s: %v", ip, err)
+		}
+		return l
+	}
+	hs := &httptest.Server{Listener: listen(), Config: &http.Server{Handler: h("plain")}}
+	hs.Start()
+	t.Cleanup(hs.Close)
+	ts := &httptest.Server{Listener: listen(), Config: &http.Server{Handler: h("tls")}}
+	ts.StartTLS()
+	t.Cleanup(ts.Close)
+	return &Egress{
+		IP:       ip,
+		HTTPPort: hs.Listener.Addr().(*net.TCPAddr).Port,
+		TLSPort:  ts.Listener.Addr().(*net.TCPAddr).Port,
+	}
+}
+
+// Resolve is the CODE_EXEC_NETWORK_RESOLVE value of the test: allowed.test,
+// private.test and notlisted.test all pinned to the listeners' address.
+func (e *Egress) Resolve() string {
+	return fmt.Sprintf("allowed.test=%s,private.test=%s,notlisted.test=%s", e.IP, e.IP, e.IP)
+}
+
+// Allow is the CODE_EXEC_NETWORK_ALLOW value of the test: allowed.test on
+// the two listeners' ports and private.test on the HTTP port.
+func (e *Egress) Allow() []string {
+	return []string{
+		"allowed.test:" + strconv.Itoa(e.HTTPPort),
+		"allowed.test:" + strconv.Itoa(e.TLSPort),
+		"private.test:" + strconv.Itoa(e.HTTPPort),
+	}
+}
+
+// Policy is the test's policy. With allowPrivate off, the names pinned to
+// a loopback or bridge address are refused as private: use it to test that
+// refusal; with it on, allowed.test is reached.
+func (e *Egress) Policy(t *testing.T, allowPrivate bool) egress.Policy {
+	t.Helper()
+	allow, err := egress.ParseAllowlist(e.Allow())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pins, err := egress.ParsePins(e.Resolve())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return egress.Policy{
+		Allow:        allow,
+		AllowPrivate: allowPrivate,
+		Resolver:     pins, // pins only: nothing reaches DNS
+		Caps:         egress.Caps{Connections: 32, Bytes: 1 << 20, ConnectTimeout: 5 * time.Second, IdleTimeout: 10 * time.Second},
+	}
+}
+
+// Program is the python program that tries every way out and prints one
+// line per attempt: "<name>: <outcome>". rawIPs are addresses a raw socket
+// tries on the HTTP port, bypassing the proxy.
+func (e *Egress) Program(rawIPs ...string) string {
+	var raws []string
+	for _, ip := range rawIPs {
+		raws = append(raws, strconv.Quote(ip))
+	}
+	return fmt.Sprintf(`import os, socket, ssl, sys, urllib.request, urllib.error
+H, T = %d, %d
+ctx = ssl.create_default_context()
+ctx.check_hostname = False
+ctx.verify_mode = ssl.CERT_NONE
+def get(url):
+    try:
+        with urllib.request.urlopen(url, timeout=15, context=ctx if url.startswith("https") else None) as r:
+            return "%%d %%s" %% (r.status, r.read().decode())
+    except urllib.error.HTTPError as e:
+        return "HTTP %%d" %% e.code
+    except Exception as e:
+        return "refused %%s" %% e
+print("proxy:", os.environ.get("HTTPS_PROXY"), "no_proxy=%%r" %% os.environ.get("NO_PROXY"))
+print("http:", get("http://allowed.test:%%d/hello" %% H))
+print("connect:", get("https://allowed.test:%%d/secret" %% T))
+print("notlisted:", get("http://notlisted.test:%%d/" %% H))
+print("port:", get("https://allowed.test:%%d/" %% (T + 1 if T + 1 != H else T + 2)))
+print("private:", get("http://private.test:%%d/" %% H))
+for ip in [%s]:
+    try:
+        socket.create_connection((ip, H), timeout=3).close()
+        print("raw %%s: connected" %% ip)
+    except OSError as e:
+        print("raw %%s: refused %%s" %% (ip, e))
+`, e.HTTPPort, e.TLSPort, strings.Join(raws, ", "))
+}
+
+// Line returns the outcome the program printed for name.
+func Line(stdout, name string) string {
+	for _, l := range strings.Split(stdout, "\n") {
+		if v, ok := strings.CutPrefix(l, name+": "); ok {
+			return v
+		}
+	}
+	return "(no line " + name + ")"
+}
+
+// CheckEgress runs the program on r, whose runs go through a proxy with
+// e.Policy(t, allowPrivate), and checks both what the program saw and the
+// run's report. rawIPs are the addresses to try with raw sockets; every one
+// must fail.
+func (e *Egress) CheckEgress(t *testing.T, r sandbox.Runner, allowPrivate bool, rawIPs ...string) *sandbox.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := r.Run(ctx, Req("python", e.Program(rawIPs...)))
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	out := res.Stdout
+	if res.ExitCode != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", res.ExitCode, out, res.Stderr)
+	}
+	if got := Line(out, "proxy"); !strings.HasPrefix(got, "http://") || !strings.HasSuffix(got, "no_proxy=''") {
+		t.Errorf("proxy environment = %q, want HTTPS_PROXY set and NO_PROXY empty", got)
+	}
+	expect := map[string]string{
+		"notlisted": "HTTP 403", // plain HTTP: the proxy answers 403
+		"port":      "refused",  // CONNECT: the tunnel is refused with 403
+		"private":   "HTTP 403",
+	}
+	if allowPrivate {
+		expect["http"] = "200 plain-ok"
+		expect["connect"] = "200 tls-ok"
+		expect["private"] = "200 plain-ok"
+	} else {
+		expect["http"] = "HTTP 403"
+		expect["connect"] = "refused"
+	}
+	for name, want := range expect {
+		if got := Line(out, name); !strings.HasPrefix(got, want) {
+			t.Errorf("%s: %q, want %q\nstdout:\n%s", name, got, want, out)
+		}
+	}
+	for _, ip := range rawIPs {
+		if got := Line(out, "raw "+ip); !strings.HasPrefix(got, "refused") {
+			t.Errorf("raw socket to %s: %q, want refused", ip, got)
+		}
+	}
+	t.Logf("the program saw:\n%s", out)
+	e.checkReport(t, res.Network, allowPrivate)
+	return res
+}
+
+func (e *Egress) checkReport(t *testing.T, rep *egress.Report, allowPrivate bool) {
+	t.Helper()
+	if rep == nil {
+		t.Fatal("the result has no network report")
+	}
+	reached := map[string]bool{}
+	for _, r := range rep.Reached {
+		reached[net.JoinHostPort(r.Host, strconv.Itoa(r.Port))] = true
+	}
+	refused := map[string]egress.Reason{}
+	for _, r := range rep.Refused {
+		refused[net.JoinHostPort(r.Host, strconv.Itoa(r.Port))] = r.Reason
+	}
+	hp := func(h string, p int) string { return net.JoinHostPort(h, strconv.Itoa(p)) }
+	wrongPort := e.TLSPort + 1
+	if wrongPort == e.HTTPPort {
+		wrongPort++
+	}
+	wantRefused := map[string]egress.Reason{
+		hp("notlisted.test", e.HTTPPort): egress.ReasonNotAllowed,
+		hp("allowed.test", wrongPort):    egress.ReasonPort,
+	}
+	var wantReached []string
+	if allowPrivate {
+		wantReached = []string{hp("allowed.test", e.HTTPPort), hp("allowed.test", e.TLSPort), hp("private.test", e.HTTPPort)}
+	} else {
+		wantRefused[hp("allowed.test", e.HTTPPort)] = egress.ReasonPrivateAddress
+		wantRefused[hp("allowed.test", e.TLSPort)] = egress.ReasonPrivateAddress
+		wantRefused[hp("private.test", e.HTTPPort)] = egress.ReasonPrivateAddress
+	}
+	for _, d := range wantReached {
+		if !reached[d] {
+			t.Errorf("report: %s not reached; report %+v", d, rep)
+		}
+	}
+	if len(rep.Reached) != len(wantReached) {
+		t.Errorf("report: reached %+v, want %v", rep.Reached, wantReached)
+	}
+	for d, reason := range wantRefused {
+		if refused[d] != reason {
+			t.Errorf("report: %s refused for %q, want %q; report %+v", d, refused[d], reason, rep)
+		}
+	}
+	if len(rep.Refused) != len(wantRefused) {
+		t.Errorf("report: refused %+v, want %v", rep.Refused, wantRefused)
+	}
+}
