@@ -368,6 +368,9 @@ func newRunner(ctx context.Context, cfg *configs.Config, log *slog.Logger) (sand
 		proxy = egress.New(policy, log.With("component", "egress"))
 		log.Info("network allowlist", "allow", policy.Allow.Strings(), "allow_private", policy.AllowPrivate,
 			"max_connections", policy.Caps.Connections, "max_bytes", cfg.NetworkMaxBytes.String())
+		if policy.AllowPrivate {
+			log.Warn("CODE_EXEC_NETWORK_ALLOW_PRIVATE=true: allowed names may resolve to loopback, private, link-local and cloud-metadata addresses, so runs can reach this host's services, its private network and, on a cloud host, the metadata service and the credentials it hands out")
+		}
 	}
 	switch cfg.Sandbox {
 	case sandbox.ModeDocker:

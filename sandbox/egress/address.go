@@ -11,6 +11,11 @@ var (
 		prefix netip.Prefix
 		class  string
 	}{
+		// Cloud metadata first, so that it is named as such; like the
+		// rest of this list it is reachable only when the operator allows
+		// private addresses (SPEC: "Network"), and the server then warns.
+		{netip.MustParsePrefix("169.254.169.254/32"), "cloud metadata"},
+		{netip.MustParsePrefix("fd00:ec2::254/128"), "cloud metadata"},
 		{netip.MustParsePrefix("127.0.0.0/8"), "loopback"},
 		{netip.MustParsePrefix("::1/128"), "loopback"},
 		{netip.MustParsePrefix("10.0.0.0/8"), "private"},
@@ -22,14 +27,11 @@ var (
 		{netip.MustParsePrefix("fe80::/10"), "link-local"},
 	}
 	// alwaysRefused are refused even when private addresses are allowed:
-	// nothing a run needs lives there, and the cloud metadata service hands
-	// out the host's credentials.
+	// no destination a run needs has such an address.
 	alwaysRefused = []struct {
 		prefix netip.Prefix
 		class  string
 	}{
-		{netip.MustParsePrefix("169.254.169.254/32"), "cloud metadata"},
-		{netip.MustParsePrefix("fd00:ec2::254/128"), "cloud metadata"},
 		{netip.MustParsePrefix("0.0.0.0/8"), "unspecified"},
 		{netip.MustParsePrefix("::/128"), "unspecified"},
 		{netip.MustParsePrefix("224.0.0.0/4"), "multicast"},

@@ -137,15 +137,15 @@ func TestClassify(t *testing.T) {
 		{"100.127.255.255", "shared (CGNAT)", false},
 		{"169.254.1.1", "link-local", false},
 		{"fe80::1", "link-local", false},
-		{"169.254.169.254", "cloud metadata", true},
-		{"fd00:ec2::254", "cloud metadata", true},
+		{"169.254.169.254", "cloud metadata", false},
+		{"fd00:ec2::254", "cloud metadata", false},
 		{"0.0.0.0", "unspecified", true},
 		{"::", "unspecified", true},
 		{"224.0.0.1", "multicast", true},
 		{"ff02::1", "multicast", true},
 		{"255.255.255.255", "reserved", true},
 		{"64:ff9b::10.0.0.1", "private", false},
-		{"64:ff9b::a9fe:a9fe", "cloud metadata", true},
+		{"64:ff9b::a9fe:a9fe", "cloud metadata", false},
 	}
 	for _, tt := range tests {
 		class, always := egress.Classify(netip.MustParseAddr(tt.addr))

@@ -231,28 +231,40 @@ func TestRefusals(t *testing.T) {
 	}
 }
 
-func TestMetadataRefusedEvenWithPrivateAllowed(t *testing.T) {
+// Cloud metadata is one of the private classes (SPEC, "Network"): refused,
+// and named, unless the operator allows private addresses.
+func TestMetadataRefusedUnlessPrivateAllowed(t *testing.T) {
 	t.Parallel()
-	var dialled []string
-	f := newFixture(t, func(p *egress.Policy, f *fixture) {
-		p.Allow, _ = egress.ParseAllowlist([]string{"meta.test", "169.254.169.254"})
-		p.Resolver = egress.Pins{"meta.test": {netip.MustParseAddr("169.254.169.254")}}
-	})
-	f.proxy.SetDialer(func(_ context.Context, _, addr string) (net.Conn, error) {
-		dialled = append(dialled, addr)
-		return nil, errors.New("test dialer: no traffic")
-	})
-	for _, target := range []string{"meta.test:80", "169.254.169.254:80"} {
-		if code := connect(t, f.addr, target); code != 403 {
-			t.Errorf("CONNECT %s = %d, want 403", target, code)
+	for _, allowPrivate := range []bool{false, true} {
+		var dialled []string
+		f := newFixture(t, func(p *egress.Policy, f *fixture) {
+			p.Allow, _ = egress.ParseAllowlist([]string{"meta.test", "169.254.169.254"})
+			p.Resolver = egress.Pins{"meta.test": {netip.MustParseAddr("169.254.169.254")}}
+			p.AllowPrivate = allowPrivate
+		})
+		// The test dialer records and refuses: no traffic leaves the machine.
+		f.proxy.SetDialer(func(_ context.Context, _, addr string) (net.Conn, error) {
+			dialled = append(dialled, addr)
+			return nil, errors.New("test dialer: no traffic")
+		})
+		for _, target := range []string{"meta.test:80", "169.254.169.254:80"} {
+			if code := connect(t, f.addr, target); code < 400 {
+				t.Errorf("allowPrivate=%v: CONNECT %s = %d, want an error (refused, or the test dialer's failure)", allowPrivate, target, code)
+			}
 		}
-	}
-	rep := f.session.Close()
-	if len(dialled) != 0 {
-		t.Fatalf("dialled %v", dialled)
-	}
-	if len(rep.Refused) != 2 || rep.Refused[0].Reason != egress.ReasonPrivateAddress || !strings.Contains(rep.Refused[0].Detail, "cloud metadata") {
-		t.Fatalf("refused = %+v", rep.Refused)
+		rep := f.session.Close()
+		if allowPrivate {
+			if len(dialled) != 2 {
+				t.Errorf("with private addresses allowed the proxy dialled %v, want both targets", dialled)
+			}
+			continue
+		}
+		if len(dialled) != 0 {
+			t.Fatalf("dialled %v", dialled)
+		}
+		if len(rep.Refused) != 2 || rep.Refused[0].Reason != egress.ReasonPrivateAddress || !strings.Contains(rep.Refused[0].Detail, "cloud metadata") {
+			t.Fatalf("refused = %+v", rep.Refused)
+		}
 	}
 }
 
