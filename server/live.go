@@ -3,8 +3,10 @@ package server
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/server/progress"
@@ -51,6 +53,8 @@ func progressToken(call mcp.CallToolRequest) mcp.ProgressToken {
 type liveRun struct {
 	s     *Server
 	lines *progress.Lines
+	// queue is the session's notification queue, when it has one.
+	queue chan<- mcp.JSONRPCNotification
 }
 
 // liveOutput prepares the progress notifications of a call: when the
@@ -72,7 +76,32 @@ func (s *Server) liveOutput(ctx context.Context, call mcp.CallToolRequest) (cont
 			"message":       n.Message,
 		})
 	}
-	return ctx, &liveRun{s: s, lines: progress.New(send, progress.Options{})}
+	l := &liveRun{s: s, lines: progress.New(send, progress.Options{})}
+	if sess := mcpserver.ClientSessionFromContext(ctx); sess != nil {
+		l.queue = sess.NotificationChannel()
+	}
+	return ctx, l
+}
+
+// drainWait bounds how long a call waits for its notifications to leave the
+// session's queue before its result is returned.
+const drainWait = 2 * time.Second
+
+// waitDrained waits until the session's notification queue is empty, and a
+// moment more, so that mcp-go's forwarder has written the last notification
+// before the handler returns. mcp-go (v1.2.1) drains that queue itself before
+// it writes the result over streamable HTTP, but a notification its
+// forwarder has already taken but not yet written when the handler returns
+// is dropped; waiting here makes that rare, not impossible (see
+// docs/tools.md, "Live output").
+func (l *liveRun) waitDrained() {
+	if l.queue == nil {
+		return
+	}
+	for deadline := time.Now().Add(drainWait); len(l.queue) > 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(5 * time.Millisecond)
 }
 
 // observe is the run's sandbox.Request.Observe.
@@ -90,6 +119,7 @@ func (l *liveRun) close() {
 		return
 	}
 	l.lines.Close()
+	l.waitDrained()
 	sent, lost := l.lines.Stats()
 	l.s.opts.Metrics.ProgressSent(sent)
 	l.s.opts.Metrics.ProgressDropped(lost)
