@@ -199,7 +199,7 @@ func (m *Manager) Create(ctx context.Context, owner string, o CreateOptions) (In
 	case len(m.sessions)+m.starting >= m.cfg.MaxSessions:
 		n := len(m.sessions) + m.starting
 		m.mu.Unlock()
-		return Info{}, fmt.Errorf("%w: %d of at most %d (CODE_EXEC_MAX_SESSIONS) exist", ErrTooManySessions, n, m.cfg.MaxSessions)
+		return Info{}, fmt.Errorf("%w: this server allows at most %d at once (CODE_EXEC_MAX_SESSIONS) and %d exist", ErrTooManySessions, m.cfg.MaxSessions, n)
 	}
 	m.starting++
 	m.mu.Unlock()
