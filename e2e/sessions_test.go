@@ -345,3 +345,14 @@ func TestSessionAudit(t *testing.T) {
 		t.Fatalf("audit entries naming the session: %q, want the request and the run", named)
 	}
 }
+
+// TestSessionsRestrictedPython: with restricted Python, which checks each
+// python program on its own, python sessions are refused; others work.
+func TestSessionsRestrictedPython(t *testing.T) {
+	t.Parallel()
+	cs, _ := connect(t, stdio, serverEnv(t, map[string]string{"CODE_EXEC_PYTHON_POLICY": "restricted"}), connectOpts{})
+	wantToolError(t, call(t, cs, "session_create", map[string]any{"language": "python"}), "CODE_EXEC_PYTHON_POLICY=restricted", "without a session_id")
+	id := createSession(t, cs, map[string]any{"language": "javascript"})
+	res, out := inSession(t, cs, id, "javascript", "console.log(6 * 7)")
+	wantStdout(t, res, out, "42\n")
+}
