@@ -132,6 +132,7 @@ type Manager struct {
 
 	stop    chan struct{}
 	stopped chan struct{}
+	kick    chan struct{} // wakes the janitor when a session is added
 }
 
 // entry is one session of the Manager.
@@ -162,7 +163,7 @@ func New(cfg Config) *Manager {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m := &Manager{cfg: cfg, log: log, now: time.Now, sessions: map[string]*entry{}, stop: make(chan struct{}), stopped: make(chan struct{})}
+	m := &Manager{cfg: cfg, log: log, now: time.Now, sessions: map[string]*entry{}, stop: make(chan struct{}), stopped: make(chan struct{}), kick: make(chan struct{}, 1)}
 	go m.janitor()
 	return m
 }
@@ -232,6 +233,10 @@ func (m *Manager) Create(ctx context.Context, owner string, o CreateOptions) (In
 	m.sessions[e.id] = e
 	info := m.infoLocked(e)
 	m.mu.Unlock()
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
 	m.log.Info("session created", "session", e.id, "language", e.lang, "idle_timeout", idle, "deadline", e.deadline)
 	return info, nil
 }
@@ -392,24 +397,38 @@ func (m *Manager) infoLocked(e *entry) Info {
 	return Info{ID: e.id, Language: e.lang, Created: e.created, LastUsed: e.lastUsed, Calls: e.calls, Busy: e.busy, IdleTimeout: e.idle, Expires: exp}
 }
 
-// janitorEvery is how often the janitor looks, at most: a tenth of the
-// shortest timeout, within [10ms, 5s].
-func (m *Manager) janitorEvery() time.Duration {
-	d := min(m.cfg.IdleTimeout, m.cfg.MaxLifetime) / 10
-	return min(max(d, 10*time.Millisecond), 5*time.Second)
+// nextCheck is how long the janitor may sleep: until the earliest moment a
+// session may expire (a busy one only at its deadline), within [10ms, 5s].
+func (m *Manager) nextCheck() time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	d := 5 * time.Second
+	for _, e := range m.sessions {
+		exp := e.deadline
+		if !e.busy && e.lastUsed.Add(e.idle).Before(exp) {
+			exp = e.lastUsed.Add(e.idle)
+		}
+		d = min(d, exp.Sub(now))
+	}
+	return max(d, 10*time.Millisecond)
 }
 
+// janitor ends sessions as they expire, until Shutdown. Create wakes it, so
+// that a new session's own idle timeout counts from the start.
 func (m *Manager) janitor() {
 	defer close(m.stopped)
-	t := time.NewTicker(m.janitorEvery())
+	t := time.NewTimer(m.nextCheck())
 	defer t.Stop()
 	for {
 		select {
 		case <-m.stop:
 			return
+		case <-m.kick:
 		case <-t.C:
 			m.expire()
 		}
+		t.Reset(m.nextCheck())
 	}
 }
 
