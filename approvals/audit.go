@@ -54,6 +54,9 @@ type Entry struct {
 	// NetworkPolicy is the allowlist the run would reach the network
 	// under (CODE_EXEC_NETWORK=allowlist).
 	NetworkPolicy *egress.PolicyInfo `json:"network_policy,omitempty"`
+	// Session names the session the request runs in (request and run
+	// entries; empty for a run of its own).
+	Session string `json:"session,omitempty"`
 
 	// decision
 	Outcome Outcome `json:"outcome,omitempty"`

@@ -102,8 +102,11 @@ type Ask struct {
 	CodeSHA256 string    `json:"code_sha256"`
 	Reasons    []string  `json:"reasons"`
 	Requester  Requester `json:"requester"`
-	Created    time.Time `json:"created"`
-	Deadline   time.Time `json:"deadline"`
+	// Session names the session the code would run in ("" for a run of
+	// its own), where the earlier calls' state may matter.
+	Session  string    `json:"session,omitempty"`
+	Created  time.Time `json:"created"`
+	Deadline time.Time `json:"deadline"`
 }
 
 // Decision is the answer to an Ask.

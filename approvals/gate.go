@@ -78,6 +78,12 @@ type Call struct {
 	Answer *Answer
 	// Waiting, if not nil, is called while the run waits for a person.
 	Waiting WaitFunc
+	// Session, if not empty, names the session (sandbox/sessions) the
+	// call runs in: it is shown to the approver and recorded.
+	Session string
+	// Next, if not nil, runs the call once approved instead of the Gate's
+	// own next Runner (a session runs calls on its own sandbox).
+	Next sandbox.Runner
 }
 
 // GateConfig configures a Gate.
@@ -240,7 +246,7 @@ func (g *Gate) run(ctx context.Context, req sandbox.Request, c Call) (*sandbox.R
 		if g.cfg.Policy != PolicyNever {
 			findings = g.riskCheck(req)
 		}
-		a, err := g.newAsk(req, c.Requester, findings)
+		a, err := g.newAsk(req, c.Requester, c.Session, findings)
 		if err != nil {
 			return nil, err
 		}
@@ -261,8 +267,12 @@ func (g *Gate) run(ctx context.Context, req sandbox.Request, c Call) (*sandbox.R
 	if !d.Outcome.Allows() {
 		return nil, &DeniedError{Decision: d}
 	}
-	res, err := g.next.Run(ctx, req)
-	e := Entry{Event: EventRun, ID: d.ID, CodeSHA256: hash}
+	next := g.next
+	if c.Next != nil {
+		next = c.Next
+	}
+	res, err := next.Run(ctx, req)
+	e := Entry{Event: EventRun, ID: d.ID, CodeSHA256: hash, Session: c.Session}
 	if res != nil {
 		code, ms := res.ExitCode, float64(res.Duration.Microseconds())/1000
 		e.ExitCode, e.DurationMS, e.LimitHit, e.Signal, e.Sandbox = &code, &ms, res.LimitHit(), res.Signal, string(res.Sandbox)
@@ -282,7 +292,7 @@ func (g *Gate) run(ctx context.Context, req sandbox.Request, c Call) (*sandbox.R
 }
 
 // newAsk builds the Ask of req and records the request.
-func (g *Gate) newAsk(req sandbox.Request, requester Requester, findings []Finding) (Ask, error) {
+func (g *Gate) newAsk(req sandbox.Request, requester Requester, session string, findings []Finding) (Ask, error) {
 	now := time.Now().UTC()
 	a := Ask{
 		ID:         newID(),
@@ -293,13 +303,14 @@ func (g *Gate) newAsk(req sandbox.Request, requester Requester, findings []Findi
 		CodeSHA256: HashRequest(req),
 		Reasons:    Reasons(findings),
 		Requester:  requester,
+		Session:    session,
 		Created:    now,
 		Deadline:   now.Add(g.cfg.Timeout),
 	}
 	stdin, timeout := a.StdinBytes, a.TimeoutMS
 	err := g.record(Entry{
 		Event: EventRequest, ID: a.ID, CodeSHA256: a.CodeSHA256, Language: a.Language, Code: a.Code,
-		StdinSize: &stdin, TimeoutMS: &timeout, Policy: g.cfg.Policy, Reasons: a.Reasons, Requester: &requester, Time: now,
+		StdinSize: &stdin, TimeoutMS: &timeout, Policy: g.cfg.Policy, Reasons: a.Reasons, Requester: &requester, Session: session, Time: now,
 		NetworkPolicy: g.next.Capabilities().Egress,
 	})
 	if err != nil {
@@ -418,7 +429,7 @@ func (g *Gate) redeem(req sandbox.Request, hash string, c Call) (Decision, error
 // request first.
 func (g *Gate) reject(req sandbox.Request, requester Requester, id string, outcome Outcome, note string) error {
 	if id == "" {
-		a, err := g.newAsk(req, requester, g.riskCheck(req))
+		a, err := g.newAsk(req, requester, "", g.riskCheck(req))
 		if err != nil {
 			return err
 		}

@@ -442,3 +442,42 @@ func TestRiskCheckNotes(t *testing.T) {
 		t.Errorf("the audit log does not record the note")
 	}
 }
+
+// A call in a session is asked about and recorded with the session's name,
+// and runs on the session's Runner, never on the Gate's own.
+func TestGateRunsASessionCallOnItsRunner(t *testing.T) {
+	f := newGate(t, GateConfig{Policy: PolicyAlways, OutOfBand: true})
+	var inSession atomic.Int32
+	sess := &sandboxtest.Fake{RunFunc: func(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
+		inSession.Add(1)
+		return &sandbox.Result{Stdout: "42\n", Sandbox: sandbox.ModeProcess}, nil
+	}}
+	var asked Ask
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var v uint64
+		for ctx.Err() == nil {
+			var asks []Ask
+			asks, v = f.gate.Broker().Changes(ctx, v)
+			if len(asks) > 0 {
+				asked = asks[0]
+				_, _ = f.gate.Broker().Decide(Decision{ID: asks[0].ID, Outcome: OutcomeApproved, By: "alice", Via: ViaConsole})
+				return
+			}
+		}
+	}()
+	res, err := f.gate.For(Call{Session: "ses_0123", Next: sess}).Run(context.Background(), harmless)
+	if err != nil || res.Stdout != "42\n" {
+		t.Fatalf("Run: %v, %v", res, err)
+	}
+	if inSession.Load() != 1 || f.runs.Load() != 0 {
+		t.Fatalf("%d runs in the session, %d on the Gate's runner; want 1 and 0", inSession.Load(), f.runs.Load())
+	}
+	if asked.Session != "ses_0123" {
+		t.Errorf("the approver was asked about session %q, want ses_0123", asked.Session)
+	}
+	if n := strings.Count(f.auditText(t), `"session":"ses_0123"`); n != 2 {
+		t.Errorf("the session is named in %d audit entries, want 2 (the request and the run):\n%s", n, f.auditText(t))
+	}
+}

@@ -153,6 +153,10 @@ type Config struct {
 	PythonAllowedImports []string `env:"PYTHON_ALLOWED_IMPORTS" envDefault:"datetime,calendar,re,math,decimal,fractions,statistics,collections,itertools,functools,operator,json" envSeparator:"," accepted:"a comma-separated list of top-level module names, none of which hands out the interpreter (sys, os, builtins, importlib, inspect, types, typing ... are refused)" help:"restricted python: the modules programs may import"`
 	PythonMaxASTNodes    int      `env:"PYTHON_MAX_AST_NODES" envDefault:"20000" accepted:"a whole number from 100 to 1000000" help:"restricted python: the most syntax-tree nodes a program may have"`
 
+	MaxSessions        int           `env:"MAX_SESSIONS" envDefault:"8" accepted:"a whole number from 0 to 1024" help:"most sessions (session_create) at once, all clients together; each holds a container (docker mode) or an interpreter (process mode) while it lives; 0 turns sessions off"`
+	SessionIdleTimeout time.Duration `env:"SESSION_IDLE_TIMEOUT" envDefault:"10m" accepted:"a duration such as 10m (from 1s to 24h)" help:"a session that no call used for this long ends by itself, and its files, processes and container are removed"`
+	SessionMaxLifetime time.Duration `env:"SESSION_MAX_LIFETIME" envDefault:"1h" accepted:"a duration such as 1h (from 1s to 168h)" help:"a session ends this long after it was created, however busy"`
+
 	ProcessDisable  []string `env:"PROCESS_DISABLE" envSeparator:"," accepted:"a comma-separated list of user, pid, network, ipc, uts, mount, landlock, seccomp, cgroup, uid-range" help:"process mode: kernel isolation features to turn off (for example network, for code that must reach the network)"`
 	ProcessStrict   bool     `env:"PROCESS_STRICT" envDefault:"false" accepted:"true or false" help:"process mode: refuse to start unless every kernel isolation feature is active on this host (namespaces, Landlock, the seccomp filter, the runs' cgroups and, as root, their own users)"`
 	ProcessUIDRange UIDRange `env:"PROCESS_UID_RANGE" envDefault:"200000-200063" accepted:"FIRST-LAST, host user ids from 1 to 4294967294 without 65534, for example 200000-200063" help:"process mode, when the server is root: host user ids that runs take, one per run in flight (more runs at once wait for a free one); nothing else should use them"`
@@ -283,6 +287,9 @@ func (c *Config) Validate() error {
 	check(c.MaxCode >= 16, "MaxCode", c.MaxCode, "it is too small")
 	check(c.MaxStdin >= 0, "MaxStdin", c.MaxStdin, "it is negative")
 	check(c.MaxConcurrency >= 1 && c.MaxConcurrency <= 1024, "MaxConcurrency", c.MaxConcurrency, "it is out of range")
+	check(c.MaxSessions >= 0 && c.MaxSessions <= 1024, "MaxSessions", c.MaxSessions, "it is out of range")
+	check(c.SessionIdleTimeout >= time.Second && c.SessionIdleTimeout <= 24*time.Hour, "SessionIdleTimeout", c.SessionIdleTimeout, "it is out of range")
+	check(c.SessionMaxLifetime >= time.Second && c.SessionMaxLifetime <= 168*time.Hour, "SessionMaxLifetime", c.SessionMaxLifetime, "it is out of range")
 	check(c.DockerPoolSize >= 0 && c.DockerPoolSize <= 64, "DockerPoolSize", c.DockerPoolSize, "it is out of range")
 	if len(c.Languages) == 0 {
 		errs = append(errs, invalid("Languages", `""`, "no language is enabled"))

@@ -46,3 +46,12 @@ func (l *Limited) Capabilities() Capabilities { return l.next.Capabilities() }
 
 // Close closes the wrapped Runner.
 func (l *Limited) Close() error { return l.next.Close() }
+
+// Share returns a Runner that runs on next but takes its slots from l, so
+// that runs on next (a session's, say) count against the same limit. Its
+// Close does nothing.
+func (l *Limited) Share(next Runner) Runner { return &shared{Limited{next: next, sem: l.sem}} }
+
+type shared struct{ Limited }
+
+func (*shared) Close() error { return nil }

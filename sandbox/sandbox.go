@@ -135,6 +135,11 @@ type Result struct {
 	// runs reach the network through codeexec's egress proxy
 	// (CODE_EXEC_NETWORK=allowlist); nil otherwise.
 	Network *egress.Report
+	// StateLost is set, for a call in a session (see sandbox/sessions),
+	// when the call ended the session's interpreter (a timeout, the memory
+	// or output limit, a crash): the variables of earlier calls are gone,
+	// the files stay, and the next call starts a fresh interpreter.
+	StateLost bool
 }
 
 // LimitHit returns a short description of the limit that stopped the run, or

@@ -169,6 +169,8 @@ type ExecuteArgs struct {
 	Code     string
 	Stdin    string
 	Timeout  time.Duration
+	// SessionID names the session to run in ("" for a run of its own).
+	SessionID string
 }
 
 // ArgError is a request the server rejects: its message is one sentence the
@@ -182,7 +184,7 @@ func argErr(format string, a ...any) *ArgError { return &ArgError{Msg: fmt.Sprin
 // executeArgs declares code_execute's arguments, checked against the
 // operator's limits in o and stored in a.
 func executeArgs(a *ExecuteArgs, o *Options) argList {
-	return argList{tool: ToolExecute, example: `{"language": "python", "code": "print(2**64)"}`, params: []param{
+	l := argList{tool: ToolExecute, example: `{"language": "python", "code": "print(2**64)"}`, params: []param{
 		stringParam("language", "Language of the code: python, javascript or bash (aliases: py, python3, js, node, sh).", true, func(lang string) error {
 			canon, err := sandbox.CanonicalLanguage(lang)
 			if err != nil || !slices.Contains(o.Languages, canon) {
@@ -227,6 +229,10 @@ func executeArgs(a *ExecuteArgs, o *Options) argList {
 				return nil
 			}),
 	}}
+	if o.Sessions != nil {
+		l.params = append(l.params, sessionIDParam("Run in this session (from session_create): its files and, for python and javascript, its variables persist between calls (optional; without it the run starts from a clean slate).", false, &a.SessionID))
+	}
+	return l
 }
 
 // DecodeExecuteArgs checks the raw arguments of code_execute against their

@@ -20,11 +20,16 @@ const approvalInputID = "approval"
 // runnerFor returns the Runner of one code_execute call: the server's
 // Runner, told (when it is an approvals.Gate) who asks, how to ask the
 // person behind the client, and the answer the call brings back, if any.
-func (s *Server) runnerFor(ctx context.Context, call mcp.CallToolRequest) sandbox.Runner {
+// inSession, if not nil, is the Runner of the session sessionID that the
+// call runs in, once approved.
+func (s *Server) runnerFor(ctx context.Context, call mcp.CallToolRequest, inSession sandbox.Runner, sessionID string) sandbox.Runner {
 	if s.gate == nil {
+		if inSession != nil {
+			return inSession
+		}
 		return s.runner
 	}
-	c := approvals.Call{Requester: s.requester(ctx)}
+	c := approvals.Call{Requester: s.requester(ctx), Session: sessionID, Next: inSession}
 	by := "the user of " + clientName(c.Requester)
 	if rt := call.Params.MultiRoundTripParams; rt.RequestState != "" || len(rt.InputResponses) > 0 {
 		// A retry that carries an answer: the Gate checks that its state

@@ -82,7 +82,7 @@ func TestInfoShowsNetworkPolicy(t *testing.T) {
 			if got.NetworkPolicy != tt.info {
 				t.Errorf("network_policy = %+v, want %+v", got.NetworkPolicy, tt.info)
 			}
-			if h := executeTool(fake.Caps).Annotations.OpenWorldHint; *h != tt.openHint {
+			if h := executeTool(fake.Caps, &Options{}).Annotations.OpenWorldHint; *h != tt.openHint {
 				t.Errorf("openWorldHint = %v, want %v", *h, tt.openHint)
 			}
 		})

@@ -18,9 +18,21 @@ import (
 
 	"github.com/codeexec/codeexec/approvals"
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/sessions"
 	"github.com/codeexec/codeexec/server/metrics"
 	"github.com/codeexec/codeexec/server/tasks"
 )
+
+// instructions are the server's instructions to the model.
+func instructions(o Options) string {
+	s := "codeexec runs short python, javascript (Node.js) and bash programs in a sandbox and returns stdout, stderr and the exit code. "
+	if o.Sessions != nil {
+		s += "Each call starts from a clean slate, unless it passes the session_id of a session (session_create), where files and variables persist between calls. "
+	} else {
+		s += "Each call starts from a clean slate. "
+	}
+	return s + "Print what you need to see. Call sandbox_info for the limits and the languages available."
+}
 
 // Name is the server name announced to MCP clients.
 const Name = "codeexec"
@@ -97,6 +109,17 @@ type Options struct {
 	// result's keep time (the Store's own limits). Zero keeps the ttl the
 	// client asks for.
 	TaskLifetime time.Duration
+
+	// Sessions, if not nil, offers the session tools (session_create,
+	// session_close, session_list) and code_execute's session_id. The
+	// Server does not shut it down.
+	Sessions *sessions.Manager
+	// SessionIdleTimeout is the most a session_create may ask for as its
+	// own idle timeout (the Manager's).
+	SessionIdleTimeout time.Duration
+	// SessionSlots, if set, wraps the Runner of a call in a session, so
+	// that it takes a run slot as other runs do (see sandbox.Limited.Share).
+	SessionSlots func(sandbox.Runner) sandbox.Runner
 }
 
 // New builds the MCP server around runner. runner should already enforce the
@@ -129,6 +152,15 @@ func New(runner sandbox.Runner, opts Options) *Server {
 	}
 	hooks.AddOnUnregisterSession(func(ctx context.Context, session mcpserver.ClientSession) {
 		s.cancelSession(session.SessionID())
+		if s.opts.Sessions != nil {
+			// Nobody else can use the sessions of a client that went away.
+			owner := ownerOfSession(session.SessionID())
+			go func() {
+				if n := s.opts.Sessions.CloseOwner(owner); n > 0 {
+					s.log.Info("client session ended; closed its sessions", "session", session.SessionID(), "sessions", n)
+				}
+			}()
+		}
 		if s.gate != nil {
 			s.gate.Broker().WithdrawSession(session.SessionID())
 		}
@@ -137,8 +169,7 @@ func New(runner sandbox.Runner, opts Options) *Server {
 		mcpserver.WithToolCapabilities(false),
 		mcpserver.WithRecovery(),
 		mcpserver.WithHooks(hooks),
-		mcpserver.WithInstructions("codeexec runs short python, javascript (Node.js) and bash programs in a sandbox and returns stdout, stderr and the exit code. " +
-			"Each call starts from a clean slate. Print what you need to see. Call sandbox_info for the limits and the languages available."),
+		mcpserver.WithInstructions(instructions(opts)),
 	}, serverOpts...)...)
 	s.mcp.AddTools(s.tools()...)
 	return s

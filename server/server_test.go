@@ -275,11 +275,11 @@ func TestToolsDeclareAnnotationsAndSchemas(t *testing.T) {
 		}
 	}
 	all := sandbox.Isolation{Network: true, Filesystem: true, Identity: true, Environment: true, Processes: true}
-	contained := executeTool(sandbox.Capabilities{Mode: sandbox.ModeDocker, Isolation: all}).Annotations
+	contained := executeTool(sandbox.Capabilities{Mode: sandbox.ModeDocker, Isolation: all}, &Options{}).Annotations
 	if *contained.OpenWorldHint || *contained.DestructiveHint {
 		t.Error("code_execute claims open-world or destructive with every boundary held")
 	}
-	open := executeTool(sandbox.Capabilities{Mode: sandbox.ModeNone}).Annotations
+	open := executeTool(sandbox.Capabilities{Mode: sandbox.ModeNone}, &Options{}).Annotations
 	if !*open.OpenWorldHint || !*open.DestructiveHint {
 		t.Error("mode none's code_execute does not warn that code reaches the host")
 	}
@@ -287,7 +287,7 @@ func TestToolsDeclareAnnotationsAndSchemas(t *testing.T) {
 	// names of the protections.
 	isolated := executeTool(sandbox.Capabilities{Mode: sandbox.ModeProcess, Isolation: sandbox.Isolation{Network: true}, Protections: []sandbox.Protection{
 		{Name: "filesystem isolation", Active: true},
-	}}).Annotations
+	}}, &Options{}).Annotations
 	if *isolated.OpenWorldHint || !*isolated.DestructiveHint {
 		t.Error("process mode's hints do not follow its declared isolation")
 	}
@@ -307,7 +307,7 @@ func TestToolTextNamesEnabledLanguages(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			desc := executeTool(sandbox.Capabilities{Mode: sandbox.ModeProcess, Languages: c.langs}).Description
+			desc := executeTool(sandbox.Capabilities{Mode: sandbox.ModeProcess, Languages: c.langs}, &Options{}).Description
 			if !strings.Contains(desc, c.want) {
 				t.Errorf("description %q does not contain %q", desc, c.want)
 			}
@@ -397,7 +397,7 @@ func TestSchemaAndDecoderAgree(t *testing.T) {
 		Required             []string                   `json:"required"`
 		AdditionalProperties *bool                      `json:"additionalProperties"`
 	}
-	if err := json.Unmarshal(executeTool(sandbox.Capabilities{}).RawInputSchema, &schema); err != nil {
+	if err := json.Unmarshal(executeTool(sandbox.Capabilities{}, &Options{}).RawInputSchema, &schema); err != nil {
 		t.Fatal(err)
 	}
 	if schema.Type != "object" || schema.AdditionalProperties == nil || *schema.AdditionalProperties || len(schema.Properties) != 4 {

@@ -18,6 +18,7 @@ import (
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/egress"
 	"github.com/codeexec/codeexec/sandbox/pypolicy"
+	"github.com/codeexec/codeexec/sandbox/sessions"
 )
 
 // Tool names.
@@ -79,7 +80,9 @@ var executeOutputSchema = `{
         "omitted": {"type": "integer", "description": "Destinations left out of the lists, which are bounded."}
       },
       "required": ["reached", "refused"]
-    }
+    },
+    "session_id": {"type": "string", "description": "The session the code ran in, if any."},
+    "state_lost": {"type": "boolean", "description": "In a session: the call stopped the interpreter, so the variables of earlier calls are gone (the files stay)."}
   },
   "required": ["exit_code", "stdout", "stderr", "timed_out", "oom_killed", "truncated", "duration_ms", "sandbox"]
 }`
@@ -123,6 +126,16 @@ var infoOutputSchema = `{
       },
       "required": ["network", "filesystem", "identity", "environment", "processes"]
     },
+    "sessions": {
+      "type": "object",
+      "description": "session_create's limits, and the caller's open sessions (session_list lists them); absent when sessions are off",
+      "properties": {
+        "max_sessions": {"type": "integer"},
+        "idle_timeout_seconds": {"type": "number"},
+        "max_lifetime_seconds": {"type": "number"},
+        "open": {"type": "integer"}
+      }
+    },
     "version": {"type": "string"}
   },
   "required": ["mode", "sandboxed", "languages", "limits", "network", "approval", "protections", "boundaries"]
@@ -142,26 +155,32 @@ type ExecuteOutput struct {
 	Signal     string  `json:"signal,omitempty"`
 	// Network is what the run reached and what was refused, under
 	// CODE_EXEC_NETWORK=allowlist.
-	Network *egress.Report `json:"network,omitempty"`
+	Network   *egress.Report `json:"network,omitempty"`
+	SessionID string         `json:"session_id,omitempty"`
+	StateLost bool           `json:"state_lost,omitempty"`
 }
 
 // executeTool declares code_execute from the runner's capabilities: the
 // hints follow the isolation it declares (code kept from the network is not
 // open-world; code kept from the host's files is not destructive), and the
 // description names only the languages that can run.
-func executeTool(caps sandbox.Capabilities) mcp.Tool {
+func executeTool(caps sandbox.Capabilities, o *Options) mcp.Tool {
 	// Code that reaches allowed destinations through the egress proxy
 	// reaches the world too.
 	openWorld := !caps.Isolation.Network || caps.Egress != nil
 	destructive := !caps.Isolation.Filesystem
+	slate := "Each run starts from a clean slate: no state is kept between calls. "
+	if o.Sessions != nil {
+		slate = "Each run starts from a clean slate, unless session_id names a session (session_create), whose files and variables persist between calls. "
+	}
 	desc := "Run a short program and return its stdout, stderr and exit code. " +
-		"Languages: " + languageList(caps.Languages) + ". Each run starts from a clean slate: no state is kept between calls. " +
+		"Languages: " + languageList(caps.Languages) + ". " + slate +
 		"Print results to stdout. Limits (time, memory, output) apply; call sandbox_info to see them."
 	return mcp.Tool{
 		Name:            ToolExecute,
 		Title:           "Execute code",
 		Description:     desc,
-		RawInputSchema:  argSchema(executeArgs(&ExecuteArgs{}, &Options{})),
+		RawInputSchema:  argSchema(executeArgs(&ExecuteArgs{}, o)),
 		RawOutputSchema: json.RawMessage(executeOutputSchema),
 		Annotations: mcp.ToolAnnotation{
 			Title:           "Execute code",
@@ -211,7 +230,7 @@ func languageList(langs []sandbox.LanguageStatus) string {
 
 // executeTool declares code_execute; with tasks on, it may run as one.
 func (s *Server) executeTool() mcp.Tool {
-	t := executeTool(s.runner.Capabilities())
+	t := executeTool(s.runner.Capabilities(), &s.opts)
 	if s.tasks != nil {
 		t.Execution = &mcp.ToolExecution{TaskSupport: mcp.TaskSupportOptional}
 	}
@@ -273,9 +292,22 @@ func (s *Server) execute(ctx context.Context, req mcp.CallToolRequest) *mcp.Call
 		Stdin:    args.Stdin,
 		Limits:   limits,
 	}
+	var inSession sandbox.Runner
+	if args.SessionID != "" {
+		// The session must be the caller's before anyone is asked to
+		// approve code for it.
+		owner := s.owner(ctx)
+		if _, err := s.opts.Sessions.Check(owner, args.SessionID); err != nil {
+			return mcp.NewToolResultError(sessionErrorMessage(err))
+		}
+		inSession = sessionRunner{m: s.opts.Sessions, owner: owner, id: args.SessionID, caps: s.runner.Capabilities()}
+		if s.opts.SessionSlots != nil {
+			inSession = s.opts.SessionSlots(inSession)
+		}
+	}
 	ctx, live := s.liveOutput(ctx, req)
 	runReq.Observe = live.observe()
-	res, err := s.opts.Metrics.Wrap(s.runnerFor(ctx, req), s.mode).Run(ctx, runReq)
+	res, err := s.opts.Metrics.Wrap(s.runnerFor(ctx, req, inSession, args.SessionID), s.mode).Run(ctx, runReq)
 	live.close()
 	var input *approvals.InputRequiredError
 	switch {
@@ -283,6 +315,8 @@ func (s *Server) execute(ctx context.Context, req mcp.CallToolRequest) *mcp.Call
 		// Protocol 2026-07-28: the client asks the person and calls again
 		// with the answer and the state.
 		return mcpserver.NewInputRequestBuilder(input.State).Elicit(approvalInputID, elicitation(input.Ask)).ToolResult()
+	case err != nil && args.SessionID != "" && isSessionError(err):
+		return mcp.NewToolResultError(sessionErrorMessage(err))
 	case err != nil:
 		msg := runErrorMessage(err, args)
 		_, isApproval := approvalErrorMessage(err)
@@ -306,8 +340,10 @@ func (s *Server) execute(ctx context.Context, req mcp.CallToolRequest) *mcp.Call
 		Language:   args.Language,
 		Signal:     res.Signal,
 		Network:    res.Network,
+		SessionID:  args.SessionID,
+		StateLost:  res.StateLost,
 	}
-	s.log.Info("run", "language", args.Language, "sandbox", res.Sandbox, "exit_code", res.ExitCode,
+	s.log.Info("run", "language", args.Language, "sandbox", res.Sandbox, "session", args.SessionID, "state_lost", res.StateLost, "exit_code", res.ExitCode,
 		"duration_ms", out.DurationMS, "limit", res.LimitHit(), "stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr))
 	result := &mcp.CallToolResult{
 		Content:           []mcp.Content{mcp.NewTextContent(RenderText(out, args.Timeout, formatBytes(s.opts.Limits.OutputBytes)))},
@@ -383,6 +419,9 @@ func RenderText(o ExecuteOutput, timeout time.Duration, outputCap string) string
 		fmt.Fprintf(&b, "Killed by signal %s, exit code %d (%s).", o.Signal, o.ExitCode, ran)
 	default:
 		fmt.Fprintf(&b, "Exit code %d (%s).", o.ExitCode, ran)
+	}
+	if o.StateLost {
+		fmt.Fprintf(&b, " The session's interpreter was stopped, so the variables of earlier calls are lost; its files remain, and the next call in session %s starts a fresh interpreter.", o.SessionID)
 	}
 	return b.String()
 }
@@ -474,7 +513,17 @@ type InfoOutput struct {
 	NetworkPolicy *egress.PolicyInfo   `json:"network_policy,omitempty"`
 	Approval      string               `json:"approval"`
 	Protections   []sandbox.Protection `json:"protections"`
+	Sessions      *InfoSessions        `json:"sessions,omitempty"`
 	Version       string               `json:"version"`
+}
+
+// InfoSessions is what sandbox_info says of sessions.
+type InfoSessions struct {
+	MaxSessions        int     `json:"max_sessions"`
+	IdleTimeoutSeconds float64 `json:"idle_timeout_seconds"`
+	MaxLifetimeSeconds float64 `json:"max_lifetime_seconds"`
+	// Open counts the caller's open sessions.
+	Open int `json:"open"`
 }
 
 // InfoLimits are the operator's limits as sandbox_info reports them.
@@ -546,6 +595,10 @@ func (s *Server) handleInfo(ctx context.Context, req mcp.CallToolRequest) (*mcp.
 		return mcp.NewToolResultError(err.Error()), nil
 	}
 	info := s.Info()
+	if m := s.opts.Sessions; m != nil {
+		n, idle, life := m.Limits()
+		info.Sessions = &InfoSessions{MaxSessions: n, IdleTimeoutSeconds: idle.Seconds(), MaxLifetimeSeconds: life.Seconds(), Open: len(m.List(s.owner(ctx)))}
+	}
 	text, _ := json.MarshalIndent(info, "", "  ")
 	return &mcp.CallToolResult{
 		Content:           []mcp.Content{mcp.NewTextContent(string(text))},
@@ -555,8 +608,22 @@ func (s *Server) handleInfo(ctx context.Context, req mcp.CallToolRequest) (*mcp.
 
 // tools returns every tool with its handler.
 func (s *Server) tools() []mcpserver.ServerTool {
-	return []mcpserver.ServerTool{
+	tools := []mcpserver.ServerTool{
 		{Tool: s.executeTool(), Handler: s.handleExecute},
 		{Tool: infoTool(), Handler: s.handleInfo},
 	}
+	if s.opts.Sessions != nil {
+		st := sessionTools(&s.opts)
+		tools = append(tools,
+			mcpserver.ServerTool{Tool: st[0], Handler: s.handleSessionCreate},
+			mcpserver.ServerTool{Tool: st[1], Handler: s.handleSessionClose},
+			mcpserver.ServerTool{Tool: st[2], Handler: s.handleSessionList},
+		)
+	}
+	return tools
+}
+
+// isSessionError reports whether err is about the session rather than the run.
+func isSessionError(err error) bool {
+	return errors.Is(err, sessions.ErrUnknownSession) || errors.Is(err, sessions.ErrWrongLanguage)
 }

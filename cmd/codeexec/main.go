@@ -30,6 +30,7 @@ import (
 	"github.com/codeexec/codeexec/sandbox/host"
 	"github.com/codeexec/codeexec/sandbox/process"
 	"github.com/codeexec/codeexec/sandbox/pypolicy"
+	"github.com/codeexec/codeexec/sandbox/sessions"
 	"github.com/codeexec/codeexec/server"
 	"github.com/codeexec/codeexec/server/metrics"
 	"github.com/codeexec/codeexec/server/tasks"
@@ -153,12 +154,15 @@ func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int 
 		return 1
 	}
 	sandboxRunner := runner
+	// The sessions' backend is the mode's own (taken before any decorator).
+	backend, _ := runner.(interface{ Sessions() sessions.Backend })
 	if cfg.RestrictedPython() {
 		// Inside the concurrency limit, next to the sandbox: the check runs
 		// in the run's own interpreter.
 		runner = pypolicy.Wrap(runner, cfg.PythonPolicyConfig())
 	}
-	var chain sandbox.Runner = sandbox.Limit(m.Stage(metrics.StageStarted, runner), cfg.MaxConcurrency)
+	limited := sandbox.Limit(m.Stage(metrics.StageStarted, runner), cfg.MaxConcurrency)
+	var chain sandbox.Runner = limited
 	defer func() {
 		if err := chain.Close(); err != nil {
 			log.Error("cleaning up the sandbox", "err", err)
@@ -166,6 +170,11 @@ func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int 
 	}()
 	announce(log, cfg, runner.Capabilities())
 	watchReadiness(ctx, m, sandboxRunner)
+	// Sessions end before the runner closes (defers run last first).
+	manager := newSessions(cfg, backend, log)
+	if manager != nil {
+		defer func() { _ = manager.Shutdown() }()
+	}
 
 	// Approval is decided before a run takes a slot: Gate(Limit(runner)).
 	gate, consoleURL, removeToken, err := newGate(ctx, cfg, envMap(environ), m.Stage(metrics.StageApproved, chain), m, log)
@@ -206,6 +215,9 @@ func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int 
 
 	opts := serverOptions(cfg, log, consoleURL)
 	opts.Metrics, opts.Tasks, opts.TaskLifetime = m, store, taskRunTime+cfg.TaskTTL
+	if manager != nil {
+		opts.Sessions, opts.SessionIdleTimeout, opts.SessionSlots = manager, cfg.SessionIdleTimeout, limited.Share
+	}
 	srv := server.New(chain, opts)
 	if cfg.Approval != approvals.PolicyNever {
 		log.Info("approvals", "policy", cfg.Approval, "timeout", cfg.ApprovalTimeout, "elicitation", opts.Elicit, "console", consoleURL != "", "who_can_approve", srv.WhoCanApprove())
@@ -387,6 +399,36 @@ func newRunner(ctx context.Context, cfg *configs.Config, log *slog.Logger) (sand
 		return host.New(ctx, host.Config{Languages: cfg.Languages, WorkRoot: cfg.WorkDir, Logger: log, Egress: proxy})
 	}
 	return nil, fmt.Errorf("unknown sandbox mode %q", cfg.Sandbox)
+}
+
+// newSessions makes the session Manager over the mode's session backend,
+// or returns nil when sessions are off (CODE_EXEC_MAX_SESSIONS=0).
+func newSessions(cfg *configs.Config, mode interface{ Sessions() sessions.Backend }, log *slog.Logger) *sessions.Manager {
+	if cfg.MaxSessions == 0 || mode == nil {
+		return nil
+	}
+	b := mode.Sessions()
+	if cfg.RestrictedPython() {
+		b = noPythonSessions{b}
+	}
+	log.Info("sessions", "max_sessions", cfg.MaxSessions, "idle_timeout", cfg.SessionIdleTimeout, "max_lifetime", cfg.SessionMaxLifetime)
+	return sessions.New(sessions.Config{
+		Backend: b, MaxSessions: cfg.MaxSessions,
+		IdleTimeout: cfg.SessionIdleTimeout, MaxLifetime: cfg.SessionMaxLifetime, Logger: log,
+	})
+}
+
+// noPythonSessions refuses python sessions: restricted Python
+// (CODE_EXEC_PYTHON_POLICY=restricted) checks each program on its own
+// before it runs, and a session's live interpreter would run code around
+// that check. javascript and bash sessions are not affected.
+type noPythonSessions struct{ next sessions.Backend }
+
+func (b noPythonSessions) Start(ctx context.Context, spec sessions.Spec) (sessions.Session, error) {
+	if spec.Language == "python" {
+		return nil, fmt.Errorf("%w: python sessions are off with CODE_EXEC_PYTHON_POLICY=restricted, which checks each python program on its own; run python without a session_id", sandbox.ErrLanguageUnavailable)
+	}
+	return b.next.Start(ctx, spec)
 }
 
 // announce logs the mode, the languages and every protection at start, and

@@ -9,12 +9,14 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+	"time"
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/docker"
 	"github.com/codeexec/codeexec/sandbox/host"
 	"github.com/codeexec/codeexec/sandbox/process"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
+	"github.com/codeexec/codeexec/sandbox/sessions"
 )
 
 func TestMain(m *testing.M) {
@@ -104,5 +106,62 @@ func TestModesAgree(t *testing.T) {
 		if err != nil || res.Stdout != fmt.Sprintln("18446744073709551616") {
 			t.Fatalf("%s: %+v %v", r.Capabilities().Mode, res, err)
 		}
+	}
+}
+
+// BenchmarkPythonSession runs print(2**64) once per iteration as a call in
+// a live session of each mode, beside BenchmarkPython's runs.
+func BenchmarkPythonSession(b *testing.B) {
+	ctx := context.Background()
+	langs := sandbox.LanguageNames()
+	for _, m := range []struct {
+		name string
+		make func() (sandbox.Runner, sessions.Backend, error)
+	}{
+		{"none", func() (sandbox.Runner, sessions.Backend, error) {
+			b.Setenv("PATH", "/usr/bin:/bin")
+			r, err := host.New(ctx, host.Config{Languages: langs})
+			if err != nil {
+				return nil, nil, err
+			}
+			return r, r.Sessions(), nil
+		}},
+		{"process", func() (sandbox.Runner, sessions.Backend, error) {
+			r, err := process.New(ctx, process.Config{Languages: langs})
+			if err != nil {
+				return nil, nil, err
+			}
+			return r, r.Sessions(), nil
+		}},
+		{"docker", func() (sandbox.Runner, sessions.Backend, error) {
+			r, err := docker.New(ctx, docker.Config{Image: dockerImage(), Languages: langs})
+			if err != nil {
+				return nil, nil, err
+			}
+			return r, r.Sessions(), nil
+		}},
+	} {
+		b.Run(m.name, func(b *testing.B) {
+			r, backend, err := m.make()
+			if err != nil {
+				if m.name == "docker" && os.Getenv("CODE_EXEC_REQUIRE_DOCKER") != "1" {
+					b.Skipf("docker mode unavailable: %v", err)
+				}
+				b.Fatal(err)
+			}
+			defer r.Close()
+			s, err := backend.Start(ctx, sessions.Spec{ID: "ses_bench", Language: "python", Limits: sandboxtest.DefaultLimits(), Deadline: time.Now().Add(time.Hour)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			req := sandboxtest.Req("python", program)
+			for b.Loop() {
+				res, err := s.Exec(ctx, req)
+				if err != nil || res.Stdout != "18446744073709551616\n" {
+					b.Fatalf("%+v %v", res, err)
+				}
+			}
+		})
 	}
 }

@@ -110,3 +110,38 @@ func BenchmarkRunParallel4(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSessionVsWarm puts a call in a live session beside a run on a
+// warm container, for the same one-line program: the session's interpreter
+// is already loaded and holds the program's state, so a call is one write
+// on the driver's attach stream and its answer.
+//
+//	CODE_EXEC_REQUIRE_DOCKER=1 go test ./sandbox/docker/ -run '^$' -bench SessionVsWarm -benchtime 50x
+func BenchmarkSessionVsWarm(b *testing.B) {
+	r := benchRunner(b, 1)
+	for _, p := range benchPrograms[:2] {
+		b.Run("warm-run/"+p.lang, func(b *testing.B) {
+			req := sandboxtest.Req(p.lang, p.code)
+			for b.Loop() {
+				b.StopTimer()
+				waitWarm(b, r, p.lang, 1)
+				b.StartTimer()
+				benchRun(b, r, req, p.want)
+			}
+		})
+		b.Run("session/"+p.lang, func(b *testing.B) {
+			s, err := r.Sessions().Start(b.Context(), sessionSpec(p.lang, sandboxtest.DefaultLimits()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			req := sandboxtest.Req(p.lang, p.code)
+			for b.Loop() {
+				res, err := s.Exec(b.Context(), req)
+				if err != nil || res.Stdout != p.want {
+					b.Fatalf("%+v %v", res, err)
+				}
+			}
+		})
+	}
+}

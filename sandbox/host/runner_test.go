@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 
@@ -87,4 +88,11 @@ func TestEgressIsAdviceOnly(t *testing.T) {
 	if res.Network == nil || len(res.Network.Reached) == 0 || len(res.Network.Refused) == 0 {
 		t.Fatalf("network report = %+v", res.Network)
 	}
+}
+
+func TestSessionSuite(t *testing.T) {
+	sandboxtest.RunSessionSuite(t, newRunner(t).Sessions(), sandboxtest.SessionOptions{
+		Mode: sandbox.ModeNone,
+		Gone: func(t *testing.T, dir string) bool { _, err := os.Stat(dir); return os.IsNotExist(err) },
+	})
 }

@@ -53,3 +53,10 @@ func WorkRoot(t *testing.T) string {
 	})
 	return dir
 }
+
+func TestSessionSuite(t *testing.T) {
+	sandboxtest.RunSessionSuite(t, newRunner(t).Sessions(), sandboxtest.SessionOptions{
+		Mode: sandbox.ModeProcess, ScrubsEnv: true,
+		Gone: func(t *testing.T, dir string) bool { _, err := os.Stat(dir); return os.IsNotExist(err) },
+	})
+}

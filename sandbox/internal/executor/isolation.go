@@ -21,6 +21,12 @@ type Isolation struct {
 	ReadOnly []string
 	// TmpBytes sizes the private /tmp.
 	TmpBytes int64
+	// BindWork binds the host's run directory into the minimal root
+	// instead of giving the run a capped tmpfs copy of it: what the program
+	// writes there outlives it (sessions, whose programs share one
+	// directory). The directory is then not capped in bytes and files by
+	// the tmpfs, only per file by RLIMIT_FSIZE.
+	BindWork bool
 }
 
 // Namespaces reports whether a namespace is asked for.

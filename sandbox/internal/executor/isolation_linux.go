@@ -145,11 +145,17 @@ func buildRoot(spec Spec) error {
 	// server put in the host's run directory: a run cannot fill the host's
 	// disk.
 	work := filepath.Join(root, spec.Dir)
-	if err := mountTmpfs(work, sized+",mode=0755"); err != nil {
-		return err
-	}
-	if err := copyTree(spec.Dir, work); err != nil {
-		return fmt.Errorf("copying the run directory: %w", err)
+	if iso.BindWork {
+		if err := bindWork(spec.Dir, work); err != nil {
+			return err
+		}
+	} else {
+		if err := mountTmpfs(work, sized+",mode=0755"); err != nil {
+			return err
+		}
+		if err := copyTree(spec.Dir, work); err != nil {
+			return fmt.Errorf("copying the run directory: %w", err)
+		}
 	}
 	if err := buildDev(filepath.Join(root, "dev"), tmpOpts); err != nil {
 		return err
@@ -392,4 +398,19 @@ func LandlockABI() (int, error) {
 		return 0, err
 	}
 	return v, nil
+}
+
+// bindWork binds the host's run directory dir at work, writable, nosuid and
+// nodev (Isolation.BindWork).
+func bindWork(dir, work string) error {
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount(dir, work, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("binding the run directory: %w", err)
+	}
+	if err := unix.Mount("", work, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("remounting the run directory nosuid: %w", err)
+	}
+	return nil
 }

@@ -1,0 +1,408 @@
+package docker
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/client"
+
+	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/sessions"
+)
+
+// Sessions in docker mode.
+//
+// A session is a container of its own, locked down exactly like a run's
+// (the same hostConfig: no network, read-only root, a size-capped /tmp,
+// non-root, no capabilities, no-new-privileges, memory, CPU, pids and file
+// limits), labelled with the role "session" and a deadline after the
+// session's maximum lifetime. Its PID 1 is a keeper that only waits for
+// its stdin to end: the server keeps the container's attach stream open, so
+// a server that dies takes its session containers down with it (StdinOnce),
+// and the next codeexec that starts removes them (their owner is dead).
+//
+// The session's work goes on in processes exec'd into the container, as its
+// user, with its environment, in /tmp (the session's working directory):
+//   - python and javascript: one long-lived driver (sandbox/sessions),
+//     whose control channel is the exec's attached stdin and stdout. A call
+//     that times out or overflows the output cap kills every process of the
+//     container but the keeper (kill -9 -1 from another exec), and the next
+//     call starts a fresh driver; the files in /tmp stay.
+//   - bash: each call is a fresh exec of the run supervisor and a bootstrap
+//     that reads the program (kept in /dev/shm, not in the working
+//     directory), so that each call ends, as a run does, with every process
+//     it started killed.
+
+const (
+	roleSession = "session"
+	// keeperScript is PID 1 of a session container: it waits for the end
+	// of its stdin (the server's attach stream).
+	keeperScript = "read -r _ || true"
+	// killAllScript, exec'd into a session container, kills every process
+	// in it but PID 1 (the keeper) and itself.
+	killAllScript = "kill -9 -1 2>/dev/null; exit 0"
+	// driverWrapper puts a driver's control channel on fds 3 and 4 and
+	// points its stdin and stdout at /dev/null.
+	driverWrapper = `exec "$@" 3<&0 4>&1 </dev/null >/dev/null`
+	// driverDiagnostics caps what a driver writes on its own stderr.
+	driverDiagnostics = 64 << 10
+	// sessionBashBootstrap is the bootstrap of a bash call: as the run's
+	// (shellBootstrap), with the program in /dev/shm.
+	sessionBashBootstrap = `printf '\026'
+IFS=' ' read -r n lang || { echo "codeexec: no program received" >&2; exit 125; }
+case "$n" in ''|*[!0-9]*) echo "codeexec: bad program header" >&2; exit 125;; esac
+f=/dev/shm/codeexec-call.sh
+head -c "$n" > "$f" || exit 125
+printf '\006'
+exec "$@" "$f"
+`
+)
+
+// Sessions returns the session backend of this Runner. Its sessions are
+// containers this Runner tracks: Close removes them with the rest.
+func (r *Runner) Sessions() sessions.Backend { return sessionBackend{r} }
+
+type sessionBackend struct{ r *Runner }
+
+var _ sessions.Backend = sessionBackend{}
+
+// containerSession is one session's container.
+type containerSession struct {
+	r    *Runner
+	spec sessions.Spec
+	c    *session // the container, with the keeper's attach stream
+
+	mu     sync.Mutex
+	closed bool
+	live   *driverExec
+}
+
+// driverExec is a running driver.
+type driverExec struct {
+	id   string
+	att  client.HijackedResponse
+	conn *sessions.Conn
+	diag *limitedBuffer
+	done chan struct{} // closed when the exec's output has ended
+}
+
+func (b sessionBackend) Start(ctx context.Context, spec sessions.Spec) (sessions.Session, error) {
+	r := b.r
+	lang := spec.Language
+	if !slices.Contains(r.cfg.Languages, lang) {
+		return nil, fmt.Errorf("docker: %w: %s is disabled by CODE_EXEC_LANGUAGES", sandbox.ErrLanguageUnavailable, lang)
+	}
+	if _, ok := r.interps[lang]; !ok {
+		st, _ := r.caps.Language(lang)
+		return nil, fmt.Errorf("docker: %w: %s cannot run in the image %s: %s", sandbox.ErrLanguageUnavailable, lang, r.cfg.Image, st.Reason)
+	}
+	if err := r.beginRun(); err != nil {
+		return nil, err
+	}
+	defer r.runs.Done()
+	c, err := r.start(ctx, containerSpec{
+		role:     roleSession,
+		cmd:      []string{"/bin/sh", "-c", keeperScript},
+		limits:   containerLimits(spec.Limits),
+		deadline: spec.Deadline.Add(leftoverGrace),
+	}, lang)
+	if err != nil {
+		return nil, err
+	}
+	s := &containerSession{r: r, spec: spec, c: c}
+	if sessions.Interpreted(lang) {
+		if err := s.startDriver(ctx); err != nil {
+			r.discard(c)
+			return nil, err
+		}
+	}
+	r.log.Debug("session container started", "id", shortID(c.id), "session", spec.ID, "language", lang)
+	return s, nil
+}
+
+// execIn creates and attaches an exec of cmd in the session's container.
+func (s *containerSession) execIn(ctx context.Context, cmd []string) (string, client.HijackedResponse, error) {
+	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engineTimeout)
+	defer cancel()
+	created, err := s.r.cli.ExecCreate(opCtx, s.c.id, client.ExecCreateOptions{
+		User: s.r.user, AttachStdin: true, AttachStdout: true, AttachStderr: true,
+		Env: containerEnv, WorkingDir: "/tmp", Cmd: cmd,
+	})
+	if err != nil {
+		return "", client.HijackedResponse{}, engineErr("starting a process in the session's container", err)
+	}
+	att, err := s.r.cli.ExecAttach(opCtx, created.ID, client.ExecAttachOptions{})
+	if err != nil {
+		return "", client.HijackedResponse{}, engineErr("attaching to a process in the session's container", err)
+	}
+	return created.ID, att.HijackedResponse, nil
+}
+
+// startDriver execs the language's driver and waits until it is ready.
+func (s *containerSession) startDriver(ctx context.Context) error {
+	lang := s.spec.Language
+	in := s.r.interps[lang]
+	args, _ := sessions.DriverArgs(lang, "fd:3", "fd:4")
+	cmd := append([]string{"/bin/sh", "-c", driverWrapper, "codeexec-driver", in.Path}, sandbox.Languages[lang].Args...)
+	id, att, err := s.execIn(ctx, append(cmd, args...))
+	if err != nil {
+		return err
+	}
+	pr, pw := io.Pipe()
+	d := &driverExec{id: id, att: att, diag: &limitedBuffer{max: driverDiagnostics}, done: make(chan struct{})}
+	d.conn = sessions.NewConn(att.Conn, pr)
+	go func() {
+		_, err := stdcopy.StdCopy(pw, d.diag, att.Reader)
+		_ = pw.CloseWithError(err)
+		close(d.done)
+	}()
+	sctx, cancel := context.WithTimeout(ctx, engineTimeout)
+	defer cancel()
+	if _, err := d.conn.WaitReady(sctx); err != nil {
+		s.killAll(d)
+		if cerr := ctx.Err(); cerr != nil {
+			return fmt.Errorf("docker: starting the %s interpreter of the session: %w", lang, cerr)
+		}
+		return fmt.Errorf("docker: %w: the %s interpreter of the session did not start (%v) %s", sandbox.ErrSandboxUnavailable, lang, err, strings.TrimSpace(d.diag.String()))
+	}
+	s.live = d
+	return nil
+}
+
+// killAll kills every process of the session's container but its keeper,
+// and waits for driver d (if any) to be gone.
+func (s *containerSession) killAll(d *driverExec) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	if _, att, err := s.execIn(ctx, []string{"/bin/sh", "-c", killAllScript}); err != nil {
+		s.r.log.Warn("could not stop the processes of a session", "id", shortID(s.c.id), "err", err)
+	} else {
+		_, _ = io.Copy(io.Discard, att.Reader)
+		att.Close()
+	}
+	if d == nil {
+		return
+	}
+	select {
+	case <-d.done:
+	case <-ctx.Done():
+		s.r.log.Warn("a session's interpreter did not end after SIGKILL", "id", shortID(s.c.id))
+	}
+	_ = d.conn.Close()
+	d.att.Close()
+}
+
+// Exec runs one call. See sessions.Session.
+func (s *containerSession) Exec(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, fmt.Errorf("docker: session: %w", sandbox.ErrClosed)
+	}
+	if err := s.r.beginRun(); err != nil {
+		return nil, err
+	}
+	defer s.r.runs.Done()
+	if s.c.broken() {
+		return nil, fmt.Errorf("docker: %w: the session's container %s has stopped (for example by a restart of the Docker Engine); close the session and create another", sandbox.ErrSandboxUnavailable, shortID(s.c.id))
+	}
+	if !sessions.Interpreted(s.spec.Language) {
+		return s.execFresh(ctx, req)
+	}
+	if s.live == nil {
+		if err := s.startDriver(ctx); err != nil {
+			return nil, err
+		}
+	}
+	d := s.live
+	// Close (of the Runner) stops the call too.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.r.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	res, outcome := d.conn.Exec(ctx, req.Code, req.Stdin, req.Limits)
+	res.Sandbox = sandbox.ModeDocker
+	if outcome == sessions.Completed {
+		return res, nil
+	}
+	s.live = nil
+	res.StateLost = true
+	if outcome == sessions.Died {
+		// The driver ended by itself: read how.
+		select {
+		case <-d.done:
+		case <-time.After(drainTimeout):
+		}
+		res.ExitCode, res.Signal = s.driverExit(d)
+		// Nothing in the container but the program can SIGKILL the
+		// driver, except the kernel's OOM killer at the memory limit.
+		res.OOMKilled = res.ExitCode == 137
+	} else {
+		res.ExitCode, res.Signal = 137, "killed"
+	}
+	s.killAll(d)
+	if outcome == sessions.Cancelled {
+		if ctx.Err() != nil && s.r.isClosed() {
+			return res, fmt.Errorf("docker: %w while the call was in flight", sandbox.ErrClosed)
+		}
+		return res, fmt.Errorf("docker: call cancelled: %w", ctx.Err())
+	}
+	return res, nil
+}
+
+// driverExit reads the exit status of a driver that ended.
+func (s *containerSession) driverExit(d *driverExec) (int, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	for ctx.Err() == nil {
+		in, err := s.r.cli.ExecInspect(ctx, d.id, client.ExecInspectOptions{})
+		if err != nil {
+			break
+		}
+		if !in.Running {
+			if in.ExitCode > 128 {
+				return in.ExitCode, "killed"
+			}
+			return in.ExitCode, ""
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return -1, ""
+}
+
+// execFresh runs a bash call: a fresh exec of the run supervisor with the
+// session bootstrap, whose trailer gives the exit status.
+func (s *containerSession) execFresh(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
+	lang := s.spec.Language
+	nonce := trailerTag + newNonce()
+	in := s.r.interps[lang]
+	child := append([]string{"/bin/sh", "-c", sessionBashBootstrap, "codeexec-bootstrap", in.Path}, sandbox.Languages[lang].Args...)
+	cmd := append([]string{"/bin/sh", "-c", supervisorScript, "codeexec-supervisor", nonce}, child...)
+	_, att, err := s.execIn(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	defer att.Close()
+
+	overflow := make(chan struct{})
+	var once sync.Once
+	out := sandbox.NewOutput(req.Limits.OutputBytes, func() { once.Do(func() { close(overflow) }) })
+	st := newStreams(true, nonce)
+	st.attach(out)
+	readC := make(chan struct{})
+	go func() {
+		_, _ = stdcopy.StdCopy(streamWriter{st, 0}, streamWriter{st, 1}, att.Reader)
+		st.end()
+		close(readC)
+	}()
+	go func() {
+		_, _ = io.Copy(att.Conn, io.MultiReader(strings.NewReader(programHeader(lang, len(req.Code))), strings.NewReader(req.Code), strings.NewReader(req.Stdin)))
+		_ = att.CloseWrite()
+	}()
+	var timer <-chan time.Time
+	if req.Limits.Timeout > 0 {
+		t := time.NewTimer(req.Limits.Timeout)
+		defer t.Stop()
+		timer = t.C
+	}
+	res := &sandbox.Result{Sandbox: sandbox.ModeDocker, ExitCode: -1}
+	start := time.Now()
+	var runErr error
+	finished := false
+	select {
+	case <-st.done:
+		finished = true
+	case <-readC:
+	case <-timer:
+		res.TimedOut = true
+	case <-overflow:
+	case <-ctx.Done():
+		runErr = fmt.Errorf("docker: call cancelled: %w", ctx.Err())
+	case <-s.r.done:
+		runErr = fmt.Errorf("docker: %w while the call was in flight", sandbox.ErrClosed)
+	}
+	res.Duration = time.Since(start)
+	if !finished {
+		s.killAll(nil)
+		select {
+		case <-readC:
+		case <-time.After(drainTimeout):
+		}
+		res.ExitCode, res.Signal = 137, "killed"
+	}
+	select {
+	case <-st.done:
+		status, ooms := st.trailer()
+		res.ExitCode = status
+		res.OOMKilled = status != 0 && ooms > 0
+		if res.OOMKilled || !finished {
+			res.Signal = "killed"
+		}
+	default:
+		if finished || (runErr == nil && !res.TimedOut && !out.Truncated()) {
+			return nil, fmt.Errorf("docker: %w: the call ended without a status (its container may have stopped)", sandbox.ErrSandboxUnavailable)
+		}
+	}
+	out.Fill(res)
+	return res, runErr
+}
+
+// Close kills and removes the session's container. A call in flight is
+// stopped by its caller (the Manager cancels it first).
+func (s *containerSession) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if d := s.live; d != nil {
+		_ = d.conn.Close()
+		d.att.Close()
+		s.live = nil
+	}
+	s.c.attach.Close()
+	s.c.stop()
+	return s.r.remove(s.c.id)
+}
+
+// isClosed reports whether Close has begun.
+func (r *Runner) isClosed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.closed
+}
+
+// limitedBuffer keeps the first max bytes written to it.
+type limitedBuffer struct {
+	mu  sync.Mutex
+	max int
+	buf bytes.Buffer
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if room := b.max - b.buf.Len(); room > 0 {
+		b.buf.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+func (b *limitedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -1,0 +1,98 @@
+package docker
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/sandboxtest"
+	"github.com/codeexec/codeexec/sandbox/sessions"
+)
+
+// sessionContainers counts the session containers of a Runner on the engine.
+func sessionContainers(t testing.TB, cli *client.Client, r *Runner) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	list, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).
+		Add("label", LabelInstance+"="+r.instance).Add("label", LabelRole+"="+roleSession)})
+	if err != nil {
+		t.Fatalf("listing containers: %v", err)
+	}
+	return len(list.Items)
+}
+
+func TestSessionSuite(t *testing.T) {
+	r, cli := newRunner(t, Config{})
+	t.Cleanup(func() {
+		if n := sessionContainers(t, cli, r); n != 0 {
+			t.Errorf("%d session containers left after the suite", n)
+		}
+	})
+	sandboxtest.RunSessionSuite(t, r.Sessions(), sandboxtest.SessionOptions{
+		Mode: sandbox.ModeDocker, ScrubsEnv: true,
+		// Every test of the suite holds a session of its own while the
+		// close test runs: only a count of zero at the end would say
+		// more, and newRunner's cleanup checks that.
+		Gone: func(t *testing.T, dir string) bool { return dir == "/tmp" },
+	})
+}
+
+// A session's container is a run's: the same lockdown, with the role
+// "session".
+func TestSessionContainerLockdown(t *testing.T) {
+	r, cli := newRunner(t, Config{Languages: []string{"python"}})
+	s := sandboxtest.StartSession(t, r.Sessions(), "python")
+	cs := s.(*containerSession)
+	ctx := context.Background()
+	got, err := cli.ContainerInspect(ctx, cs.c.id, client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := got.Container.HostConfig
+	want := r.hostConfig(containerLimits(sandboxtest.DefaultLimits()))
+	if host.NetworkMode != want.NetworkMode || !host.ReadonlyRootfs || host.Resources.Memory != want.Resources.Memory ||
+		len(host.CapDrop) != 1 || host.CapDrop[0] != "ALL" || host.Tmpfs["/tmp"] != want.Tmpfs["/tmp"] {
+		t.Fatalf("session container's host config differs from a run's: %+v", host)
+	}
+	if role := got.Container.Config.Labels[LabelRole]; role != roleSession {
+		t.Errorf("role label %q, want %q", role, roleSession)
+	}
+	res := sandboxtest.SessionCall(t, s, "python", "import os, socket\nprint(os.getuid() != 0)\ntry:\n    socket.create_connection(('1.1.1.1', 53), timeout=1)\n    print('net')\nexcept OSError:\n    print('no net')")
+	if res.Stdout != "True\nno net\n" {
+		t.Fatalf("stdout %q, want a non-root user without network", res.Stdout)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := sessionContainers(t, cli, r); n != 0 {
+		t.Fatalf("%d session containers left after Close", n)
+	}
+}
+
+// A driver killed by the memory limit loses the state; the files stay.
+func TestSessionOOM(t *testing.T) {
+	r, _ := newRunner(t, Config{Languages: []string{"python"}})
+	lim := sandboxtest.DefaultLimits()
+	lim.MemoryBytes = 64 << 20
+	s, err := r.Sessions().Start(context.Background(), sessionSpec("python", lim))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	sandboxtest.SessionCall(t, s, "python", "x = 1; open('f', 'w').write('kept')")
+	res := sandboxtest.SessionCall(t, s, "python", "b = bytearray(512 << 20); b[::4096] = b'x' * len(b[::4096])")
+	if !res.OOMKilled || !res.StateLost {
+		t.Fatalf("oom killed %v, state lost %v (exit %d, stderr %q); want both", res.OOMKilled, res.StateLost, res.ExitCode, res.Stderr)
+	}
+	if res := sandboxtest.SessionCall(t, s, "python", "print(open('f').read())"); res.Stdout != "kept\n" {
+		t.Fatalf("after the OOM kill: stdout %q, want the file", res.Stdout)
+	}
+}
+
+func sessionSpec(lang string, lim sandbox.Limits) sessions.Spec {
+	return sessions.Spec{ID: "ses_test", Language: lang, Limits: lim, Deadline: time.Now().Add(time.Hour)}
+}

@@ -1,0 +1,54 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/internal/executor"
+	"github.com/codeexec/codeexec/sandbox/internal/sessionproc"
+	"github.com/codeexec/codeexec/sandbox/sessions"
+)
+
+// Sessions returns the session backend of mode none: a directory in the
+// work root and, for python and javascript, one interpreter that lives as
+// long as the session, run directly like a run of mode none (no isolation).
+func (r *Runner) Sessions() sessions.Backend { return sessionBackend{r} }
+
+type sessionBackend struct{ r *Runner }
+
+var _ sessions.Backend = sessionBackend{}
+
+func (b sessionBackend) Start(ctx context.Context, spec sessions.Spec) (sessions.Session, error) {
+	r := b.r
+	lang, in, err := sandbox.Lookup(spec.Language, r.interp, r.caps.Languages)
+	if err != nil {
+		return nil, err
+	}
+	s, err := sessionproc.Start(ctx, sessionproc.Host{
+		Mode:  sandbox.ModeNone,
+		Root:  r.root,
+		Begin: r.runs.Begin,
+		Spec: func(lang, dir, path string, args []string, stdin string, lim sandbox.Limits) (executor.Spec, func(), error) {
+			marker := RunIDVariable + "=" + filepath.Base(dir) + "-" + filepath.Base(args[len(args)-1])
+			return executor.Spec{
+				Path:      path,
+				Args:      args,
+				Env:       append(os.Environ(), marker),
+				Dir:       dir,
+				Stdin:     stdin,
+				Limits:    sandbox.Limits{Timeout: lim.Timeout, OutputBytes: lim.OutputBytes},
+				Direct:    true,
+				RunMarker: marker,
+			}, func() {}, nil
+		},
+		Owner: func() (int, int, bool) { return 0, 0, false },
+		Log:   r.log,
+	}, spec, lang, in)
+	if err != nil {
+		return nil, fmt.Errorf("none: %w", err)
+	}
+	return s, nil
+}

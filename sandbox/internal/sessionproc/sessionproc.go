@@ -1,0 +1,323 @@
+// Package sessionproc is the session core that process mode (sandbox/process)
+// and mode none (sandbox/host) share: a session is a persistent directory
+// and, for python and javascript, one long-lived interpreter running the
+// session driver under the run core (sandbox/internal/executor), exactly as
+// a run of the same mode would run, with its control channel on two FIFOs
+// in the session's directory. bash calls run a fresh bash in that directory.
+//
+// The run core is used as it is: the interpreter is one long run (its
+// timeout is the session's remaining lifetime), the driver opens the FIFOs
+// by path and unlinks them before any code runs.
+package sessionproc
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/internal/executor"
+	"github.com/codeexec/codeexec/sandbox/sessions"
+)
+
+// Host is what a mode gives the session core.
+type Host struct {
+	// Mode is reported in every Result.
+	Mode sandbox.Mode
+	// Root is the work root where session directories are made.
+	Root string
+	// Begin registers a run with the mode's run group (so that closing
+	// the Runner stops the session); see executor.RunGroup.Begin.
+	Begin func(ctx context.Context) (context.Context, func(), error)
+	// Spec returns the Spec of one program of lang in dir, and what to
+	// clean up after it ran.
+	Spec func(lang, dir, path string, args []string, stdin string, lim sandbox.Limits) (executor.Spec, func(), error)
+	// Owner is the host user that owns the session's directory and
+	// files, when it is not the server's own.
+	Owner func() (uid, gid int, ok bool)
+	// Finish, if set, completes the Result of each call (an OOM kill the
+	// mode saw, for example).
+	Finish func(res *sandbox.Result)
+	// Release, if set, is called once the session is closed and its
+	// processes are gone (or it failed to start), to give back what the
+	// mode held for it.
+	Release func()
+	Log     *slog.Logger
+}
+
+// driverOutput caps what the interpreter itself writes on its own stdout
+// and stderr (not a call's output, which comes in frames): diagnostics only.
+const driverOutput = 64 << 10
+
+// startTimeout bounds the start of an interpreter.
+const startTimeout = 30 * time.Second
+
+// Session is one session of process mode or mode none.
+type Session struct {
+	h      Host
+	spec   sessions.Spec
+	lang   sandbox.LanguageSpec
+	interp sandbox.Interpreter
+	dir    string
+
+	mu     sync.Mutex // one call at a time, and Close
+	closed bool
+	live   *interpreter // nil until the first call, and after one that ended it
+}
+
+// interpreter is a running driver.
+type interpreter struct {
+	conn   *sessions.Conn
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the run has ended and is cleaned up
+	res    sandbox.Result
+	err    error
+}
+
+// Start makes the session's directory; the interpreter starts with the
+// first call (and again after a call that ended it).
+func Start(ctx context.Context, h Host, spec sessions.Spec, lang sandbox.LanguageSpec, in sandbox.Interpreter) (*Session, error) {
+	dir, err := os.MkdirTemp(h.Root, "session-")
+	if err != nil {
+		if h.Release != nil {
+			h.Release()
+		}
+		return nil, fmt.Errorf("%w: creating the session directory: %v", sandbox.ErrSandboxUnavailable, err)
+	}
+	s := &Session{h: h, spec: spec, lang: lang, interp: in, dir: dir}
+	if uid, gid, ok := h.Owner(); ok {
+		if err := os.Chown(dir, uid, gid); err != nil {
+			s.removeDir()
+			return nil, fmt.Errorf("%w: handing the session directory to the sandbox user: %v", sandbox.ErrSandboxUnavailable, err)
+		}
+	}
+	if sessions.Interpreted(lang.Name) {
+		// Start the interpreter now, so that the first call is fast and a
+		// language that cannot start fails session_create.
+		if err := s.startInterpreter(ctx); err != nil {
+			s.removeDir()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Dir is the session's working directory.
+func (s *Session) Dir() string { return s.dir }
+
+// randomName returns a name that nobody can have prepared in advance.
+func randomName(prefix, suffix string) string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b) + suffix
+}
+
+// startInterpreter starts the driver with a fresh control channel.
+func (s *Session) startInterpreter(ctx context.Context) error {
+	// No process of the session runs now (the previous interpreter and its
+	// processes were killed), so nothing can swap these paths between
+	// their creation and the opens below; O_NOFOLLOW holds anyway.
+	inPath := filepath.Join(s.dir, randomName(".codeexec-in-", ""))
+	outPath := filepath.Join(s.dir, randomName(".codeexec-out-", ""))
+	var files []*os.File
+	fail := func(doing string, err error) error {
+		for _, f := range files {
+			_ = f.Close()
+		}
+		_ = os.Remove(inPath)
+		_ = os.Remove(outPath)
+		return fmt.Errorf("%w: %s: %v", sandbox.ErrSandboxUnavailable, doing, err)
+	}
+	for _, p := range []string{inPath, outPath} {
+		if err := syscall.Mkfifo(p, 0o600); err != nil {
+			return fail("creating the session's control channel", err)
+		}
+		if uid, gid, ok := s.h.Owner(); ok {
+			if err := os.Lchown(p, uid, gid); err != nil {
+				return fail("handing the control channel to the sandbox user", err)
+			}
+		}
+		// O_RDWR: opening never waits for the other end, and the server's
+		// end stays valid whatever the driver does.
+		f, err := os.OpenFile(p, os.O_RDWR|syscall.O_NOFOLLOW, 0)
+		if err != nil {
+			return fail("opening the session's control channel", err)
+		}
+		files = append(files, f)
+	}
+	args, _ := sessions.DriverArgs(s.lang.Name, inPath, outPath)
+	lim := s.spec.Limits
+	lim.Timeout = time.Until(s.spec.Deadline) + time.Minute
+	lim.OutputBytes = driverOutput
+	spec, cleanup, err := s.h.Spec(s.lang.Name, s.dir, s.interp.Path, append(append([]string{}, s.lang.Args...), args...), "", lim)
+	if err != nil {
+		return fail("preparing the interpreter", err)
+	}
+	runCtx, end, err := s.h.Begin(context.Background())
+	if err != nil {
+		cleanup()
+		for _, f := range files {
+			_ = f.Close()
+		}
+		return err
+	}
+	runCtx, cancel := context.WithCancel(runCtx)
+	it := &interpreter{conn: sessions.NewConn(files[0], files[1]), cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(it.done)
+		defer end()
+		defer cleanup()
+		it.err = executor.Spawn(runCtx, spec, &it.res)
+		// The interpreter is gone: its FIFOs can give nothing more.
+		_ = it.conn.Close()
+		_ = os.Remove(inPath)
+		_ = os.Remove(outPath)
+	}()
+	sctx, scancel := context.WithTimeout(ctx, startTimeout)
+	defer scancel()
+	if _, err := it.conn.WaitReady(sctx); err != nil {
+		it.kill()
+		msg := it.res.Stderr
+		if it.err != nil {
+			msg = it.err.Error() + " " + msg
+		}
+		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+			return fmt.Errorf("starting the %s interpreter: %w", s.lang.Name, ctx.Err())
+		}
+		return fmt.Errorf("%w: the %s interpreter of the session did not start (%v) %s", sandbox.ErrSandboxUnavailable, s.lang.Name, err, truncate(msg, 500))
+	}
+	s.live = it
+	return nil
+}
+
+// kill stops the interpreter and waits until it is cleaned up.
+func (it *interpreter) kill() {
+	it.cancel()
+	<-it.done
+}
+
+// Exec runs one call. See sessions.Session.
+func (s *Session) Exec(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, fmt.Errorf("session: %w", sandbox.ErrClosed)
+	}
+	if !sessions.Interpreted(s.lang.Name) {
+		return s.runFresh(ctx, req)
+	}
+	if s.live == nil {
+		if err := s.startInterpreter(ctx); err != nil {
+			return nil, err
+		}
+	}
+	it := s.live
+	res, outcome := it.conn.Exec(ctx, req.Code, req.Stdin, req.Limits)
+	res.Sandbox = s.h.Mode
+	if outcome == sessions.Completed {
+		s.finish(res)
+		return res, nil
+	}
+	// The call ended the interpreter, or must: its state is lost.
+	s.live = nil
+	it.kill()
+	res.StateLost = true
+	if outcome == sessions.Died {
+		// The interpreter ended by itself: a crash, a signal, or a
+		// resource limit the kernel enforced.
+		res.ExitCode, res.Signal = it.res.ExitCode, it.res.Signal
+		if it.err != nil && it.res.ExitCode == 0 {
+			return res, fmt.Errorf("%w: the session's interpreter failed: %v", sandbox.ErrSandboxUnavailable, it.err)
+		}
+	} else {
+		res.ExitCode, res.Signal = 128+int(syscall.SIGKILL), "killed"
+	}
+	s.finish(res)
+	if outcome == sessions.Cancelled {
+		return res, fmt.Errorf("call cancelled: %w", ctx.Err())
+	}
+	return res, nil
+}
+
+// runFresh runs a bash call: a fresh bash in the session's directory.
+func (s *Session) runFresh(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
+	ctx, end, err := s.h.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer end()
+	file := filepath.Join(s.dir, randomName(".codeexec-call-", filepath.Ext(s.lang.FileName)))
+	// O_EXCL never follows a link the session's code may have left.
+	f, err := os.OpenFile(file, os.O_CREATE|os.O_EXCL|os.O_WRONLY|syscall.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("%w: writing the program: %v", sandbox.ErrSandboxUnavailable, err)
+	}
+	_, err = f.WriteString(req.Code)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	defer os.Remove(file)
+	if err != nil {
+		return nil, fmt.Errorf("%w: writing the program: %v", sandbox.ErrSandboxUnavailable, err)
+	}
+	lim := s.spec.Limits
+	lim.Timeout, lim.OutputBytes = req.Limits.Timeout, req.Limits.OutputBytes
+	spec, cleanup, err := s.h.Spec(s.lang.Name, s.dir, s.interp.Path, append(append([]string{}, s.lang.Args...), file), req.Stdin, lim)
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	res := &sandbox.Result{Sandbox: s.h.Mode}
+	err = executor.Spawn(ctx, spec, res)
+	s.finish(res)
+	return res, err
+}
+
+func (s *Session) finish(res *sandbox.Result) {
+	if s.h.Finish != nil {
+		s.h.Finish(res)
+	}
+}
+
+// Close stops the interpreter, waiting for a call in flight to be stopped
+// by its caller first, and removes the session's directory.
+func (s *Session) Close() error {
+	// A call in flight holds mu; its interpreter is killed first so that
+	// the call ends at once.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if s.live != nil {
+		s.live.kill()
+		s.live = nil
+	}
+	return s.removeDir()
+}
+
+func (s *Session) removeDir() error {
+	if s.h.Release != nil {
+		s.h.Release()
+	}
+	if err := executor.RemoveAll(s.dir); err != nil {
+		return fmt.Errorf("removing the session directory: %w", err)
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

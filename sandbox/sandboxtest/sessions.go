@@ -1,0 +1,247 @@
+package sandboxtest
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/sessions"
+)
+
+// SessionOptions tell the session suite what the backend under test
+// promises.
+type SessionOptions struct {
+	// Mode is the mode the backend must report in each Result.
+	Mode sandbox.Mode
+	// ScrubsEnv is true when the server's environment must not reach code.
+	ScrubsEnv bool
+	// Alive reports whether any process whose command line contains marker
+	// still exists; nil means ProcessesAlive.
+	Alive func(t *testing.T, marker string) bool
+	// Gone, if set, reports whether everything a closed session had (its
+	// directory, its container) is gone; the suite calls it after Close
+	// with the output of pwd in the session.
+	Gone func(t *testing.T, dir string) bool
+}
+
+// StartSession starts a session of lang on b with DefaultLimits and a
+// deadline an hour away; it is closed at cleanup.
+func StartSession(t *testing.T, b sessions.Backend, lang string) sessions.Session {
+	t.Helper()
+	s, err := b.Start(context.Background(), sessions.Spec{ID: "ses_test", Language: lang, Limits: DefaultLimits(), Deadline: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatalf("starting a %s session: %v", lang, err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("closing the session: %v", err)
+		}
+	})
+	return s
+}
+
+// SessionCall runs code in s with DefaultLimits and fails the test on an error.
+func SessionCall(t *testing.T, s sessions.Session, lang, code string) *sandbox.Result {
+	t.Helper()
+	res, err := s.Exec(context.Background(), Req(lang, code))
+	if err != nil {
+		t.Fatalf("call %q: %v", code, err)
+	}
+	return res
+}
+
+// RunSessionSuite runs the shared session suite against b, a backend of a
+// mode whose every language is available.
+func RunSessionSuite(t *testing.T, b sessions.Backend, opts SessionOptions) {
+	alive := opts.Alive
+	if alive == nil {
+		alive = ProcessesAlive
+	}
+	expect := func(t *testing.T, res *sandbox.Result, exit int, stdout string) {
+		t.Helper()
+		if res.ExitCode != exit || res.Stdout != stdout || res.Sandbox != opts.Mode {
+			t.Fatalf("exit %d stdout %q sandbox %s (stderr %q); want exit %d stdout %q sandbox %s",
+				res.ExitCode, res.Stdout, res.Sandbox, abbrev(res.Stderr), exit, stdout, opts.Mode)
+		}
+	}
+
+	t.Run("variables persist", func(t *testing.T) {
+		t.Parallel()
+		for lang, calls := range map[string][2]string{
+			"python":     {"x = 41", "print(x + 1)"},
+			"javascript": {"let x = 41", "console.log(x + 1)"},
+		} {
+			t.Run(lang, func(t *testing.T) {
+				t.Parallel()
+				s := StartSession(t, b, lang)
+				expect(t, SessionCall(t, s, lang, calls[0]), 0, "")
+				expect(t, SessionCall(t, s, lang, calls[1]), 0, "42\n")
+			})
+		}
+	})
+
+	t.Run("files persist", func(t *testing.T) {
+		t.Parallel()
+		for lang, calls := range map[string][2]string{
+			"python":     {"open('notes.txt', 'w').write('kept')", "print(open('notes.txt').read())"},
+			"javascript": {"require('fs').writeFileSync('notes.txt', 'kept')", "console.log(require('fs').readFileSync('notes.txt', 'utf8'))"},
+			"bash":       {"echo kept > notes.txt; cd /; x=1", "cat notes.txt; echo \"x=$x\""},
+		} {
+			t.Run(lang, func(t *testing.T) {
+				t.Parallel()
+				s := StartSession(t, b, lang)
+				SessionCall(t, s, lang, calls[0])
+				want := "kept\n"
+				if lang == "bash" {
+					// A fresh bash per call: files stay, shell state does not.
+					want = "kept\nx=\n"
+				}
+				expect(t, SessionCall(t, s, lang, calls[1]), 0, want)
+			})
+		}
+	})
+
+	t.Run("an exception keeps the state", func(t *testing.T) {
+		t.Parallel()
+		s := StartSession(t, b, "python")
+		SessionCall(t, s, "python", "x = 1")
+		res := SessionCall(t, s, "python", "x = 2\nraise ValueError('boom')")
+		if res.ExitCode != 1 || !strings.Contains(res.Stderr, "ValueError: boom") || res.StateLost {
+			t.Fatalf("exit %d stderr %q state lost %v; want 1, the traceback, false", res.ExitCode, res.Stderr, res.StateLost)
+		}
+		expect(t, SessionCall(t, s, "python", "print(x)"), 0, "2\n")
+	})
+
+	t.Run("stdin is the call's", func(t *testing.T) {
+		t.Parallel()
+		s := StartSession(t, b, "python")
+		req := Req("python", "import sys; print(sys.stdin.read()[::-1])")
+		req.Stdin = "abc"
+		res, err := s.Exec(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		expect(t, res, 0, "cba\n")
+		expect(t, SessionCall(t, s, "python", "import sys; print(repr(sys.stdin.read()))"), 0, "''\n")
+	})
+
+	t.Run("a timeout loses the state, not the files", func(t *testing.T) {
+		t.Parallel()
+		for lang, calls := range map[string][3]string{
+			"python":     {"x = 1; open('f', 'w').write('still here')", "while True: pass", "print(open('f').read()); print(x)"},
+			"javascript": {"var x = 1; require('fs').writeFileSync('f', 'still here')", "for (;;) {}", "console.log(require('fs').readFileSync('f', 'utf8')); console.log(x)"},
+		} {
+			t.Run(lang, func(t *testing.T) {
+				t.Parallel()
+				s := StartSession(t, b, lang)
+				SessionCall(t, s, lang, calls[0])
+				req := Req(lang, calls[1])
+				req.Limits.Timeout = 500 * time.Millisecond
+				res, err := s.Exec(context.Background(), req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !res.TimedOut || !res.StateLost {
+					t.Fatalf("timed out %v, state lost %v; want both", res.TimedOut, res.StateLost)
+				}
+				res = SessionCall(t, s, lang, calls[2])
+				if !strings.HasPrefix(res.Stdout, "still here\n") || res.ExitCode != 1 || res.StateLost {
+					t.Fatalf("after the timeout: exit %d stdout %q stderr %q; want the file, then an error for the lost variable", res.ExitCode, res.Stdout, abbrev(res.Stderr))
+				}
+				expect(t, SessionCall(t, s, lang, map[string]string{"python": "print('fresh')", "javascript": "console.log('fresh')"}[lang]), 0, "fresh\n")
+			})
+		}
+	})
+
+	t.Run("the output cap loses the state", func(t *testing.T) {
+		t.Parallel()
+		s := StartSession(t, b, "python")
+		req := Req("python", "while True: print('y' * 1000)")
+		req.Limits.OutputBytes = 10000
+		res, err := s.Exec(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Truncated || !res.StateLost {
+			t.Fatalf("truncated %v, state lost %v; want both", res.Truncated, res.StateLost)
+		}
+		expect(t, SessionCall(t, s, "python", "print('fresh')"), 0, "fresh\n")
+	})
+
+	t.Run("bash timeout", func(t *testing.T) {
+		t.Parallel()
+		s := StartSession(t, b, "bash")
+		req := Req("bash", "sleep 30")
+		req.Limits.Timeout = 300 * time.Millisecond
+		res, err := s.Exec(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.TimedOut {
+			t.Fatalf("timed out %v, want true", res.TimedOut)
+		}
+		expect(t, SessionCall(t, s, "bash", "echo next"), 0, "next\n")
+	})
+
+	t.Run("cancel", func(t *testing.T) {
+		t.Parallel()
+		s := StartSession(t, b, "python")
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		_, err := s.Exec(ctx, Req("python", "import time; time.sleep(30)"))
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v, want the context's", err)
+		}
+		expect(t, SessionCall(t, s, "python", "print('fresh')"), 0, "fresh\n")
+	})
+
+	if opts.ScrubsEnv {
+		t.Run("environment scrubbed", func(t *testing.T) {
+			t.Parallel()
+			s := StartSession(t, b, "python")
+			res := SessionCall(t, s, "python", "import os; print(os.environ.get('"+SecretName+"', 'absent'))")
+			expect(t, res, 0, "absent\n")
+		})
+	}
+
+	t.Run("close stops everything", func(t *testing.T) {
+		t.Parallel()
+		for _, lang := range []string{"python", "javascript"} {
+			t.Run(lang, func(t *testing.T) {
+				t.Parallel()
+				s, err := b.Start(context.Background(), sessions.Spec{ID: "ses_test", Language: lang, Limits: DefaultLimits(), Deadline: time.Now().Add(time.Hour)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				marker := Marker()
+				code := map[string]string{
+					"python":     "import subprocess, os; p = subprocess.Popen(['sleep', '" + marker + "']); print(os.getcwd())",
+					"javascript": "const cp = require('child_process'); globalThis.p = cp.spawn('sleep', ['" + marker + "']); console.log(process.cwd())",
+				}[lang]
+				res := SessionCall(t, s, lang, code)
+				dir := strings.TrimSpace(res.Stdout)
+				if !alive(t, marker) {
+					t.Fatalf("the session's child is not running: %q", abbrev(res.Stderr))
+				}
+				if err := s.Close(); err != nil {
+					t.Fatal(err)
+				}
+				if alive(t, marker) {
+					t.Errorf("a process of the session outlived it")
+				}
+				if opts.Gone != nil && !opts.Gone(t, dir) {
+					t.Errorf("the session's files or sandbox outlived it (%s)", dir)
+				}
+				if err := s.Close(); err != nil {
+					t.Errorf("a second Close: %v", err)
+				}
+				if _, err := s.Exec(context.Background(), Req(lang, "1")); !errors.Is(err, sandbox.ErrClosed) {
+					t.Errorf("a call after Close: err = %v, want sandbox.ErrClosed", err)
+				}
+			})
+		}
+	})
+}

@@ -1,0 +1,147 @@
+# codeexec session driver for python: one live interpreter whose __main__
+# namespace persists between calls, as in a notebook. See sandbox/sessions
+# (protocol.go) for the protocol; argv: the control input and output, each a
+# path (a FIFO, unlinked once open) or fd:N.
+import os, sys
+
+
+def _codeexec_session(argv):
+    import io, linecache, struct, threading, traceback
+
+    def ctl(spec, flags):
+        if spec.startswith("fd:"):
+            return int(spec[3:])
+        fd = os.open(spec, flags)
+        try:
+            os.unlink(spec)
+        except OSError:
+            pass
+        return fd
+
+    cin = os.fdopen(ctl(argv[0], os.O_RDONLY), "rb")
+    cout = ctl(argv[1], os.O_WRONLY)
+    for fd in (cin.fileno(), cout):
+        os.set_inheritable(fd, False)
+    lock = threading.Lock()
+    MAX = 4091  # a frame is one write of at most PIPE_BUF bytes: never torn
+
+    def frame(kind, data):
+        with lock:
+            i = 0
+            while True:
+                chunk = data[i:i + MAX]
+                b = kind + struct.pack(">I", len(chunk)) + chunk
+                while b:
+                    b = b[os.write(cout, b):]
+                i += MAX
+                if i >= len(data):
+                    return
+
+    def fail(msg):
+        frame(b"F", msg.encode())
+        os._exit(125)
+
+    null = os.open(os.devnull, os.O_RDWR)
+    os.set_inheritable(null, False)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    g = sys.modules["__main__"].__dict__
+    g.pop("_codeexec_session", None)
+    g["__file__"] = "<session>"
+    sys.argv[:] = [""]
+    frame(b"R", ("python " + sys.version.split()[0]).encode())
+    n = 0
+    while True:
+        h = cin.readline()
+        if not h:
+            os._exit(0)
+        try:
+            clen, slen = (int(x) for x in h.split())
+        except ValueError:
+            fail("bad call header")
+        code = cin.read(clen)
+        stdin = cin.read(slen)
+        if len(code) != clen or len(stdin) != slen:
+            fail("the call was cut short")
+        n += 1
+        name = "<cell %d>" % n
+        src = code.decode("utf-8", "surrogateescape")
+        linecache.cache[name] = (len(src), None, src.splitlines(True), name)
+
+        ro, wo = os.pipe()
+        re_, we = os.pipe()
+        ri, wi = os.pipe()
+        state = {"stale": False}
+
+        def pump(fd, kind):
+            while True:
+                try:
+                    b = os.read(fd, 65536)
+                except OSError:
+                    b = b""
+                if not b:
+                    os.close(fd)
+                    return
+                if not state["stale"]:
+                    frame(kind, b)
+
+        def feed():
+            try:
+                v = memoryview(stdin)
+                while v:
+                    v = v[os.write(wi, v):]
+            except OSError:
+                pass
+            os.close(wi)
+
+        for s in (sys.stdout, sys.stderr):
+            try:
+                s.flush()
+            except Exception:
+                pass
+        os.dup2(wo, 1)
+        os.dup2(we, 2)
+        os.dup2(ri, 0)
+        for fd in (wo, we, ri):
+            os.close(fd)
+        readers = [threading.Thread(target=pump, args=(ro, b"O"), daemon=True),
+                   threading.Thread(target=pump, args=(re_, b"E"), daemon=True),
+                   threading.Thread(target=feed, daemon=True)]
+        for t in readers:
+            t.start()
+        sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "rb", closefd=False)), encoding="utf-8")
+        rc = 0
+        try:
+            exec(compile(src, name, "exec", dont_inherit=True), g)
+        except SystemExit as e:
+            if e.code is None:
+                rc = 0
+            elif isinstance(e.code, int):
+                rc = e.code & 0xFF
+            else:
+                print(e.code, file=sys.stderr)
+                rc = 1
+        except BaseException as e:
+            tb = e.__traceback__.tb_next if e.__traceback__ is not None else None
+            try:
+                traceback.print_exception(type(e), e, tb)
+            except Exception:
+                pass
+            rc = 130 if isinstance(e, KeyboardInterrupt) else 1
+        for s in (sys.stdout, sys.stderr):
+            try:
+                s.flush()
+            except Exception:
+                pass
+        os.dup2(null, 0)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        # What a process started by the call still writes after a short
+        # grace is dropped, so that each call's output is its own.
+        for t in readers[:2]:
+            t.join(0.25)
+        state["stale"] = True
+        frame(b"X", str(rc).encode())
+
+
+_codeexec_session(sys.argv[1:])
