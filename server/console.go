@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/codeexec/codeexec/approvals"
+	"github.com/codeexec/codeexec/server/httpserve"
 )
 
 // The approvals console: a static page whose script renders everything with
@@ -241,5 +242,5 @@ func truncate(s string, n int) string {
 
 // Serve serves the console on ln until ctx ends.
 func (a *Admin) Serve(ctx context.Context, ln net.Listener) error {
-	return serveUntilDone(ctx, ln, a.Handler(), 3*time.Second, nil)
+	return httpserve.Serve(ctx, ln, a.Handler(), 3*time.Second, nil)
 }

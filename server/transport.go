@@ -3,8 +3,6 @@ package server
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,9 +10,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
+	"github.com/codeexec/codeexec/server/httpserve"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 )
 
@@ -141,54 +139,12 @@ func (s *Server) ServeHTTP(ctx context.Context, transport Transport, addr string
 	if ready != nil {
 		ready(ln.Addr())
 	}
-	return serveUntilDone(ctx, ln, handler, 5*time.Second, shutdownMCP)
+	return httpserve.Serve(ctx, ln, handler, 5*time.Second, shutdownMCP)
 }
 
-// serveUntilDone serves handler on ln until ctx ends, then shuts down
-// gracefully within grace (after beforeShutdown, if set), closing whatever
-// is still open after that.
-func serveUntilDone(ctx context.Context, ln net.Listener, handler http.Handler, grace time.Duration, beforeShutdown func(context.Context) error) error {
-	srv := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-	}
-	errCh := make(chan error, 1)
-	go func() { errCh <- srv.Serve(ln) }()
-	select {
-	case err := <-errCh:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	if beforeShutdown != nil {
-		_ = beforeShutdown(sctx)
-	}
-	if err := srv.Shutdown(sctx); err != nil {
-		_ = srv.Close()
-	}
-	return nil
-}
-
-// requireToken rejects requests without "Authorization: Bearer <token>"
-// with 401. The comparison is constant-time (over SHA-256 digests, so the
-// token's length does not leak either). An empty token disables the check.
+// requireToken is the MCP transports' bearer check (CODE_EXEC_AUTH_TOKEN).
 func requireToken(next http.Handler, token string) http.Handler {
-	if token == "" {
-		return next
-	}
-	want := sha256.Sum256([]byte(token))
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
-		if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="codeexec"`)
-			http.Error(w, "401 unauthorized: send Authorization: Bearer <CODE_EXEC_AUTH_TOKEN>", http.StatusUnauthorized)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+	return httpserve.RequireBearer(next, token, "codeexec", "CODE_EXEC_AUTH_TOKEN")
 }
 
 // limitBody rejects request bodies over max bytes with 413.
