@@ -2,8 +2,6 @@ package egress
 
 import (
 	"errors"
-	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
 )
@@ -177,5 +175,3 @@ func (rec *recorder) report() *Report {
 	}
 	return r
 }
-
-func hostPort(host string, port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }

@@ -14,7 +14,6 @@ import (
 	"errors"
 	"runtime"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -282,6 +281,3 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(poolHitsDesc, prometheus.CounterValue, float64(st.Hits))
 	ch <- prometheus.MustNewConstMetric(poolMissesDesc, prometheus.CounterValue, float64(st.Misses))
 }
-
-// since returns the seconds since t.
-func since(t time.Time) float64 { return time.Since(t).Seconds() }
