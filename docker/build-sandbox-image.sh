@@ -89,11 +89,11 @@ else
 fi
 
 # The build context: docker/sandbox and the figure hook's one copy, which
-# lives with the Go code that embeds it (sandbox/mplhook).
+# lives with the Go code that embeds it (sandbox/datascience).
 context="$(mktemp -d /tmp/codeexec-build.XXXXXX)"
 trap 'rm -rf "$context"' EXIT
 cp -R "$here/sandbox/." "$context/"
-cp -R "$root/sandbox/mplhook/codeexec_mpl" "$context/codeexec_mpl"
+cp -R "$root/sandbox/datascience/codeexec_mpl" "$context/codeexec_mpl"
 find "$context/codeexec_mpl" -name __pycache__ -prune -exec rm -rf {} +
 
 log "building $image (profile $profile) from $here/sandbox (base $base)"

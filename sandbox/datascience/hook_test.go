@@ -1,4 +1,4 @@
-package mplhook_test
+package datascience_test
 
 import (
 	"bytes"
@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/codeexec/codeexec/sandbox/mplhook"
+	"github.com/codeexec/codeexec/sandbox/datascience"
 )
 
 // python returns Debian's python3 with matplotlib, or skips (fails with
@@ -36,13 +36,13 @@ func run(t *testing.T, code string, extraEnv ...string) (string, string) {
 	t.Helper()
 	py := python(t)
 	hook := t.TempDir()
-	if err := mplhook.Install(hook); err != nil {
+	if err := datascience.Install(hook); err != nil {
 		t.Fatal(err)
 	}
 	work := t.TempDir()
 	cmd := exec.Command(py, "-s", "-B", "-c", code)
 	cmd.Dir = work
-	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "HOME=" + work, "PYTHONPATH=" + hook}, mplhook.Env("")...)
+	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "HOME=" + work, "PYTHONPATH=" + hook}, datascience.HookEnv("")...)
 	cmd.Env = append(cmd.Env, extraEnv...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -155,12 +155,12 @@ func TestInstall(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "hooks")
 	for range 2 {
-		if err := mplhook.Install(dir); err != nil {
+		if err := datascience.Install(dir); err != nil {
 			t.Fatal(err)
 		}
 	}
 	got, err := os.ReadFile(filepath.Join(dir, "codeexec_mpl", "__init__.py"))
-	if err != nil || !bytes.Equal(got, mplhook.Source()) {
+	if err != nil || !bytes.Equal(got, datascience.Source()) {
 		t.Fatalf("installed module: %v", err)
 	}
 	info, _ := os.Stat(filepath.Join(dir, "codeexec_mpl", "__init__.py"))

@@ -1,15 +1,18 @@
-// Package mplhook ships codeexec_mpl, the matplotlib backend that saves the
-// figures a python program shows (plt.show()) or leaves open at exit as PNG
-// files in its working directory, so that they come back from the run as
-// image artifacts without the program saving them.
+// Package datascience holds what python runs need for data work beyond the
+// interpreter: codeexec_mpl, the matplotlib backend that saves the figures a
+// program shows (plt.show()) or leaves open at exit as PNG files in its
+// working directory, so that they come back as image artifacts without the
+// program saving them; Env, a python environment that makes the hook
+// importable in process and none modes without loosening python's isolated
+// mode; and Probe, which tells which notable packages an interpreter has.
 //
-// The module's source is codeexec_mpl/__init__.py in this folder, the one
-// copy: the Go binary embeds it for process and none modes (Install writes
-// it where the runs' python finds it), and docker/build-sandbox-image.sh
-// copies it into the data-science image. A python activates it with
-// MPLBACKEND=module://codeexec_mpl (see Env); matplotlib imports it only when
-// a program makes its first figure, so programs that do not plot pay nothing.
-package mplhook
+// The hook's source is codeexec_mpl/__init__.py in this folder, the one
+// copy: the Go binary embeds it for process and none modes (Install, NewEnv),
+// and docker/build-sandbox-image.sh copies it into the data-science image. A
+// python activates it with MPLBACKEND=module://codeexec_mpl (see HookEnv);
+// matplotlib imports it only when a program makes its first figure, so
+// programs that do not plot pay nothing.
+package datascience
 
 import (
 	"embed"
@@ -64,11 +67,11 @@ func Install(dir string) error {
 	})
 }
 
-// Env returns the environment that activates the hook in a python that
-// finds the module on its path: MPLBACKEND, and CODEEXEC_FIGURE_DIR when
-// figureDir is not "" (the folder figures go to; the working directory at
-// the first figure otherwise).
-func Env(figureDir string) []string {
+// HookEnv returns the environment variables that activate the hook in a
+// python that finds the module on its path: MPLBACKEND, and
+// CODEEXEC_FIGURE_DIR when figureDir is not "" (the folder figures go to;
+// the working directory at the first figure otherwise).
+func HookEnv(figureDir string) []string {
 	env := []string{"MPLBACKEND=" + Backend}
 	if figureDir != "" {
 		env = append(env, "CODEEXEC_FIGURE_DIR="+figureDir)
