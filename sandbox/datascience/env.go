@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/codeexec/codeexec/sandbox"
 )
 
 // Env is a python environment for process and none modes, in the manner of
@@ -44,17 +46,22 @@ const probeTimeout = 20 * time.Second
 
 // NewEnv makes the environment in dir (which it creates; it must not hold
 // anything else) for the interpreter at python (an absolute path, symbolic
-// links resolved), installs codeexec_mpl in it, and checks that the
-// environment's python, in isolated mode, finds both the hook and the
-// system's packages' folder. The folders are world-readable, so that a run
-// as another user can use them.
-func NewEnv(ctx context.Context, dir, python string) (*Env, error) {
+// links resolved) of the given version ("3.11.2" or "3.11"; "" asks the
+// interpreter), installs codeexec_mpl in it, and checks that the
+// environment's python, in isolated mode, finds the hook there. The folders
+// are world-readable, so that a run as another user can use them.
+func NewEnv(ctx context.Context, dir, python, version string) (*Env, error) {
 	if !filepath.IsAbs(python) {
 		return nil, fmt.Errorf("python environment: the interpreter %q is not an absolute path", python)
 	}
-	version, err := pythonVersion(ctx, python)
-	if err != nil {
-		return nil, err
+	if parts := strings.Split(version, "."); len(parts) >= 2 && parts[0] != "" && parts[1] != "" {
+		version = parts[0] + "." + parts[1]
+	} else {
+		v, err := pythonVersion(ctx, python)
+		if err != nil {
+			return nil, err
+		}
+		version = v
 	}
 	env := &Env{
 		Dir:          dir,
@@ -71,9 +78,14 @@ func NewEnv(ctx context.Context, dir, python string) (*Env, error) {
 	if err := os.WriteFile(filepath.Join(dir, "pyvenv.cfg"), []byte(cfg), 0o644); err != nil {
 		return nil, fmt.Errorf("python environment: %w", err)
 	}
-	_ = os.Remove(env.Python)
-	if err := os.Symlink(python, env.Python); err != nil {
-		return nil, fmt.Errorf("python environment: %w", err)
+	// python3 and python, as a venv has: a program that starts "python3"
+	// from PATH gets the environment too.
+	for _, name := range []string{"python3", "python"} {
+		link := filepath.Join(dir, "bin", name)
+		_ = os.Remove(link)
+		if err := os.Symlink(python, link); err != nil {
+			return nil, fmt.Errorf("python environment: %w", err)
+		}
 	}
 	if err := Install(env.SitePackages); err != nil {
 		return nil, err
@@ -99,6 +111,9 @@ func NewEnv(ctx context.Context, dir, python string) (*Env, error) {
 
 // Remove deletes the environment's folder. Safe to call twice.
 func (e *Env) Remove() error { return os.RemoveAll(e.Dir) }
+
+// Bin is the environment's bin folder, to put first on a run's PATH.
+func (e *Env) Bin() string { return filepath.Join(e.Dir, "bin") }
 
 func pythonVersion(ctx context.Context, python string) (string, error) {
 	out, err := runPython(ctx, python, `import sys; print("%d.%d" % sys.version_info[:2])`)
@@ -145,14 +160,6 @@ func runPython(ctx context.Context, python, code string, args ...string) (string
 	return stdout.String(), nil
 }
 
-// Package is a python package and whether an interpreter can import it.
-type Package struct {
-	Name      string `json:"name"`
-	Available bool   `json:"available"`
-	// Version is the installed distribution's version, when known.
-	Version string `json:"version,omitempty"`
-}
-
 // NotablePackages are the packages that sandbox_info reports for python.
 var NotablePackages = []string{"numpy", "pandas", "matplotlib", "scipy"}
 
@@ -179,7 +186,7 @@ print(json.dumps(out))
 
 // Probe tells which of names the interpreter at python (an interpreter or
 // an Env's Python) can import, in isolated mode, in one short run.
-func Probe(ctx context.Context, python string, names ...string) ([]Package, error) {
+func Probe(ctx context.Context, python string, names ...string) ([]sandbox.Package, error) {
 	if len(names) == 0 {
 		return nil, nil
 	}
@@ -192,7 +199,7 @@ func Probe(ctx context.Context, python string, names ...string) ([]Package, erro
 	if err != nil {
 		return nil, fmt.Errorf("probing python packages with %s: %w", python, err)
 	}
-	var pkgs []Package
+	var pkgs []sandbox.Package
 	if err := json.Unmarshal([]byte(out), &pkgs); err != nil {
 		return nil, fmt.Errorf("probing python packages with %s: %w", python, err)
 	}

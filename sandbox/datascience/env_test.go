@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/datascience"
 )
 
@@ -26,7 +27,7 @@ func TestEnvMakesTheHookImportableInIsolatedMode(t *testing.T) {
 	t.Parallel()
 	py := interpreter(t)
 	dir := filepath.Join(t.TempDir(), "python")
-	env, err := datascience.NewEnv(context.Background(), dir, py)
+	env, err := datascience.NewEnv(context.Background(), dir, py, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +35,7 @@ func TestEnvMakesTheHookImportableInIsolatedMode(t *testing.T) {
 		t.Errorf("env %+v", env)
 	}
 	// Making it again over the same folder works (a restart).
-	if _, err := datascience.NewEnv(context.Background(), dir, py); err != nil {
+	if _, err := datascience.NewEnv(context.Background(), dir, py, ""); err != nil {
 		t.Fatalf("second NewEnv: %v", err)
 	}
 	// In isolated mode, with nothing in the environment: the hook is found,
@@ -67,7 +68,7 @@ print("" in sys.path, sys.flags.isolated)
 func TestEnvSavesFiguresInIsolatedMode(t *testing.T) {
 	t.Parallel()
 	python(t) // matplotlib or skip
-	env, err := datascience.NewEnv(context.Background(), filepath.Join(t.TempDir(), "python"), interpreter(t))
+	env, err := datascience.NewEnv(context.Background(), filepath.Join(t.TempDir(), "python"), interpreter(t), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,9 +84,19 @@ func TestEnvSavesFiguresInIsolatedMode(t *testing.T) {
 	}
 }
 
+// A version that is not the interpreter's puts the hook where python does
+// not look: NewEnv notices.
+func TestNewEnvChecksTheHookIsFound(t *testing.T) {
+	t.Parallel()
+	_, err := datascience.NewEnv(context.Background(), t.TempDir(), interpreter(t), "2.7")
+	if err == nil || !strings.Contains(err.Error(), "codeexec_mpl") {
+		t.Errorf("NewEnv with the wrong version: %v", err)
+	}
+}
+
 func TestNewEnvRefusesARelativeInterpreter(t *testing.T) {
 	t.Parallel()
-	if _, err := datascience.NewEnv(context.Background(), t.TempDir(), "python3"); err == nil || !strings.Contains(err.Error(), "not an absolute path") {
+	if _, err := datascience.NewEnv(context.Background(), t.TempDir(), "python3", ""); err == nil || !strings.Contains(err.Error(), "not an absolute path") {
 		t.Errorf("NewEnv with a relative interpreter: %v", err)
 	}
 }
@@ -97,7 +108,7 @@ func TestProbe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(pkgs) != 2 || pkgs[0] != (datascience.Package{Name: "json", Available: true}) || pkgs[1] != (datascience.Package{Name: "no_such_package_xyz"}) {
+	if len(pkgs) != 2 || pkgs[0] != (sandbox.Package{Name: "json", Available: true}) || pkgs[1] != (sandbox.Package{Name: "no_such_package_xyz"}) {
 		t.Errorf("Probe = %+v", pkgs)
 	}
 	if _, err := datascience.Probe(context.Background(), py, "os.path"); err == nil {
