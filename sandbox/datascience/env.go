@@ -163,11 +163,11 @@ func runPython(ctx context.Context, python, code string, args ...string) (string
 // NotablePackages are the packages that sandbox_info reports for python.
 var NotablePackages = []string{"numpy", "pandas", "matplotlib", "scipy"}
 
-// probeProgram tells, for each name in sys.argv[1:], whether python can
+// ProbeProgram tells, for each name in sys.argv[1:], whether python can
 // import it, without importing it (importlib.util.find_spec on a top-level
 // name only reads the path), and its distribution's version from its
-// metadata.
-const probeProgram = `import importlib.util, importlib.metadata, json, sys
+// metadata, as one line of JSON: a list of sandbox.Package.
+const ProbeProgram = `import importlib.util, importlib.metadata, json, sys
 out = []
 for name in sys.argv[1:]:
     try:
@@ -195,7 +195,7 @@ func Probe(ctx context.Context, python string, names ...string) ([]sandbox.Packa
 			return nil, fmt.Errorf("probing python packages: %q is not a top-level package name", n)
 		}
 	}
-	out, err := runPython(ctx, python, probeProgram, names...)
+	out, err := runPython(ctx, python, ProbeProgram, names...)
 	if err != nil {
 		return nil, fmt.Errorf("probing python packages with %s: %w", python, err)
 	}

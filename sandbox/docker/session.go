@@ -56,7 +56,7 @@ const (
 	// sessionBashBootstrap is the bootstrap of a bash call: as the run's
 	// (shellBootstrap), with the program in /dev/shm.
 	sessionBashBootstrap = `printf '\026'
-IFS=' ' read -r n lang || { echo "codeexec: no program received" >&2; exit 125; }
+IFS=' ' read -r n lang _ || { echo "codeexec: no program received" >&2; exit 125; }
 case "$n" in ''|*[!0-9]*) echo "codeexec: bad program header" >&2; exit 125;; esac
 f=/dev/shm/codeexec-call.sh
 head -c "$n" > "$f" || exit 125
@@ -308,7 +308,7 @@ func (s *containerSession) execFresh(ctx context.Context, req sandbox.Request) (
 		close(readC)
 	}()
 	go func() {
-		_, _ = io.Copy(att.Conn, io.MultiReader(strings.NewReader(programHeader(lang, len(req.Code))), strings.NewReader(req.Code), strings.NewReader(req.Stdin)))
+		_, _ = io.Copy(att.Conn, io.MultiReader(strings.NewReader(programHeader(lang, len(req.Code), 0)), strings.NewReader(req.Code), strings.NewReader(req.Stdin)))
 		_ = att.CloseWrite()
 	}()
 	var timer <-chan time.Time
