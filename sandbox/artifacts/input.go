@@ -80,9 +80,20 @@ type FileError struct {
 	Path string
 	// Reason is the sentence after the file's name.
 	Reason string
-	// overLimit marks errors that a cap caused.
-	overLimit bool
+	// Cap names the cap that caused the error, if one did.
+	Cap Cap
 }
+
+// Cap names one of the caps of InputLimits.
+type Cap uint8
+
+// The caps of InputLimits (CapNone: the error is not about a cap).
+const (
+	CapNone       Cap = iota
+	CapFiles          // MaxFiles
+	CapFileBytes      // MaxFileBytes
+	CapTotalBytes     // MaxTotalBytes
+)
 
 func (e *FileError) Error() string {
 	if e.Index < 0 {
@@ -94,7 +105,7 @@ func (e *FileError) Error() string {
 // Unwrap makes errors.Is find ErrInvalidFile, and ErrFilesOverLimit where a
 // cap caused the error.
 func (e *FileError) Unwrap() []error {
-	if e.overLimit {
+	if e.Cap != CapNone {
 		return []error{ErrInvalidFile, ErrFilesOverLimit}
 	}
 	return []error{ErrInvalidFile}
@@ -110,7 +121,7 @@ func (e *FileError) Unwrap() []error {
 // is not valid base64, and too many files or bytes for lim.
 func Decode(files []File, lim InputLimits) ([]Input, error) {
 	if lim.MaxFiles > 0 && len(files) > lim.MaxFiles {
-		return nil, &FileError{Index: -1, overLimit: true,
+		return nil, &FileError{Index: -1, Cap: CapFiles,
 			Reason: fmt.Sprintf("%d files were sent, over the limit of %d; send fewer files", len(files), lim.MaxFiles)}
 	}
 	out := make([]Input, 0, len(files))
@@ -143,7 +154,7 @@ func Decode(files []File, lim InputLimits) ([]Input, error) {
 		}
 		if n := int64(len(data)); lim.MaxFileBytes > 0 && n > lim.MaxFileBytes {
 			e := fail("is %s, over the limit of %s per file; send a smaller file", FormatBytes(n), FormatBytes(lim.MaxFileBytes))
-			e.(*FileError).overLimit = true
+			e.(*FileError).Cap = CapFileBytes
 			return nil, e
 		}
 		total += int64(len(data))
@@ -156,7 +167,7 @@ func Decode(files []File, lim InputLimits) ([]Input, error) {
 		out = append(out, Input{Path: clean, Data: data})
 	}
 	if lim.MaxTotalBytes > 0 && total > lim.MaxTotalBytes {
-		return nil, &FileError{Index: -1, overLimit: true,
+		return nil, &FileError{Index: -1, Cap: CapTotalBytes,
 			Reason: fmt.Sprintf("the %d files add up to %s, over the limit of %s; send fewer or smaller files", len(files), FormatBytes(total), FormatBytes(lim.MaxTotalBytes))}
 	}
 	return out, nil

@@ -171,6 +171,9 @@ func (s *Store) Get(uri, owner string) (Artifact, error) {
 	return a, nil
 }
 
+// TTL returns how long a run's artifacts are kept.
+func (s *Store) TTL() time.Duration { return s.ttl }
+
 // Used returns the bytes kept now.
 func (s *Store) Used() int64 {
 	s.mu.Lock()
