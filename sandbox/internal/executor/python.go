@@ -3,7 +3,9 @@ package executor
 import (
 	"context"
 	"log/slog"
+	"math"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/codeexec/codeexec/sandbox"
@@ -56,4 +58,17 @@ func PythonEnv(env []string, py *datascience.Env) []string {
 		out = append(out, "PATH="+py.Bin()+":"+MinimalPath)
 	}
 	return append(out, datascience.HookEnv("")...)
+}
+
+// ThreadEnv sizes the thread pools of numerical libraries (OpenBLAS, OpenMP,
+// MKL) to a run's CPU limit. Left alone, OpenBLAS starts a thread per core of
+// the host and reserves a buffer for each: under an address-space limit of a
+// few hundred megabytes, importing numpy then fails with MemoryError.
+func ThreadEnv(cpus float64) []string {
+	n := 1
+	if cpus > 1 {
+		n = int(math.Ceil(cpus))
+	}
+	v := strconv.Itoa(n)
+	return []string{"OPENBLAS_NUM_THREADS=" + v, "OMP_NUM_THREADS=" + v, "MKL_NUM_THREADS=" + v}
 }
