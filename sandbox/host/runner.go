@@ -129,6 +129,9 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 			}
 		}
 	}
+	if ws != nil && !ws.Enforced {
+		r.caps.Warnings = append(r.caps.Warnings, "CODE_EXEC_WORKSPACE_MODE=ro is not enforced in mode none: code can change "+ws.HostDir+" wherever the server's user can")
+	}
 	return r, nil
 }
 
