@@ -120,6 +120,20 @@ func TestFilesAndArtifacts(t *testing.T) {
 			requireMode(t, m)
 			cs, _ := connect(t, stdio, serverEnv(t, m.env), connectOpts{})
 
+			t.Run("sandbox_info lists python's packages", func(t *testing.T) {
+				var got []string
+				for _, l := range sandboxInfo(t, cs).Languages {
+					for _, p := range l.Packages {
+						if l.Name == "python" && p.Available && p.Version != "" {
+							got = append(got, p.Name)
+						}
+					}
+				}
+				if strings.Join(got, " ") != "numpy pandas matplotlib scipy" {
+					t.Errorf("python packages available: %v", got)
+				}
+			})
+
 			t.Run("a CSV in, a summary and a chart out", func(t *testing.T) {
 				res, out := execute(t, cs, map[string]any{"language": "python", "code": chartCode, "timeout_seconds": 60,
 					"files": []any{map[string]any{"path": "sales.csv", "content": salesCSV}}})

@@ -26,7 +26,7 @@ import (
 //     waiting for the engine to notice the exit (about 30-50 ms on a small
 //     host) and without asking the engine anything on the way.
 //     When the working directory (/tmp) holds anything besides the program
-//     file, the stdout trailer ends in " 1" instead of " 0" and is followed
+//     file (main.<ext>, named on the supervisor's command line), the stdout trailer ends in " 1" instead of " 0" and is followed
 //     by a tar stream of it (GNU tar, sorted by name, links stored as links,
 //     never followed; the program file and the contents of hidden folders
 //     such as .cache left out), before the stderr trailer: that is how the
@@ -69,7 +69,8 @@ const (
 )
 
 // supervisorScript is PID 1 of a run container: sh -c supervisorScript
-// codeexec-supervisor <nonce> <bootstrap command...>.
+// codeexec-supervisor <nonce> <program file name> <bootstrap command...>;
+// a program file name of "-" sends no archive (a session's bash call).
 //
 // The supervisor ignores every signal that can be ignored but SIGCHLD (the
 // program may signal its pid 1, and must not end the run that way), so that
@@ -79,7 +80,7 @@ const (
 // (sh ignores SIGINT and SIGQUIT in asynchronous lists too), so the program
 // starts with the dispositions it would have as a foreground command. The
 // number of OOM kills comes from the container's own memory cgroup (v2 or v1).
-const supervisorScript = `n=$1; shift
+const supervisorScript = `n=$1; p=$2; shift 2
 trap '' 1 2 3 4 5 6 7 8 10 11 12 13 14 15 16 20 21 22 23 24 25 26 27 28 29 30 31 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63 64
 exec 3<&0
 env --default-signal "$@" <&3 3<&- &
@@ -95,13 +96,13 @@ for f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control; 
   fi
 done
 a=0
-for f in /tmp/* /tmp/.[!.]* /tmp/..?*; do
-  case $f in /tmp/main.py|/tmp/main.js|/tmp/main.sh) continue;; esac
+[ "$p" = - ] || for f in /tmp/* /tmp/.[!.]* /tmp/..?*; do
+  [ "$f" = "/tmp/$p" ] && continue
   if [ -e "$f" ] || [ -L "$f" ]; then a=1; break; fi
 done
 printf '%s %s %s %s\n' "$n" "$rc" "$o" "$a"
 if [ "$a" = 1 ]; then
-  tar -C /tmp -c -f - --sort=name --anchored --exclude=./main.py --exclude=./main.js --exclude=./main.sh --exclude='./.*/*' . 2>/dev/null
+  tar -C /tmp -c -f - --sort=name --anchored --exclude="./$p" --exclude='./.*/*' . 2>/dev/null
 fi
 printf '%s %s %s\n' "$n" "$rc" "$o" >&2
 `
@@ -273,7 +274,7 @@ func runCommand(lang string, in sandbox.Interpreter, nonce string) []string {
 	default: // bash, and any shell-like language: the file is the last argument
 		child = append([]string{"/bin/sh", "-c", shellBootstrap, "codeexec-bootstrap"}, interp...)
 	}
-	return append([]string{"/bin/sh", "-c", supervisorScript, "codeexec-supervisor", nonce}, child...)
+	return append([]string{"/bin/sh", "-c", supervisorScript, "codeexec-supervisor", nonce, spec.FileName}, child...)
 }
 
 // programHeader is the line that precedes the code on stdin.

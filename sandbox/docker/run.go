@@ -152,16 +152,17 @@ func (r *Runner) exchange(ctx context.Context, s *session, input io.Reader, lim 
 		}
 		t := time.NewTimer(archiveTimeout)
 		defer t.Stop()
-		stop := make(chan struct{})
+		stop, returned := make(chan struct{}), make(chan struct{})
+		defer close(returned)
 		go func() {
 			select {
 			case <-t.C:
-				close(stop)
 			case <-r.done:
-				close(stop)
 			case <-ctx.Done():
-				close(stop)
+			case <-returned:
+				return
 			}
+			close(stop)
 		}()
 		return s.out.artifacts(stop)
 	}

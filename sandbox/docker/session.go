@@ -289,7 +289,9 @@ func (s *containerSession) execFresh(ctx context.Context, req sandbox.Request) (
 	nonce := trailerTag + newNonce()
 	in := s.r.interps[lang]
 	child := append([]string{"/bin/sh", "-c", sessionBashBootstrap, "codeexec-bootstrap", in.Path}, sandbox.Languages[lang].Args...)
-	cmd := append([]string{"/bin/sh", "-c", supervisorScript, "codeexec-supervisor", nonce}, child...)
+	// "-": no program file to leave out, and no archive of the working
+	// directory (a session's files stay where they are).
+	cmd := append([]string{"/bin/sh", "-c", supervisorScript, "codeexec-supervisor", nonce, "-"}, child...)
 	_, att, err := s.execIn(ctx, cmd)
 	if err != nil {
 		return nil, err

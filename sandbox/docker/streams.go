@@ -88,13 +88,14 @@ func (st *streams) collect(before artifacts.Snapshot, opts artifacts.Options) {
 	r, w := io.Pipe()
 	c := &collector{r: r, w: w, done: make(chan struct{})}
 	go func() {
-		defer close(c.done)
 		res, err := artifacts.Collect(artifacts.TarSource{R: r}, before, opts)
 		if err != nil {
 			res.Incomplete = "the archive of the working directory could not be read to the end (" + err.Error() + ")"
 		}
 		c.result = res
-		// What follows the end of the archive (tar's padding) is dropped.
+		close(c.done)
+		// What follows the end of the archive (tar's padding) is dropped,
+		// until the stream ends.
 		_, _ = io.Copy(io.Discard, r)
 	}()
 	st.mu.Lock()
@@ -121,21 +122,20 @@ func (st *streams) artifacts(stop <-chan struct{}) *artifacts.Collection {
 	return c.result
 }
 
-// errArchiveAbandoned ends an archive that did not arrive in time.
-var errArchiveAbandoned = errors.New("it did not arrive in time")
+// errArchiveAbandoned ends an archive that did not arrive in time;
+// errArchiveCut one that the container's output ended in the middle of.
+var (
+	errArchiveAbandoned = errors.New("it did not arrive in time")
+	errArchiveCut       = errors.New("the container's output ended in the middle of it")
+)
 
-// endArchive ends the archive being received (if any); the caller holds
-// mu. err is nil at its regular end.
+// endArchiveLocked ends the archive being received (if any) with err, which
+// the collector sees if it still needs bytes; the caller holds mu.
 func (st *streams) endArchiveLocked(err error) {
-	if st.archive == nil {
-		return
-	}
-	if err == nil {
-		_ = st.archive.Close()
-	} else {
+	if st.archive != nil {
 		_ = st.archive.CloseWithError(err)
+		st.archive = nil
 	}
-	st.archive = nil
 }
 
 // emit passes program output on; the caller holds mu.
@@ -215,7 +215,14 @@ func (st *streams) write(i int, p []byte) {
 func (st *streams) end() {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.endArchiveLocked(nil)
+	// A complete archive has been read to its end marker by now (a pipe
+	// write returns once the reader has the bytes), so only a reader that
+	// still needs bytes sees this error: the archive was cut short. A pipe
+	// already closed (no archive came) keeps its end.
+	st.endArchiveLocked(errArchiveCut)
+	if st.collector != nil {
+		_ = st.collector.w.CloseWithError(errArchiveCut)
+	}
 	for i := range st.scan {
 		if !st.scan[i].complete {
 			st.emit(i, st.scan[i].pend)
