@@ -157,8 +157,12 @@ func elicitation(a approvals.Ask) mcp.ElicitationParams {
 	if a.StdinBytes > 0 {
 		fmt.Fprintf(&b, ", %d bytes of stdin", a.StdinBytes)
 	}
-	if len(a.Files) > 0 {
-		fmt.Fprintf(&b, ", %d files", len(a.Files))
+	switch n := len(a.Files); n {
+	case 0:
+	case 1:
+		b.WriteString(", 1 file")
+	default:
+		fmt.Fprintf(&b, ", %d files", n)
 	}
 	fmt.Fprintf(&b, ", request %s). Approve it only if you have read it and want it to run.\n\n", a.ID)
 	if a.Workspace != "" {

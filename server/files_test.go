@@ -16,6 +16,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
+	"github.com/codeexec/codeexec/approvals"
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/artifacts"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
@@ -193,4 +194,18 @@ func readReq(uri string) mcp.ReadResourceRequest {
 	var r mcp.ReadResourceRequest
 	r.Params.URI = uri
 	return r
+}
+
+// The person asked to approve a run reads that it can see the workspace,
+// and which files it brings.
+func TestElicitationNamesFilesAndWorkspace(t *testing.T) {
+	a := approvals.Ask{ID: "abc", Language: "python", Code: "print(1)", CodeSHA256: "00", Deadline: time.Now(),
+		Files:     []approvals.AskFile{{Path: "data.csv", Size: 12, SHA256: strings.Repeat("ab", 32)}},
+		Workspace: approvals.DescribeWorkspace(&sandbox.WorkspaceStatus{Path: "/workspace", HostDir: "/home/me/project", Writable: true, Enforced: true})}
+	msg := elicitation(a).Message
+	for _, want := range []string{", 1 file, request abc)", "The code can see the project folder /home/me/project, at /workspace (read-write: the code can change or delete its files).", "- data.csv (12 bytes, sha256 abababababababab)"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the elicitation message lacks %q:\n%s", want, msg)
+		}
+	}
 }
