@@ -72,7 +72,8 @@ type Options struct {
 	// MaxTimeout is the most a request's timeout_seconds may ask for.
 	MaxTimeout time.Duration
 	// MaxCode and MaxStdin are the largest code and stdin accepted, in
-	// bytes; together they also bound the body of an HTTP request.
+	// bytes; with Files.MaxTotalBytes they also bound the body of an HTTP
+	// request.
 	MaxCode, MaxStdin int64
 	// MaxConcurrency is how many runs the Runner lets happen at once (see
 	// sandbox.Limit); sandbox_info reports it.
