@@ -428,3 +428,28 @@ func TestArchiveRoundTrip(t *testing.T) {
 		t.Errorf("the inputs alone should be no artifacts: %v %v %v", paths(c), c.Omitted, err)
 	}
 }
+
+// TakeContents records digests: a file rewritten with the same bytes is not
+// an artifact, one changed in place with the same size is.
+func TestTakeContents(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write(t, dir, "same.txt", []byte("same"))
+	write(t, dir, "edited.txt", []byte("1234"))
+	before, err := artifacts.TakeContents(artifacts.DirSource{Dir: dir}, artifacts.Options{})
+	if err != nil || before.Len() != 2 {
+		t.Fatalf("TakeContents: %d entries, %v", before.Len(), err)
+	}
+	later := time.Now().Add(time.Minute)
+	write(t, dir, "same.txt", []byte("same"))
+	write(t, dir, "edited.txt", []byte("4321"))
+	for _, p := range []string{"same.txt", "edited.txt"} {
+		if err := os.Chtimes(filepath.Join(dir, p), later, later); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := artifacts.Collect(artifacts.DirSource{Dir: dir}, before, artifacts.Options{})
+	if err != nil || fmt.Sprint(paths(c)) != "[edited.txt]" {
+		t.Errorf("artifacts %v, %v; want [edited.txt]", paths(c), err)
+	}
+}

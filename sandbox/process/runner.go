@@ -499,6 +499,12 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		}()
 	}
 	args := append(interpreterArgs(req.Language, req.Limits), spec.Args...)
+	// With a mount namespace the run directory is the run's own tmpfs, a
+	// copy of the host's: its supervisor collects the artifacts there.
+	var collect *executor.CollectSpec
+	if req.Artifacts != nil && iso.Mount {
+		collect = executor.NewCollectSpec(spec.FileName, *req.Artifacts)
+	}
 	err = executor.Spawn(ctx, executor.Spec{
 		EgressAddr:          egressAddr,
 		EgressServe:         egressServe,
@@ -516,13 +522,14 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		Credential:          g.cred,
 		NoNewPrivs:          true,
 		CgroupProcs:         g.cgroupProcs(),
+		Collect:             collect,
 	}, res)
 	g.finish(res)
 	clean = err == nil
 	if err != nil {
 		return res, err
 	}
-	if req.Artifacts != nil {
+	if req.Artifacts != nil && collect == nil {
 		res.Artifacts = executor.CollectArtifacts(dir, spec.FileName, before, *req.Artifacts)
 	}
 	return res, nil
