@@ -159,6 +159,24 @@ open("real.txt", "w").write("ok")
 		}
 	})
 
+	t.Run("large artifacts come back whole", func(t *testing.T) {
+		need(t, "python")
+		req := Req("python", "open('big.bin', 'wb').write(bytes(range(256)) * 4096)\nopen('big.csv', 'w').write('x,y\\n' * 100000)")
+		req.Artifacts = opts
+		res := run(t, req)
+		if res.ExitCode != 0 {
+			t.Fatalf("exit=%d stderr=%q", res.ExitCode, res.Stderr)
+		}
+		if got := artifactPaths(res); !slices.Equal(got, []string{"big.bin", "big.csv"}) {
+			t.Fatalf("artifacts %v", got)
+		}
+		for _, a := range res.Artifacts.Artifacts {
+			if (a.Path == "big.bin" && a.Size != 1<<20) || (a.Path == "big.csv" && a.Size != 400000) || int64(len(a.Data)) != a.Size || a.Kind != artifacts.KindLink {
+				t.Errorf("%s: size %d, %d bytes of data, %v", a.Path, a.Size, len(a.Data), a.Kind)
+			}
+		}
+	})
+
 	t.Run("no artifacts unless asked", func(t *testing.T) {
 		need(t, "bash")
 		res := run(t, Req("bash", "echo x > x.txt"))

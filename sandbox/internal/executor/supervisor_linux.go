@@ -186,13 +186,18 @@ func startRun(spec Spec, out *sandbox.Output) (*supervised, error) {
 			stop()
 		}
 	}
+	// The status is read as it comes: with a run's artifacts it can be
+	// larger than the pipe's buffer, and a supervisor blocked writing it
+	// would never exit.
+	stCh := make(chan status, 1)
+	go func() { stCh <- readStatus(statusR) }()
 	return &supervised{
 		cmd:  cmd,
 		stop: stop,
 		status: func() status {
 			stop()
 			untrack(pid)
-			return readStatus(statusR)
+			return <-stCh
 		},
 	}, nil
 }
