@@ -209,3 +209,18 @@ func TestElicitationNamesFilesAndWorkspace(t *testing.T) {
 		}
 	}
 }
+
+func TestFilesInASessionAreRefused(t *testing.T) {
+	s := newSessionServer(t)
+	alice := s.mcp.WithContext(context.Background(), fakeSession{id: "alice"})
+	res, _ := s.handleSessionCreate(alice, toolCall(ToolSessionCreate, map[string]any{}))
+	if res.IsError {
+		t.Fatalf("session_create: %s", resultText(res))
+	}
+	id := res.StructuredContent.(SessionOutput).SessionID
+	res, _ = s.handleExecute(alice, call(map[string]any{"language": "python", "code": "x = 1", "session_id": id,
+		"files": []any{map[string]any{"path": "a.csv", "content": "1"}}}))
+	if !res.IsError || !strings.Contains(resultText(res), "files cannot be sent with session_id yet") {
+		t.Errorf("files with session_id: %v %q", res.IsError, resultText(res))
+	}
+}
