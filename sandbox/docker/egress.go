@@ -188,7 +188,7 @@ func (r *Runner) prepareEgress(ctx context.Context) error {
 	if err != nil {
 		return fail(err.Error())
 	}
-	res, err, _ := r.exchange(ctx, s, strings.NewReader(""), probeLimits, nil, nil, false)
+	res, err, _ := r.exchange(ctx, s, strings.NewReader(""), probeLimits, nil, false)
 	rep := s.egress.close()
 	r.discard(s)
 	switch {

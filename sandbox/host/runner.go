@@ -14,7 +14,6 @@ import (
 	"strings"
 
 	"github.com/codeexec/codeexec/sandbox"
-	"github.com/codeexec/codeexec/sandbox/datascience"
 	"github.com/codeexec/codeexec/sandbox/egress"
 	"github.com/codeexec/codeexec/sandbox/internal/executor"
 )
@@ -39,10 +38,6 @@ type Config struct {
 	// programs to (CODE_EXEC_NETWORK=allowlist). Nothing makes programs use
 	// it: in mode none the allowlist is advice, not a boundary.
 	Egress *egress.Proxy
-	// Workspace is the operator's project folder (CODE_EXEC_WORKSPACE);
-	// nil for none. Runs see it at its own path, with the server's
-	// permissions: mode none cannot make it read-only.
-	Workspace *sandbox.Workspace
 }
 
 // EgressWarning is what sandbox_info says about an allowlist in mode none.
@@ -57,10 +52,6 @@ type Runner struct {
 	log      *slog.Logger
 	runs     *executor.RunGroup
 	egress   *egress.Proxy
-	// python is the environment python runs use (the figure hook), or nil.
-	python *datascience.Env
-	// workspace is the operator's project folder, or nil.
-	workspace *sandbox.Workspace
 }
 
 var _ sandbox.Runner = (*Runner)(nil)
@@ -82,25 +73,6 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	}
 	interp, langs := sandbox.ResolveInterpreters(ctx, cfg.Languages, "")
 	r := &Runner{interp: interp, root: root, workRoot: wr, log: log, egress: cfg.Egress}
-	if in, ok := interp["python"]; ok {
-		var pkgs []sandbox.Package
-		r.python, pkgs = executor.PreparePython(ctx, root, in, log)
-		for i := range langs {
-			if langs[i].Name == "python" {
-				langs[i].Packages = pkgs
-			}
-		}
-	}
-	var ws *sandbox.WorkspaceStatus
-	if w := cfg.Workspace; w != nil {
-		if fi, err := os.Stat(w.Dir); err != nil || !fi.IsDir() || !filepath.IsAbs(w.Dir) {
-			_ = wr.Remove()
-			return nil, fmt.Errorf("mode none: the workspace %q is not an absolute path to a folder (CODE_EXEC_WORKSPACE): %v", w.Dir, err)
-		}
-		r.workspace = w
-		ws = &sandbox.WorkspaceStatus{Path: w.Dir, HostDir: w.Dir, Writable: w.Writable, Enforced: w.Writable,
-			Detail: "mode none: runs see it at its own path with the server's own permissions"}
-	}
 	r.runs = executor.NewRunGroup()
 	r.caps = sandbox.Capabilities{
 		Mode: sandbox.ModeNone,
@@ -117,8 +89,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 			{Name: "network isolation", Active: false},
 			{Name: "filesystem isolation", Active: false},
 		},
-		Warnings:  []string{Warning},
-		Workspace: ws,
+		Warnings: []string{Warning},
 	}
 	if r.egress != nil {
 		r.caps.Egress = r.egress.Info(false, "127.0.0.1 (a port of each run's own)")
@@ -128,9 +99,6 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 				r.caps.Protections[i].Detail = "not enforced: programs are pointed at the egress proxy but can bypass it"
 			}
 		}
-	}
-	if ws != nil && !ws.Enforced {
-		r.caps.Warnings = append(r.caps.Warnings, "CODE_EXEC_WORKSPACE_MODE=ro is not enforced in mode none: code can change "+ws.HostDir+" wherever the server's user can")
 	}
 	return r, nil
 }
@@ -144,9 +112,6 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	if err != nil {
 		return nil, err
 	}
-	if err := sandbox.CheckFiles(req.Language, req.Files); err != nil {
-		return nil, err
-	}
 	ctx, end, err := r.runs.Begin(ctx)
 	if err != nil {
 		return nil, err
@@ -158,13 +123,9 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	}
 	defer rd.Remove()
 	dir, file := rd.Dir, rd.File
-	before, err := executor.WriteFiles(dir, req.Files, nil)
-	if err != nil {
-		return nil, err
-	}
 	res := &sandbox.Result{Sandbox: sandbox.ModeNone}
 	marker := RunIDVariable + "=" + filepath.Base(dir)
-	path, env := in.Path, append(os.Environ(), marker)
+	env := append(os.Environ(), marker)
 	if r.egress != nil {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -174,14 +135,8 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		defer func() { res.Network = session.Close() }()
 		env = append(withoutProxyEnv(env), egress.ProxyEnv(l.Addr().String())...)
 	}
-	if r.workspace != nil {
-		env = append(env, sandbox.WorkspaceVariable+"="+r.workspace.Dir)
-	}
-	if req.Language == "python" && r.python != nil {
-		path, env = r.python.Python, executor.PythonEnv(env, r.python)
-	}
 	err = executor.Spawn(ctx, executor.Spec{
-		Path:      path,
+		Path:      in.Path,
 		Args:      append(append([]string{}, spec.Args...), file),
 		Env:       env,
 		Dir:       dir,
@@ -191,9 +146,6 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		Direct:    true,
 		RunMarker: marker,
 	}, res)
-	if err == nil && req.Artifacts != nil {
-		res.Artifacts = executor.CollectArtifacts(dir, spec.FileName, before, *req.Artifacts)
-	}
 	return res, err
 }
 
