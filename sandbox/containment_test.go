@@ -143,7 +143,7 @@ func newModeRunners(t *testing.T) []modeRunner {
 	if img == "" {
 		img = "codeexec-sandbox:latest"
 	}
-	dr, err := docker.New(ctx, docker.Config{Image: img, Languages: langs})
+	dr, err := docker.New(ctx, docker.Config{Image: img, Runtime: os.Getenv("CODE_EXEC_DOCKER_RUNTIME"), Languages: langs})
 	bridge := dockerBridgeIP()
 	switch {
 	case err != nil && os.Getenv("CODE_EXEC_REQUIRE_DOCKER") == "1":

@@ -42,6 +42,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -172,6 +173,7 @@ type engineFacts struct {
 	serverVersion string
 	apiVersion    string
 	runtime       string
+	gvisor        bool // the runtime is gVisor's runsc (see gvisorPids)
 	cgroupVersion string
 	cgroupDriver  string
 	memoryLimit   bool
@@ -320,7 +322,14 @@ func (r *Runner) connect(ctx context.Context) error {
 		}
 		e.runtime = r.cfg.Runtime
 	}
+	e.gvisor = isGVisor(e.runtime, in.Runtimes[e.runtime].Path)
 	return nil
+}
+
+// isGVisor reports whether an engine runtime, by its name or the path of
+// its binary, is gVisor's runsc.
+func isGVisor(name, path string) bool {
+	return name == "runsc" || filepath.Base(path) == "runsc"
 }
 
 // checkImage makes sure the image exists and decides which user runs code.
