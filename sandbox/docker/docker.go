@@ -174,6 +174,7 @@ type engineFacts struct {
 	apiVersion    string
 	runtime       string
 	gvisor        bool // the runtime is gVisor's runsc (see gvisorPids)
+	gvisorSeccomp bool // runsc runs with --oci-seccomp: the engine's profile applies inside gVisor
 	cgroupVersion string
 	cgroupDriver  string
 	memoryLimit   bool
@@ -322,7 +323,9 @@ func (r *Runner) connect(ctx context.Context) error {
 		}
 		e.runtime = r.cfg.Runtime
 	}
-	e.gvisor = isGVisor(e.runtime, in.Runtimes[e.runtime].Path)
+	rt := in.Runtimes[e.runtime]
+	e.gvisor = isGVisor(e.runtime, rt.Path)
+	e.gvisorSeccomp = e.gvisor && slices.Contains(rt.Args, "--oci-seccomp")
 	return nil
 }
 

@@ -146,7 +146,7 @@ func (r *Runner) capabilities(langs []sandbox.LanguageStatus) sandbox.Capabiliti
 		{Name: "non-root user", Active: nonRoot, Detail: "code runs as uid " + r.uid},
 		{Name: "capabilities dropped", Active: true, Detail: "CapDrop ALL"},
 		{Name: "no-new-privileges", Active: true, Detail: "setuid binaries and file capabilities cannot raise privileges"},
-		{Name: "seccomp", Active: e.seccomp, Detail: seccompDetail(e)},
+		{Name: "seccomp", Active: e.seccomp && (!e.gvisor || e.gvisorSeccomp), Detail: seccompDetail(e)},
 		{Name: "memory limit", Active: e.memoryLimit, Detail: memoryDetail(e)},
 		{Name: "pids limit", Active: e.pidsLimit, Detail: pidsDetail(e)},
 		{Name: "cpu limit", Active: e.cpuQuota, Detail: enforcedDetail(e.cpuQuota, "CPU bandwidth is capped with a CFS quota (NanoCPUs)")},
@@ -205,8 +205,11 @@ func memoryDetail(e engineFacts) string {
 }
 
 func seccompDetail(e engineFacts) string {
-	if e.gvisor {
-		return "gVisor's kernel answers the program's system calls itself and confines its own calls to the host kernel with a seccomp filter of its own; runsc does not apply the engine's profile unless it runs with --oci-seccomp"
+	switch {
+	case e.gvisorSeccomp:
+		return "the engine's default seccomp profile, applied inside gVisor (runsc --oci-seccomp); gVisor also confines its own calls to the host kernel with a seccomp filter"
+	case e.gvisor:
+		return "not the engine's profile: gVisor's kernel serves the program's system calls (runsc applies the profile only with --oci-seccomp); gVisor confines its own calls to the host kernel with a seccomp filter"
 	}
 	return "the engine's default seccomp profile"
 }
