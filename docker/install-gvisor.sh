@@ -38,6 +38,9 @@ say "$("$runsc_path" --version | head -n1) at $runsc_path"
 
 # --network=none: codeexec's containers have no network anyway (network mode
 # none), and runsc then has no network stack at all.
+# Not --oci-seccomp: with it, Debian's runsc applies the engine's profile in a
+# way that makes Node abort at start (node_platform.cc), so the system calls
+# Docker's profile refuses are served by gVisor's own kernel instead.
 args=("--platform=$platform" "--network=none")
 if [[ -n "${RUNSC_EXTRA_ARGS:-}" ]]; then
     read -r -a extra <<<"$RUNSC_EXTRA_ARGS"
