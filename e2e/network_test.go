@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"net"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -37,6 +39,19 @@ func TestNetworkAllowlist(t *testing.T) {
 			extra["CODE_EXEC_NETWORK_RESOLVE"] = e.Resolve()
 			extra["CODE_EXEC_NETWORK_ALLOW_PRIVATE"] = "true"
 			extra["CODE_EXEC_TIMEOUT"] = "30s"
+			if mode == "process" && os.Getenv("CODE_EXEC_TEST_NO_USERNS") == "1" && os.Geteuid() != 0 {
+				// Without user namespaces an ordinary user's runs have no
+				// network namespace, so nothing could hold them to the
+				// allowlist: the server must refuse to start, saying why.
+				cmd := exec.Command(binPath)
+				cmd.Env = envList(serverEnv(t, extra))
+				cmd.Stdin = strings.NewReader("")
+				out, err := cmd.CombinedOutput()
+				if err == nil || !strings.Contains(string(out), "CODE_EXEC_NETWORK=allowlist needs process mode's network namespace") {
+					t.Fatalf("without a network namespace the server started or did not say why: %v\n%s", err, out)
+				}
+				return
+			}
 			cs, _ := connect(t, stdio, serverEnv(t, extra), connectOpts{})
 
 			res := call(t, cs, "sandbox_info", map[string]any{})
