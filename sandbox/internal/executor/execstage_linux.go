@@ -27,11 +27,8 @@ func execMain() int {
 		return execFail("reading the run spec", err)
 	}
 	_ = cfg.Close()
-	// First of all, into the run's cgroups: everything the program starts
-	// is then counted there.
-	if err := joinCgroups(spec.CgroupFDs); err != nil {
-		return execFail("joining the run's cgroup", err)
-	}
+	// The supervisor moved this process into the run's cgroups before it
+	// sent the Spec: everything the program starts is counted there.
 	_ = CloseInheritedOnExec()
 	argv := append([]string{spec.Path}, spec.Args...)
 	if c := spec.Credential; c != nil {

@@ -59,12 +59,12 @@ type Spec struct {
 	// address-space allowance meant for V8's reservations.
 	NoAddressSpaceLimit bool
 	// CgroupProcs are the cgroup.procs files of the run's cgroups, opened
-	// by the server: the exec stage moves itself into them before anything
-	// else, so that the program and all it starts are counted, and the
-	// supervisor is not.
+	// by the server: the supervisor moves the exec stage into them before
+	// the exec stage applies anything, so that the program and all it
+	// starts are counted, and the supervisor is not.
 	CgroupProcs []*os.File `json:"-"`
-	// CgroupFDs is how many cgroup.procs descriptors the supervisor and
-	// the exec stage receive (after the fixed ones).
+	// CgroupFDs is how many cgroup.procs descriptors the supervisor
+	// receives (after the fixed ones).
 	CgroupFDs int
 	// Credential, when set, is the user the program runs as.
 	Credential *Credential

@@ -288,10 +288,10 @@ func supervisorMain() int {
 	return report(st)
 }
 
-// startExecStage starts the exec stage with the Spec on its fd 3 and the
-// cgroup.procs files on fds 4..., in a new process group (and, with a user
-// namespace, a nested one where the program is ProgramUID), calls started,
-// and then hands it the Spec. It returns the stage's pid.
+// startExecStage starts the exec stage in a new process group (and, with a
+// user namespace, a nested one where the program is ProgramUID), calls
+// started, moves it into the run's cgroups, and then hands it the Spec on
+// its fd 3. It returns the stage's pid.
 func startExecStage(spec Spec, started func() error) (int, error) {
 	if !spec.needsExecStage() {
 		// Nothing to apply before the program starts (mode none): start it
@@ -321,9 +321,6 @@ func startExecStage(spec Spec, started func() error) (int, error) {
 	}
 	defer r.Close()
 	files := []uintptr{0, 1, 2, r.Fd()}
-	for i := range spec.CgroupFDs {
-		files = append(files, uintptr(cgroupFD+i))
-	}
 	sys := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if spec.Isolation.User {
 		programUserNamespace(sys)
@@ -338,6 +335,11 @@ func startExecStage(spec Spec, started func() error) (int, error) {
 		w.Close()
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 		return 0, err
+	}
+	if err := joinCgroups(pid, spec.CgroupFDs); err != nil {
+		w.Close()
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		return 0, fmt.Errorf("moving the program into its cgroup: %w", err)
 	}
 	err = json.NewEncoder(w).Encode(spec)
 	w.Close()

@@ -25,23 +25,22 @@ func programUserNamespace(sys *syscall.SysProcAttr) {
 	sys.AmbientCaps = []uintptr{unix.CAP_SETPCAP}
 }
 
-// The descriptors of the run's cgroup.procs files: from the server to the
-// supervisor (cgroupFD, cgroupFD+1, ...), and from it to the exec stage
-// (execCgroupFD, ...).
-const (
-	cgroupFD     = 7
-	execCgroupFD = 4
-)
+// cgroupFD is the first descriptor of the run's cgroup.procs files, passed
+// from the server to the supervisor (cgroupFD, cgroupFD+1, ...).
+const cgroupFD = 7
 
-// joinCgroups moves the exec stage into the run's n cgroups. The files were
-// opened by the server, whose credentials are the ones the kernel checks, so
-// this works whoever the exec stage is.
-func joinCgroups(n int) error {
+// joinCgroups moves the exec stage, pid, into the run's n cgroups. The
+// supervisor does it while the exec stage starts up (it waits for its Spec
+// until then), so that the move, which on cgroup v1 waits for an RCU grace
+// period, costs the run no time of its own; the program and all it starts
+// are counted there, and the supervisor is not. The files were opened by the
+// server; the kernel checks that the supervisor and the exec stage are the
+// same host user, which they are.
+func joinCgroups(pid, n int) error {
+	p := strconv.Itoa(pid)
 	for i := range n {
-		f := os.NewFile(uintptr(execCgroupFD+i), "cgroup.procs")
-		_, err := f.WriteString("0")
-		f.Close()
-		if err != nil {
+		f := os.NewFile(uintptr(cgroupFD+i), "cgroup.procs")
+		if _, err := f.WriteString(p); err != nil {
 			return err
 		}
 	}
