@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"regexp"
 	"sync"
 	"time"
 
@@ -237,7 +236,7 @@ type VerifySummary struct {
 // reordered after it was written.
 var ErrTampered = errors.New("audit log tampered with")
 
-var hashSuffix = regexp.MustCompile(`,"hash":"([0-9a-f]{64})"}$`)
+var hashSuffix = lazyRegexp(`,"hash":"([0-9a-f]{64})"}$`)
 
 // Verify reads a whole audit log and checks every line: its own hash, the
 // previous entry's hash it carries, and its sequence number. It returns an
@@ -263,7 +262,7 @@ func verify(r io.Reader, keep func(line []byte)) (VerifySummary, error) {
 			return sum, fmt.Errorf("%w: line %d is incomplete (no newline at the end)", ErrTampered, lineNo)
 		}
 		line = bytes.TrimSuffix(line, []byte("\n"))
-		m := hashSuffix.FindSubmatchIndex(line)
+		m := hashSuffix().FindSubmatchIndex(line)
 		if m == nil {
 			return sum, fmt.Errorf("%w: line %d has no hash at its end", ErrTampered, lineNo)
 		}

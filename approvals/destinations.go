@@ -25,11 +25,11 @@ func (d Destination) String() string { return net.JoinHostPort(d.Host, strconv.I
 var (
 	// urlRE matches URLs: scheme, host (a name, an IPv4 address or an
 	// IPv6 address in brackets) and an optional port.
-	urlRE = regexp.MustCompile(`(?i)\b(https?|wss?|ftp)://(?:[^\s/@'"]+@)?(\[[0-9a-f:.]+\]|[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?(?:\.[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?)*)(?::(\d{1,5}))?`)
+	urlRE = lazyRegexp(`(?i)\b(https?|wss?|ftp)://(?:[^\s/@'"]+@)?(\[[0-9a-f:.]+\]|[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?(?:\.[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?)*)(?::(\d{1,5}))?`)
 	// pairRE matches ("host", port), as socket calls take it.
-	pairRE = regexp.MustCompile(`\(\s*['"]([a-zA-Z0-9_.:-]+)['"]\s*,\s*(\d{1,5})\s*\)`)
+	pairRE = lazyRegexp(`\(\s*['"]([a-zA-Z0-9_.:-]+)['"]\s*,\s*(\d{1,5})\s*\)`)
 	// devTCPRE matches bash's /dev/tcp/host/port.
-	devTCPRE = regexp.MustCompile(`/dev/(?:tcp|udp)/([a-zA-Z0-9_.:-]+)/(\d{1,5})`)
+	devTCPRE = lazyRegexp(`/dev/(?:tcp|udp)/([a-zA-Z0-9_.:-]+)/(\d{1,5})`)
 )
 
 var schemePorts = map[string]int{"http": 80, "https": 443, "ws": 80, "wss": 443, "ftp": 21}
@@ -52,14 +52,14 @@ func Destinations(code string) []Destination {
 		}
 	}
 	for i, line := range strings.Split(code, "\n") {
-		for _, m := range urlRE.FindAllStringSubmatch(line, -1) {
+		for _, m := range urlRE().FindAllStringSubmatch(line, -1) {
 			port := schemePorts[strings.ToLower(m[1])]
 			if m[3] != "" {
 				port, _ = strconv.Atoi(m[3])
 			}
 			add(m[2], port, i+1)
 		}
-		for _, re := range []*regexp.Regexp{pairRE, devTCPRE} {
+		for _, re := range []*regexp.Regexp{pairRE(), devTCPRE()} {
 			for _, m := range re.FindAllStringSubmatch(line, -1) {
 				port, _ := strconv.Atoi(m[2])
 				add(m[1], port, i+1)

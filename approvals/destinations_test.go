@@ -45,7 +45,7 @@ func TestAssessNamesDestinationsAndTheAllowlist(t *testing.T) {
 		t.Fatalf("Assess reasons:\n%s", reasons)
 	}
 	allow, _ := egress.ParseAllowlist([]string{"pypi.org"})
-	policy := egress.New(egress.Policy{Allow: allow}, nil).Info(true, "")
+	policy := egress.Policy{Allow: allow}.Info(true, "")
 	reasons = strings.Join(Reasons(AllowlistFindings(code, policy)), "\n")
 	if !strings.Contains(reasons, `"evil.example:80" is not allowed by the network allowlist and will be refused (line 3)`) || strings.Contains(reasons, `"pypi.org:443" is not allowed`) {
 		t.Fatalf("AllowlistFindings reasons:\n%s", reasons)
@@ -64,7 +64,7 @@ func TestAuditRecordsNetwork(t *testing.T) {
 	defer log.Close()
 	allow, _ := egress.ParseAllowlist([]string{"pypi.org"})
 	fake := &sandboxtest.Fake{
-		Caps: sandbox.Capabilities{Mode: sandbox.ModeProcess, Egress: egress.New(egress.Policy{Allow: allow}, nil).Info(true, "127.0.0.1:3128")},
+		Caps: sandbox.Capabilities{Mode: sandbox.ModeProcess, Egress: egress.Policy{Allow: allow}.Info(true, "127.0.0.1:3128")},
 		RunFunc: func(context.Context, sandbox.Request) (*sandbox.Result, error) {
 			return &sandbox.Result{Sandbox: sandbox.ModeProcess, Network: &egress.Report{
 				Reached: []egress.Reached{{Host: "pypi.org", Port: 443, Address: "192.0.2.1", Connections: 1}},
@@ -116,7 +116,7 @@ func TestGateTellsWhichDestinationsTheAllowlistRefuses(t *testing.T) {
 	}
 	defer log.Close()
 	allow, _ := egress.ParseAllowlist([]string{"pypi.org"})
-	fake := &sandboxtest.Fake{Caps: sandbox.Capabilities{Mode: sandbox.ModeProcess, Egress: egress.New(egress.Policy{Allow: allow}, nil).Info(true, "")}}
+	fake := &sandboxtest.Fake{Caps: sandbox.Capabilities{Mode: sandbox.ModeProcess, Egress: egress.Policy{Allow: allow}.Info(true, "")}}
 	g := NewGate(fake, GateConfig{Policy: PolicyRisky, Audit: log, Logger: slog.New(slog.DiscardHandler)})
 	defer g.Close()
 	code := "import urllib.request\nurllib.request.urlopen('https://pypi.org/')\nurllib.request.urlopen('http://evil.example/')\n"

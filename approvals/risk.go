@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/codeexec/codeexec/sandbox/egress"
 )
@@ -40,7 +41,7 @@ type Finding struct {
 type rule struct {
 	category Category
 	what     string // completes "<category label>: <what>"
-	re       *regexp.Regexp
+	re       func() *regexp.Regexp
 }
 
 var categoryLabel = map[Category]string{
@@ -59,8 +60,15 @@ func Refused(line int, what string) Finding {
 	return Finding{Category: CategoryRefused, Line: line, Reason: fmt.Sprintf("%s: %s (line %d)", categoryLabel[CategoryRefused], what, line)}
 }
 
+// lazyRegexp compiles pattern on first use, not when the program starts:
+// every run re-executes the codeexec binary for its helpers, which must not
+// pay for the approval rules. TestRulesCompile compiles them all.
+func lazyRegexp(pattern string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(pattern) })
+}
+
 func r(c Category, what, pattern string) rule {
-	return rule{category: c, what: what, re: regexp.MustCompile(pattern)}
+	return rule{category: c, what: what, re: lazyRegexp(pattern)}
 }
 
 // credentialPaths are files that hold secrets, whatever the language.
@@ -115,7 +123,7 @@ var rules = map[string][]rule{
 }
 
 // harmlessRedirect matches redirections that write nothing anyone keeps.
-var harmlessRedirect = regexp.MustCompile(`^>>?\s*"?/dev/(null|stdout|stderr)"?$`)
+var harmlessRedirect = lazyRegexp(`^>>?\s*"?/dev/(null|stdout|stderr)"?$`)
 
 // Assess is the risk check: it returns what it flags in code of language
 // (a canonical name: python, javascript or bash), one finding per rule, in
@@ -163,7 +171,7 @@ func AllowlistFindings(code string, policy *egress.PolicyInfo) []Finding {
 // firstMatch returns what rl flags in line: its first non-empty group (or the
 // whole match), skipping redirections to /dev/null and the like.
 func firstMatch(rl rule, line string) (string, bool) {
-	for _, m := range rl.re.FindAllStringSubmatch(line, -1) {
+	for _, m := range rl.re().FindAllStringSubmatch(line, -1) {
 		what := strings.TrimSpace(m[0])
 		for _, g := range m[1:] {
 			if g != "" {
@@ -171,7 +179,7 @@ func firstMatch(rl rule, line string) (string, bool) {
 				break
 			}
 		}
-		if strings.HasPrefix(what, ">") && harmlessRedirect.MatchString(what) {
+		if strings.HasPrefix(what, ">") && harmlessRedirect().MatchString(what) {
 			continue
 		}
 		return what, true

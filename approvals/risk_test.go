@@ -1,6 +1,7 @@
 package approvals
 
 import (
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -143,5 +144,22 @@ func TestAssess(t *testing.T) {
 				t.Errorf("no reason mentions %q: %q", c.reason, Reasons(got))
 			}
 		})
+	}
+}
+
+// The patterns compile on first use; compile every one here, so that a bad
+// pattern fails the tests and never a run.
+func TestRulesCompile(t *testing.T) {
+	all := append([]rule(nil), commonRules...)
+	for _, rs := range rules {
+		all = append(all, rs...)
+	}
+	for _, rl := range all {
+		if rl.re() == nil {
+			t.Fatalf("rule %q did not compile", rl.what)
+		}
+	}
+	for _, re := range []func() *regexp.Regexp{harmlessRedirect, urlRE, pairRE, devTCPRE, hashSuffix} {
+		_ = re()
 	}
 }

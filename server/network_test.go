@@ -59,7 +59,7 @@ func TestExecuteWithoutNetworkHasNoNetworkField(t *testing.T) {
 func TestInfoShowsNetworkPolicy(t *testing.T) {
 	t.Parallel()
 	allow, _ := egress.ParseAllowlist([]string{"pypi.org", "*.example.com:8443"})
-	info := egress.New(egress.Policy{Allow: allow}, nil).Info(true, "127.0.0.1:3128")
+	info := egress.Policy{Allow: allow}.Info(true, "127.0.0.1:3128")
 	for _, tt := range []struct {
 		name     string
 		iso      sandbox.Isolation

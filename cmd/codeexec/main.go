@@ -26,7 +26,7 @@ import (
 	"github.com/codeexec/codeexec/configs"
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/docker"
-	"github.com/codeexec/codeexec/sandbox/egress"
+	"github.com/codeexec/codeexec/sandbox/egress/proxy"
 	"github.com/codeexec/codeexec/sandbox/host"
 	"github.com/codeexec/codeexec/sandbox/process"
 	"github.com/codeexec/codeexec/sandbox/pypolicy"
@@ -375,9 +375,9 @@ func newLogger(cfg *configs.Config, w io.Writer) *slog.Logger {
 func newRunner(ctx context.Context, cfg *configs.Config, log *slog.Logger) (sandbox.Runner, error) {
 	// With CODE_EXEC_NETWORK=allowlist every mode gets the egress proxy;
 	// with none (the default) no mode does, and runs have no network.
-	var proxy *egress.Proxy
+	var egressProxy *proxy.Proxy
 	if policy, on := cfg.EgressPolicy(); on {
-		proxy = egress.New(policy, log.With("component", "egress"))
+		egressProxy = proxy.New(policy, log.With("component", "egress"))
 		log.Info("network allowlist", "allow", policy.Allow.Strings(), "allow_private", policy.AllowPrivate,
 			"max_connections", policy.Caps.Connections, "max_bytes", cfg.NetworkMaxBytes.String())
 		if policy.AllowPrivate {
@@ -387,16 +387,16 @@ func newRunner(ctx context.Context, cfg *configs.Config, log *slog.Logger) (sand
 	switch cfg.Sandbox {
 	case sandbox.ModeDocker:
 		return docker.New(ctx, docker.Config{Image: cfg.DockerImage, Runtime: cfg.DockerRuntime, Languages: cfg.Languages, Logger: log,
-			PoolSize: cfg.DockerPoolSize, PoolLimits: cfg.Limits(cfg.Timeout), Egress: proxy})
+			PoolSize: cfg.DockerPoolSize, PoolLimits: cfg.Limits(cfg.Timeout), Egress: egressProxy})
 	case sandbox.ModeProcess:
 		disable, err := process.ParseFeatures(cfg.ProcessDisable)
 		if err != nil {
 			return nil, err
 		}
 		return process.New(ctx, process.Config{Languages: cfg.Languages, WorkRoot: cfg.WorkDir, Logger: log, Disable: disable, Strict: cfg.ProcessStrict,
-			UIDRange: process.UIDRange{First: cfg.ProcessUIDRange.First, Last: cfg.ProcessUIDRange.Last}, Egress: proxy})
+			UIDRange: process.UIDRange{First: cfg.ProcessUIDRange.First, Last: cfg.ProcessUIDRange.Last}, Egress: egressProxy})
 	case sandbox.ModeNone:
-		return host.New(ctx, host.Config{Languages: cfg.Languages, WorkRoot: cfg.WorkDir, Logger: log, Egress: proxy})
+		return host.New(ctx, host.Config{Languages: cfg.Languages, WorkRoot: cfg.WorkDir, Logger: log, Egress: egressProxy})
 	}
 	return nil, fmt.Errorf("unknown sandbox mode %q", cfg.Sandbox)
 }

@@ -53,7 +53,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/codeexec/codeexec/sandbox"
-	"github.com/codeexec/codeexec/sandbox/egress"
+	"github.com/codeexec/codeexec/sandbox/egress/proxy"
 )
 
 // Defaults and names that other programs (scripts, docs, tests) rely on.
@@ -125,7 +125,7 @@ type Config struct {
 	// (CODE_EXEC_NETWORK=allowlist); see egress.go. It needs python3 in
 	// the image and an engine on this host (the run's socket is
 	// bind-mounted into its container).
-	Egress *egress.Proxy
+	Egress *proxy.Proxy
 }
 
 // Runner runs each request in a fresh container on a Docker Engine.
@@ -260,7 +260,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	}
 	r.caps = r.capabilities(statuses)
 	if cfg.Egress != nil {
-		r.caps.Egress = cfg.Egress.Info(true, egressAddr)
+		r.caps.Egress = cfg.Egress.Policy().Info(true, egressAddr)
 	}
 	r.pool = newPool(r, cfg.PoolSize, cfg.PoolLimits)
 	go r.reap()

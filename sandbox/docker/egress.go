@@ -14,6 +14,7 @@ import (
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/egress"
+	"github.com/codeexec/codeexec/sandbox/egress/proxy"
 )
 
 // Egress in docker mode (CODE_EXEC_NETWORK=allowlist).
@@ -107,7 +108,7 @@ func egressEnv() []string { return egress.ProxyEnv(egressAddr) }
 // runEgress is one container's egress: its socket directory and session.
 type runEgress struct {
 	dir     string
-	session *egress.Session
+	session *proxy.Session
 }
 
 // openEgress makes a container's socket directory and serves a session on

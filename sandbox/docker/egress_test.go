@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/codeexec/codeexec/sandbox/egress"
+	"github.com/codeexec/codeexec/sandbox/egress/proxy"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 )
 
@@ -47,7 +47,7 @@ func TestEgressAllowlist(t *testing.T) {
 		{"private refused", false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r, _ := newRunner(t, Config{Languages: []string{"python"}, PoolSize: tc.pool, Egress: egress.New(e.Policy(t, tc.allowPrivate), nil)})
+			r, _ := newRunner(t, Config{Languages: []string{"python"}, PoolSize: tc.pool, Egress: proxy.New(e.Policy(t, tc.allowPrivate), nil)})
 			if !r.Capabilities().Active("network") {
 				t.Fatal("the network protection is not active")
 			}

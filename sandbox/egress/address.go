@@ -66,8 +66,8 @@ func Classify(a netip.Addr) (class string, always bool) {
 	return "", false
 }
 
-// permitted reports whether a may be dialled and, if not, why.
-func permitted(a netip.Addr, allowPrivate bool) (ok bool, class string) {
+// Permitted reports whether a may be dialled and, if not, why.
+func Permitted(a netip.Addr, allowPrivate bool) (ok bool, class string) {
 	class, always := Classify(a)
 	switch {
 	case class == "":

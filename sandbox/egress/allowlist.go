@@ -126,7 +126,7 @@ func parseRule(e string) (Rule, error) {
 		r.Suffix = true
 		host = host[2:]
 	}
-	host = normalizeHost(host)
+	host = NormalizeHost(host)
 	if host == "" {
 		return r, errors.New("empty host")
 	}
@@ -143,7 +143,7 @@ func parseRule(e string) (Rule, error) {
 		r.Ports = DefaultPorts
 		return r, nil
 	}
-	p, err := parsePort(port)
+	p, err := ParsePort(port)
 	if err != nil {
 		return r, err
 	}
@@ -151,7 +151,8 @@ func parseRule(e string) (Rule, error) {
 	return r, nil
 }
 
-func parsePort(s string) (int, error) {
+// ParsePort reads a port number from 1 to 65535.
+func ParsePort(s string) (int, error) {
 	p, err := strconv.Atoi(s)
 	if err != nil || p < 1 || p > 65535 || s[0] == '+' {
 		return 0, fmt.Errorf("port %q is not a number from 1 to 65535", s)
@@ -180,8 +181,8 @@ func checkName(h string) error {
 	return nil
 }
 
-// normalizeHost lower-cases h and drops one trailing dot.
-func normalizeHost(h string) string {
+// NormalizeHost lower-cases h and drops one trailing dot.
+func NormalizeHost(h string) string {
 	return strings.TrimSuffix(strings.ToLower(h), ".")
 }
 
@@ -208,7 +209,7 @@ func (a *Allowlist) Strings() []string {
 // none the port). host may be a name or an IP address, in any case and with
 // a trailing dot.
 func (a *Allowlist) Check(host string, port int) error {
-	h := normalizeHost(host)
+	h := NormalizeHost(host)
 	if ad, err := netip.ParseAddr(strings.Trim(h, "[]")); err == nil {
 		h = ad.Unmap().WithZone("").String()
 	}

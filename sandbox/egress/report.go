@@ -1,10 +1,6 @@
 package egress
 
-import (
-	"errors"
-	"sync"
-	"sync/atomic"
-)
+import "errors"
 
 // Reason says why a destination was refused. The values appear in the
 // structured result of code_execute.
@@ -108,70 +104,4 @@ type Refused struct {
 // Empty reports whether nothing was reached or refused.
 func (r *Report) Empty() bool {
 	return r == nil || len(r.Reached) == 0 && len(r.Refused) == 0 && r.Omitted == 0
-}
-
-// recorder aggregates a run's report; safe for concurrent use.
-type recorder struct {
-	mu      sync.Mutex
-	reached []*reachedEntry
-	refused []*Refused
-	omitted int
-}
-
-type reachedEntry struct {
-	Reached
-	sent, received atomic.Int64
-}
-
-func (rec *recorder) reach(host string, port int, addr string) *reachedEntry {
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	for _, e := range rec.reached {
-		if e.Host == host && e.Port == port && e.Address == addr {
-			e.Connections++
-			return e
-		}
-	}
-	e := &reachedEntry{Reached: Reached{Host: host, Port: port, Address: addr, Connections: 1}}
-	if len(rec.reached) >= MaxReportEntries {
-		rec.omitted++
-		return e // counted, not reported
-	}
-	rec.reached = append(rec.reached, e)
-	return e
-}
-
-func (rec *recorder) refuse(host string, port int, err error) {
-	reason := ReasonOf(err)
-	if reason == "" {
-		reason = ReasonUnreachable
-	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	for _, r := range rec.refused {
-		if r.Host == host && r.Port == port && r.Reason == reason {
-			r.Count++
-			return
-		}
-	}
-	if len(rec.refused) >= MaxReportEntries {
-		rec.omitted++
-		return
-	}
-	rec.refused = append(rec.refused, &Refused{Host: host, Port: port, Reason: reason, Detail: err.Error(), Count: 1})
-}
-
-func (rec *recorder) report() *Report {
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	r := &Report{Reached: []Reached{}, Refused: []Refused{}, Omitted: rec.omitted}
-	for _, e := range rec.reached {
-		x := e.Reached
-		x.BytesSent, x.BytesReceived = e.sent.Load(), e.received.Load()
-		r.Reached = append(r.Reached, x)
-	}
-	for _, e := range rec.refused {
-		r.Refused = append(r.Refused, *e)
-	}
-	return r
 }

@@ -37,7 +37,7 @@ func ParsePins(s string) (Pins, error) {
 			continue
 		}
 		name, addr, ok := strings.Cut(e, "=")
-		name = normalizeHost(strings.TrimSpace(name))
+		name = NormalizeHost(strings.TrimSpace(name))
 		if !ok || name == "" {
 			return nil, fmt.Errorf("resolve entry %q: %w: want name=address", e, ErrBadEntry)
 		}
@@ -56,7 +56,7 @@ func ParsePins(s string) (Pins, error) {
 // LookupNetIP implements Resolver. network is "ip", "ip4" or "ip6".
 func (p Pins) LookupNetIP(_ context.Context, network, host string) ([]netip.Addr, error) {
 	var out []netip.Addr
-	for _, a := range p[normalizeHost(host)] {
+	for _, a := range p[NormalizeHost(host)] {
 		if network == "ip" || (network == "ip4") == a.Is4() {
 			out = append(out, a)
 		}

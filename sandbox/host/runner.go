@@ -15,6 +15,7 @@ import (
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/egress"
+	"github.com/codeexec/codeexec/sandbox/egress/proxy"
 	"github.com/codeexec/codeexec/sandbox/internal/executor"
 )
 
@@ -37,7 +38,7 @@ type Config struct {
 	// Egress, when set, is the proxy that HTTP_PROXY and HTTPS_PROXY point
 	// programs to (CODE_EXEC_NETWORK=allowlist). Nothing makes programs use
 	// it: in mode none the allowlist is advice, not a boundary.
-	Egress *egress.Proxy
+	Egress *proxy.Proxy
 }
 
 // EgressWarning is what sandbox_info says about an allowlist in mode none.
@@ -51,7 +52,7 @@ type Runner struct {
 	workRoot *executor.WorkRoot
 	log      *slog.Logger
 	runs     *executor.RunGroup
-	egress   *egress.Proxy
+	egress   *proxy.Proxy
 }
 
 var _ sandbox.Runner = (*Runner)(nil)
@@ -92,7 +93,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		Warnings: []string{Warning},
 	}
 	if r.egress != nil {
-		r.caps.Egress = r.egress.Info(false, "127.0.0.1 (a port of each run's own)")
+		r.caps.Egress = r.egress.Policy().Info(false, "127.0.0.1 (a port of each run's own)")
 		r.caps.Warnings = append(r.caps.Warnings, EgressWarning)
 		for i, p := range r.caps.Protections {
 			if p.Name == "network isolation" {

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/codeexec/codeexec/sandbox"
-	"github.com/codeexec/codeexec/sandbox/egress"
+	"github.com/codeexec/codeexec/sandbox/egress/proxy"
 	"github.com/codeexec/codeexec/sandbox/host"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 )
@@ -63,7 +63,7 @@ func TestCapabilitiesWarn(t *testing.T) {
 func TestEgressIsAdviceOnly(t *testing.T) {
 	e := sandboxtest.StartEgress(t, "127.0.0.1")
 	t.Setenv("HTTP_PROXY", "http://server-own-proxy.invalid:1")
-	r, err := host.New(context.Background(), host.Config{Languages: []string{"python"}, WorkRoot: t.TempDir(), Egress: egress.New(e.Policy(t, true), nil)})
+	r, err := host.New(context.Background(), host.Config{Languages: []string{"python"}, WorkRoot: t.TempDir(), Egress: proxy.New(e.Policy(t, true), nil)})
 	if err != nil {
 		t.Fatal(err)
 	}

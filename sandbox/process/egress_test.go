@@ -8,6 +8,7 @@ import (
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/egress"
+	"github.com/codeexec/codeexec/sandbox/egress/proxy"
 	"github.com/codeexec/codeexec/sandbox/process"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 )
@@ -23,7 +24,7 @@ func TestEgressAllowlist(t *testing.T) {
 		name := map[bool]string{true: "private allowed", false: "private refused"}[allowPrivate]
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			proxy := egress.New(e.Policy(t, allowPrivate), nil)
+			proxy := proxy.New(e.Policy(t, allowPrivate), nil)
 			r, err := process.New(context.Background(), process.Config{Languages: []string{"python"}, WorkRoot: WorkRoot(t), Egress: proxy})
 			if err != nil {
 				t.Fatalf("process.New: %v", err)
@@ -40,7 +41,7 @@ func TestEgressNeedsNetworkNamespace(t *testing.T) {
 	_, err := process.New(context.Background(), process.Config{
 		Languages: []string{"python"}, WorkRoot: WorkRoot(t),
 		Disable: []process.Feature{process.FeatureNetwork},
-		Egress:  egress.New(egress.Policy{}, nil),
+		Egress:  proxy.New(egress.Policy{}, nil),
 	})
 	if !errors.Is(err, sandbox.ErrSandboxUnavailable) {
 		t.Fatalf("process.New with egress and no network namespace: %v, want ErrSandboxUnavailable", err)
@@ -53,7 +54,7 @@ func TestEgressNeedsNetworkNamespace(t *testing.T) {
 func TestEgressListenerNotInherited(t *testing.T) {
 	t.Parallel()
 	requireActive(t, newRunnerWith(t), "network namespace")
-	proxy := egress.New(egress.Policy{}, nil)
+	proxy := proxy.New(egress.Policy{}, nil)
 	r, err := process.New(context.Background(), process.Config{Languages: []string{"bash"}, WorkRoot: WorkRoot(t), Egress: proxy})
 	if err != nil {
 		t.Fatalf("process.New: %v", err)

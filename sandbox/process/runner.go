@@ -19,6 +19,7 @@ import (
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/egress"
+	"github.com/codeexec/codeexec/sandbox/egress/proxy"
 	"github.com/codeexec/codeexec/sandbox/internal/executor"
 )
 
@@ -44,7 +45,7 @@ type Config struct {
 	// (CODE_EXEC_NETWORK=allowlist). Each run's network namespace then has
 	// one way out: a listener on EgressAddr inside it, served by Egress.
 	// It needs the network namespace: New fails without one.
-	Egress *egress.Proxy
+	Egress *proxy.Proxy
 }
 
 // EgressAddr is where a run's programs find the egress proxy, inside the
@@ -73,7 +74,7 @@ type Runner struct {
 	uidRange UIDRange
 	// cgroups makes the runs' cgroups (nil where the host allows none).
 	cgroups *cgroupManager
-	egress  *egress.Proxy
+	egress  *proxy.Proxy
 	runSeq  atomic.Int64
 }
 
@@ -147,7 +148,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		Protections: r.protections(),
 	}
 	if r.egress != nil {
-		r.caps.Egress = r.egress.Info(true, EgressAddr)
+		r.caps.Egress = r.egress.Policy().Info(true, EgressAddr)
 	}
 	if err := r.probeLanguages(ctx); err != nil {
 		r.closeCgroups()
@@ -411,7 +412,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	env := minimalEnv(dir)
 	var egressAddr string
 	var egressServe func(net.Listener)
-	var session *egress.Session
+	var session *proxy.Session
 	if r.egress != nil {
 		env = append(env, egress.ProxyEnv(EgressAddr)...)
 		egressAddr = EgressAddr

@@ -1,4 +1,4 @@
-package egress_test
+package proxy_test
 
 import (
 	"bufio"
@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/codeexec/codeexec/sandbox/egress"
+	"github.com/codeexec/codeexec/sandbox/egress/proxy"
 )
 
 // Every destination in these tests is a listener the test starts on
@@ -38,8 +39,8 @@ func port(t *testing.T, rawURL string) int {
 }
 
 type fixture struct {
-	proxy   *egress.Proxy
-	session *egress.Session
+	proxy   *proxy.Proxy
+	session *proxy.Session
 	addr    string // the session's listener
 	http    *httptest.Server
 	tls     *httptest.Server
@@ -88,7 +89,7 @@ func newFixture(t *testing.T, edit func(p *egress.Policy, f *fixture)) *fixture 
 	if edit != nil {
 		edit(&pol, f)
 	}
-	f.proxy = egress.New(pol, nil)
+	f.proxy = proxy.New(pol, nil)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -457,15 +458,6 @@ func TestReportAggregatesAndBounds(t *testing.T) {
 	}
 }
 
-func TestProxyEnv(t *testing.T) {
-	t.Parallel()
-	got := strings.Join(egress.ProxyEnv("127.0.0.1:3128"), " ")
-	want := "HTTP_PROXY=http://127.0.0.1:3128 HTTPS_PROXY=http://127.0.0.1:3128 http_proxy=http://127.0.0.1:3128 https_proxy=http://127.0.0.1:3128 NO_PROXY= no_proxy="
-	if got != want {
-		t.Fatalf("ProxyEnv = %q", got)
-	}
-}
-
 // The destination is the request's URL: a Host header that names another
 // site does not reach the upstream, so a program cannot pick a virtual host
 // the allowlist does not name on an allowed address.
@@ -487,4 +479,11 @@ func TestHostHeaderCannotChooseAnotherSite(t *testing.T) {
 	if want := fmt.Sprintf("host=allowed.test:%d", f.hport); resp.StatusCode != 200 || !strings.Contains(string(b), want) {
 		t.Fatalf("GET = %d %q, want 200 and %s", resp.StatusCode, b, want)
 	}
+}
+
+// resolverFunc makes a function an egress.Resolver.
+type resolverFunc func(ctx context.Context, network, host string) ([]netip.Addr, error)
+
+func (f resolverFunc) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	return f(ctx, network, host)
 }

@@ -1,8 +1,10 @@
-// Package egress is codeexec's egress proxy: the only way a sandboxed run
-// reaches the network when CODE_EXEC_NETWORK=allowlist.
+// Package proxy is codeexec's egress proxy: the only way a sandboxed run
+// reaches the network when CODE_EXEC_NETWORK=allowlist. What a run may reach
+// (the allowlist, the address rules, the report) is package egress; this
+// package serves it over HTTP.
 //
-// A Proxy holds the operator's Policy. Each run gets a Session of its own,
-// served on a listener that only that run can reach, so the proxy knows which
+// A Proxy holds the operator's egress.Policy. Each run gets a Session of its
+// own, served on a listener that only that run can reach, so the proxy knows which
 // run every connection belongs to without credentials. The session forwards
 // plain HTTP requests (absolute http:// URLs) and tunnels CONNECT requests
 // (TLS passes through untouched: the proxy never sees inside it). Before it
@@ -11,8 +13,8 @@
 // internal addresses unless the policy allows private addresses, and dials
 // the address it checked, so that a name cannot resolve differently between
 // the check and the connection. Closing the session ends every connection
-// of the run and returns its Report.
-package egress
+// of the run and returns its egress.Report.
+package proxy
 
 import (
 	"context"
@@ -28,49 +30,26 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/codeexec/codeexec/sandbox/egress"
 )
-
-// Caps bound one run's use of the network. A zero field means no cap of
-// that kind; the server always fills every field.
-type Caps struct {
-	// Connections caps the connections the run opens to destinations.
-	Connections int
-	// Bytes caps the bytes sent and received, all destinations together.
-	Bytes int64
-	// ConnectTimeout bounds name resolution plus connecting.
-	ConnectTimeout time.Duration
-	// IdleTimeout closes a connection on which nothing moved for that long.
-	IdleTimeout time.Duration
-}
-
-// Policy is what a run may reach.
-type Policy struct {
-	Allow *Allowlist
-	// AllowPrivate lets runs reach loopback, private (RFC 1918, ULA),
-	// CGNAT and link-local addresses. Cloud metadata, unspecified,
-	// multicast and reserved addresses stay refused.
-	AllowPrivate bool
-	// Resolver resolves names; nil means the system's resolver.
-	Resolver Resolver
-	Caps     Caps
-}
 
 // Proxy serves the policy to runs. It holds no connection itself: each run's
 // Session does. It is safe for concurrent use.
 type Proxy struct {
-	policy Policy
+	policy egress.Policy
 	log    *slog.Logger
 	// dialer connects to a checked address; replaced in tests.
 	dialer func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // New returns a Proxy for the policy. log may be nil.
-func New(p Policy, log *slog.Logger) *Proxy {
+func New(p egress.Policy, log *slog.Logger) *Proxy {
 	if p.Allow == nil {
-		p.Allow = &Allowlist{}
+		p.Allow = &egress.Allowlist{}
 	}
 	if p.Resolver == nil {
-		p.Resolver = SystemResolver()
+		p.Resolver = egress.SystemResolver()
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -80,7 +59,7 @@ func New(p Policy, log *slog.Logger) *Proxy {
 }
 
 // Policy returns the proxy's policy.
-func (p *Proxy) Policy() Policy { return p.policy }
+func (p *Proxy) Policy() egress.Policy { return p.policy }
 
 // Session is one run's proxy. Close it when the run ends.
 type Session struct {
@@ -97,7 +76,7 @@ type Session struct {
 	work      sync.WaitGroup        // handlers and tunnels in flight
 	dials     int
 	bytes     atomic.Int64
-	report    *Report
+	report    *egress.Report
 	stopIdle  chan struct{}
 	closeOnce sync.Once
 }
@@ -150,7 +129,7 @@ func (p *Proxy) Serve(id string, l net.Listener) *Session {
 // Close stops the session: it closes the listener and every connection of
 // the run, waits for them to end and returns the run's report. It is safe
 // to call more than once; later calls return the same report.
-func (s *Session) Close() *Report {
+func (s *Session) Close() *egress.Report {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
 		s.closed = true
@@ -212,7 +191,7 @@ func (s *Session) handler(rp http.Handler) http.Handler {
 			return
 		}
 		if r.URL.Scheme != "http" || r.URL.Host == "" {
-			err := fmt.Errorf("%w: the proxy forwards absolute http:// URLs and CONNECT tunnels, not %q", ErrBadRequest, r.RequestURI)
+			err := fmt.Errorf("%w: the proxy forwards absolute http:// URLs and CONNECT tunnels, not %q", egress.ErrBadRequest, r.RequestURI)
 			s.rec.refuse(r.Host, 0, err)
 			s.writeError(w, r, err)
 			return
@@ -275,14 +254,14 @@ func closeWrite(c net.Conn) {
 // writeError answers a request the proxy could not forward.
 func (s *Session) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	code := http.StatusBadGateway
-	switch ReasonOf(err) {
-	case ReasonNotAllowed, ReasonPort, ReasonPrivateAddress:
+	switch egress.ReasonOf(err) {
+	case egress.ReasonNotAllowed, egress.ReasonPort, egress.ReasonPrivateAddress:
 		code = http.StatusForbidden
-	case ReasonCap:
+	case egress.ReasonCap:
 		code = http.StatusTooManyRequests
-	case ReasonBadRequest:
+	case egress.ReasonBadRequest:
 		code = http.StatusBadRequest
-	case ReasonUnreachable:
+	case egress.ReasonUnreachable:
 		if errors.Is(err, context.DeadlineExceeded) {
 			code = http.StatusGatewayTimeout
 		}
@@ -300,14 +279,14 @@ func (s *Session) dialContext(ctx context.Context, _, addr string) (net.Conn, er
 func (s *Session) dial(ctx context.Context, hostport string) (net.Conn, error) {
 	host, portStr, err := net.SplitHostPort(hostport)
 	if err != nil {
-		err = fmt.Errorf("%w: bad destination %q", ErrBadRequest, hostport)
+		err = fmt.Errorf("%w: bad destination %q", egress.ErrBadRequest, hostport)
 		s.rec.refuse(hostport, 0, err)
 		return nil, err
 	}
-	host = normalizeHost(host)
-	port, err := parsePort(portStr)
+	host = egress.NormalizeHost(host)
+	port, err := egress.ParsePort(portStr)
 	if err != nil {
-		err = fmt.Errorf("%w: bad destination %q", ErrBadRequest, hostport)
+		err = fmt.Errorf("%w: bad destination %q", egress.ErrBadRequest, hostport)
 		s.rec.refuse(host, 0, err)
 		return nil, err
 	}
@@ -339,14 +318,14 @@ func (s *Session) dialChecked(ctx context.Context, host string, port int) (net.C
 	var permittedAddrs []netip.Addr
 	var refusedWhy []string
 	for _, a := range addrs {
-		if ok, class := permitted(a, pol.AllowPrivate); ok {
+		if ok, class := egress.Permitted(a, pol.AllowPrivate); ok {
 			permittedAddrs = append(permittedAddrs, a)
 		} else {
 			refusedWhy = append(refusedWhy, a.String()+" is "+class)
 		}
 	}
 	if len(permittedAddrs) == 0 {
-		return nil, fmt.Errorf("%w: %s", ErrPrivateAddress, strings.Join(refusedWhy, ", "))
+		return nil, fmt.Errorf("%w: %s", egress.ErrPrivateAddress, strings.Join(refusedWhy, ", "))
 	}
 	var errs []error
 	for _, a := range permittedAddrs {
@@ -361,11 +340,11 @@ func (s *Session) dialChecked(ctx context.Context, host string, port int) (net.C
 		mc.touch()
 		if !s.track(mc) {
 			_ = c.Close()
-			return nil, fmt.Errorf("%w: the run has ended", ErrUnreachable)
+			return nil, fmt.Errorf("%w: the run has ended", egress.ErrUnreachable)
 		}
 		return mc, nil
 	}
-	return nil, fmt.Errorf("%w: %w", ErrUnreachable, errors.Join(errs...))
+	return nil, fmt.Errorf("%w: %w", egress.ErrUnreachable, errors.Join(errs...))
 }
 
 func (s *Session) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
@@ -374,10 +353,10 @@ func (s *Session) resolve(ctx context.Context, host string) ([]netip.Addr, error
 	}
 	addrs, err := s.p.policy.Resolver.LookupNetIP(ctx, "ip", host)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnresolved, err)
+		return nil, fmt.Errorf("%w: %w", egress.ErrUnresolved, err)
 	}
 	if len(addrs) == 0 {
-		return nil, fmt.Errorf("%w: no address for %s", ErrUnresolved, host)
+		return nil, fmt.Errorf("%w: no address for %s", egress.ErrUnresolved, host)
 	}
 	for i, a := range addrs {
 		addrs[i] = a.Unmap()
@@ -389,12 +368,12 @@ func (s *Session) resolve(ctx context.Context, host string) ([]netip.Addr, error
 func (s *Session) takeConnection() error {
 	caps := s.p.policy.Caps
 	if caps.Bytes > 0 && s.bytes.Load() >= caps.Bytes {
-		return fmt.Errorf("%w: %d bytes", ErrCap, caps.Bytes)
+		return fmt.Errorf("%w: %d bytes", egress.ErrCap, caps.Bytes)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if caps.Connections > 0 && s.dials >= caps.Connections {
-		return fmt.Errorf("%w: %d connections", ErrCap, caps.Connections)
+		return fmt.Errorf("%w: %d connections", egress.ErrCap, caps.Connections)
 	}
 	s.dials++
 	return nil
@@ -450,10 +429,10 @@ func (c *meteredConn) room(n int) (int, error) {
 	left := limit - c.s.bytes.Load()
 	if left <= 0 {
 		if !c.capHit.Swap(true) {
-			c.s.rec.refuse(c.host, c.port, fmt.Errorf("%w: %d bytes", ErrCap, limit))
+			c.s.rec.refuse(c.host, c.port, fmt.Errorf("%w: %d bytes", egress.ErrCap, limit))
 		}
 		_ = c.Close()
-		return 0, fmt.Errorf("%w: %d bytes", ErrCap, limit)
+		return 0, fmt.Errorf("%w: %d bytes", egress.ErrCap, limit)
 	}
 	return int(min(int64(n), left)), nil
 }
@@ -507,51 +486,4 @@ func (c *meteredConn) Close() error {
 	}
 	c.s.untrack(c)
 	return c.Conn.Close()
-}
-
-// ProxyEnv returns the environment that points a program's HTTP clients at
-// a proxy listening on addr (host:port): HTTP_PROXY, HTTPS_PROXY, their
-// lower-case forms, and NO_PROXY empty so that nothing bypasses it.
-func ProxyEnv(addr string) []string {
-	u := "http://" + addr
-	return []string{
-		"HTTP_PROXY=" + u, "HTTPS_PROXY=" + u,
-		"http_proxy=" + u, "https_proxy=" + u,
-		"NO_PROXY=", "no_proxy=",
-	}
-}
-
-// PolicyInfo describes a policy to operators and models (sandbox_info,
-// the audit record).
-type PolicyInfo struct {
-	// Allow lists the allowlist entries, each as it parses back.
-	Allow []string `json:"allow"`
-	// AllowPrivate: loopback, private, CGNAT and link-local addresses
-	// may be reached.
-	AllowPrivate bool `json:"allow_private"`
-	// Enforced: the sandbox sends every connection of a run through the
-	// proxy. In mode none programs are only pointed at it.
-	Enforced bool `json:"enforced"`
-	// Proxy is the address programs find the proxy at (HTTP_PROXY).
-	Proxy                 string  `json:"proxy,omitempty"`
-	MaxConnections        int     `json:"max_connections"`
-	MaxBytes              int64   `json:"max_bytes"`
-	ConnectTimeoutSeconds float64 `json:"connect_timeout_seconds"`
-	IdleTimeoutSeconds    float64 `json:"idle_timeout_seconds"`
-}
-
-// Info describes the proxy's policy; enforced and proxy are the sandbox's
-// to say.
-func (p *Proxy) Info(enforced bool, proxy string) *PolicyInfo {
-	pol := p.policy
-	return &PolicyInfo{
-		Allow:                 pol.Allow.Strings(),
-		AllowPrivate:          pol.AllowPrivate,
-		Enforced:              enforced,
-		Proxy:                 proxy,
-		MaxConnections:        pol.Caps.Connections,
-		MaxBytes:              pol.Caps.Bytes,
-		ConnectTimeoutSeconds: pol.Caps.ConnectTimeout.Seconds(),
-		IdleTimeoutSeconds:    pol.Caps.IdleTimeout.Seconds(),
-	}
 }
