@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
-# Makes sure a Docker Engine answers and that codeexec's sandbox image exists,
-# so that the docker-mode tests can run (they run with CODE_EXEC_REQUIRE_DOCKER=1
+# Makes sure a Docker Engine answers and that codeexec's sandbox images exist
+# (the default one and the data-science one), so that the docker-mode tests can run (they run with CODE_EXEC_REQUIRE_DOCKER=1
 # in CI, so a missing engine fails the build instead of skipping).
 #
 # Idempotent and non-interactive (works with CI=true and no stdin):
 #   1. if `docker info` fails: install docker.io with apt-get when dockerd is
 #      missing, start dockerd in the background (log: $DOCKERD_LOG), and wait up
 #      to $DOCKER_WAIT_SECONDS for the engine to answer;
-#   2. if the sandbox image is missing, build it with docker/build-sandbox-image.sh.
+#   2. if a sandbox image is missing, build it with docker/build-sandbox-image.sh
+#      (codeexec-sandbox:latest, then codeexec-sandbox:datascience, which
+#      starts from the first one's layers).
 #
 # Needs root (or sudo without a password) to install or start the engine.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 image="${CODE_EXEC_DOCKER_IMAGE:-codeexec-sandbox:latest}"
+datascience_image="${CODE_EXEC_DATASCIENCE_IMAGE:-codeexec-sandbox:datascience}"
 log_file="${DOCKERD_LOG:-/var/log/dockerd.log}"
 wait_seconds="${DOCKER_WAIT_SECONDS:-60}"
 export DEBIAN_FRONTEND=noninteractive
@@ -86,7 +89,14 @@ if docker image inspect "$image" >/dev/null 2>&1; then
     say "sandbox image $image present"
 else
     say "sandbox image $image missing: building it"
-    CODE_EXEC_DOCKER_IMAGE="$image" "$root/docker/build-sandbox-image.sh" </dev/null \
+    "$root/docker/build-sandbox-image.sh" --profile default --image "$image" </dev/null \
         || die "building $image failed (see the output above)"
+fi
+if docker image inspect "$datascience_image" >/dev/null 2>&1; then
+    say "data-science image $datascience_image present"
+else
+    say "data-science image $datascience_image missing: building it (a few minutes)"
+    "$root/docker/build-sandbox-image.sh" --profile datascience --image "$datascience_image" </dev/null \
+        || die "building $datascience_image failed (see the output above)"
 fi
 say "ready: run the docker tests with CODE_EXEC_REQUIRE_DOCKER=1 go test ./sandbox/docker/"

@@ -38,7 +38,7 @@ type Entry struct {
 	Event Event     `json:"event"`
 	// ID identifies the request; every entry of one request has the same ID.
 	ID string `json:"id"`
-	// CodeSHA256 is the hash of the request (language, code, stdin, timeout)
+	// CodeSHA256 is the hash of the request (language, code, stdin, timeout, files)
 	// that was asked for, decided on, or run.
 	CodeSHA256 string `json:"code_sha256,omitempty"`
 
@@ -55,7 +55,9 @@ type Entry struct {
 	NetworkPolicy *egress.PolicyInfo `json:"network_policy,omitempty"`
 	// Session names the session the request runs in (request and run
 	// entries; empty for a run of its own).
-	Session string `json:"session,omitempty"`
+	Session   string    `json:"session,omitempty"`
+	Files     []AskFile `json:"files,omitempty"`
+	Workspace string    `json:"workspace,omitempty"`
 
 	// decision
 	Outcome Outcome `json:"outcome,omitempty"`

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/artifacts"
 )
 
 // Outcome is how an approval request ended.
@@ -107,6 +108,45 @@ type Ask struct {
 	Session  string    `json:"session,omitempty"`
 	Created  time.Time `json:"created"`
 	Deadline time.Time `json:"deadline"`
+	// Files are the files the request writes into the run's working
+	// directory (their contents are part of CodeSHA256).
+	Files []AskFile `json:"files,omitempty"`
+	// Workspace says what the run can see of the operator's project folder
+	// ("" when there is none), so that the person approving knows.
+	Workspace string `json:"workspace,omitempty"`
+}
+
+// AskFile is one file of a request, as a person approving it sees it.
+type AskFile struct {
+	Path   string `json:"path"`
+	Size   int    `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// askFiles describes a request's files.
+func askFiles(files []artifacts.Input) []AskFile {
+	var out []AskFile
+	for _, f := range files {
+		sum := sha256.Sum256(f.Data)
+		out = append(out, AskFile{Path: f.Path, Size: len(f.Data), SHA256: hex.EncodeToString(sum[:])})
+	}
+	return out
+}
+
+// DescribeWorkspace says what a run can see of the workspace, for a person
+// approving it ("" without one).
+func DescribeWorkspace(w *sandbox.WorkspaceStatus) string {
+	if w == nil {
+		return ""
+	}
+	mode := "read-only"
+	switch {
+	case w.Writable:
+		mode = "read-write: the code can change or delete its files"
+	case !w.Enforced:
+		mode = "meant read-only, but not enforced on this host"
+	}
+	return fmt.Sprintf("the project folder %s, at %s (%s)", w.HostDir, w.Path, mode)
 }
 
 // Decision is the answer to an Ask.
@@ -184,6 +224,15 @@ func HashRequest(req sandbox.Request) string {
 	field(req.Code)
 	field(req.Stdin)
 	field(req.Limits.Timeout.String())
+	if len(req.Files) > 0 {
+		// Only requests with files hash them, so that the hash of every
+		// other request stays what it was.
+		field("files")
+		for _, f := range req.Files {
+			field(f.Path)
+			field(string(f.Data))
+		}
+	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 

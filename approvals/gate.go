@@ -306,10 +306,12 @@ func (g *Gate) newAsk(req sandbox.Request, requester Requester, session string, 
 		Session:    session,
 		Created:    now,
 		Deadline:   now.Add(g.cfg.Timeout),
+		Files:      askFiles(req.Files),
+		Workspace:  DescribeWorkspace(g.next.Capabilities().Workspace),
 	}
 	stdin, timeout := a.StdinBytes, a.TimeoutMS
 	err := g.record(Entry{
-		Event: EventRequest, ID: a.ID, CodeSHA256: a.CodeSHA256, Language: a.Language, Code: a.Code,
+		Event: EventRequest, ID: a.ID, CodeSHA256: a.CodeSHA256, Language: a.Language, Code: a.Code, Files: a.Files, Workspace: a.Workspace,
 		StdinSize: &stdin, TimeoutMS: &timeout, Policy: g.cfg.Policy, Reasons: a.Reasons, Requester: &requester, Session: session, Time: now,
 		NetworkPolicy: g.next.Capabilities().Egress,
 	})

@@ -10,6 +10,8 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
@@ -144,6 +146,15 @@ type Config struct {
 	MaxOutput  ByteSize      `env:"MAX_OUTPUT" envDefault:"1m" accepted:"a byte size such as 1m (at least 1k)" help:"stdout and stderr kept per run, together; a program that writes more is stopped and its result marked truncated"`
 	MaxCode    ByteSize      `env:"MAX_CODE" envDefault:"256k" accepted:"a byte size such as 256k" help:"largest program text accepted"`
 	MaxStdin   ByteSize      `env:"MAX_STDIN" envDefault:"1m" accepted:"a byte size such as 1m" help:"largest stdin accepted"`
+
+	MaxFiles         int           `env:"MAX_FILES" envDefault:"20" accepted:"a whole number from 0 to 1000" help:"most files a request may bring in its files argument (written into the run's working directory before it starts); 0 refuses the files argument"`
+	MaxFilesBytes    ByteSize      `env:"MAX_FILES_BYTES" envDefault:"10m" accepted:"a byte size such as 10m (at most CODE_EXEC_FILE_SIZE)" help:"most bytes a request's files may hold together, decoded"`
+	MaxArtifacts     int           `env:"MAX_ARTIFACTS" envDefault:"20" accepted:"a whole number from 0 to 1000" help:"most files a run brings back (files it created or changed in its working directory: images, embedded text, links); the rest are listed as left out; 0 brings none back"`
+	MaxArtifactBytes ByteSize      `env:"MAX_ARTIFACT_BYTES" envDefault:"16m" accepted:"a byte size such as 16m" help:"most bytes a run's artifacts may hold together; a file that does not fit is listed as left out"`
+	ArtifactTTL      time.Duration `env:"ARTIFACT_TTL" envDefault:"1h" accepted:"a duration such as 1h or 10m (from 1s to 168h)" help:"how long resources/read serves a run's artifacts (codeexec://runs/<run id>/<path>) after the run"`
+	ArtifactStore    ByteSize      `env:"ARTIFACT_STORE_BYTES" envDefault:"256m" accepted:"a byte size such as 256m (at least CODE_EXEC_MAX_ARTIFACT_BYTES)" help:"memory kept for recent runs' artifacts in all; the oldest runs' are dropped first"`
+	Workspace        string        `env:"WORKSPACE" accepted:"an absolute path to a folder" help:"a project folder every run can see, at /workspace in docker mode and in process mode with a mount namespace (at its own path otherwise), named by the WORKSPACE variable of the program; empty gives runs none"`
+	WorkspaceMode    string        `env:"WORKSPACE_MODE" envDefault:"ro" accepted:"ro or rw" help:"whether runs may change the workspace: ro (read-only, the default) or rw"`
 
 	MaxConcurrency int      `env:"MAX_CONCURRENCY" envDefault:"4" accepted:"a whole number from 1 to 1024" help:"most runs at once; further requests wait their turn"`
 	Languages      []string `env:"LANGUAGES" envDefault:"python,javascript,bash" envSeparator:"," accepted:"a comma-separated list of python, javascript, bash" help:"languages that may run"`
@@ -291,6 +302,18 @@ func (c *Config) Validate() error {
 	check(c.SessionIdleTimeout >= time.Second && c.SessionIdleTimeout <= 24*time.Hour, "SessionIdleTimeout", c.SessionIdleTimeout, "it is out of range")
 	check(c.SessionMaxLifetime >= time.Second && c.SessionMaxLifetime <= 168*time.Hour, "SessionMaxLifetime", c.SessionMaxLifetime, "it is out of range")
 	check(c.DockerPoolSize >= 0 && c.DockerPoolSize <= 64, "DockerPoolSize", c.DockerPoolSize, "it is out of range")
+	check(c.MaxFiles >= 0 && c.MaxFiles <= 1000, "MaxFiles", c.MaxFiles, "it is out of range")
+	check(c.MaxFilesBytes >= 0 && c.MaxFilesBytes <= c.FileSize, "MaxFilesBytes", c.MaxFilesBytes, "the files must fit in a run's working directory, whose size CODE_EXEC_FILE_SIZE caps")
+	check(c.MaxArtifacts >= 0 && c.MaxArtifacts <= 1000, "MaxArtifacts", c.MaxArtifacts, "it is out of range")
+	check(c.MaxArtifactBytes >= 0, "MaxArtifactBytes", c.MaxArtifactBytes, "it is negative")
+	check(c.ArtifactTTL >= time.Second && c.ArtifactTTL <= 168*time.Hour, "ArtifactTTL", c.ArtifactTTL, "it is out of range")
+	check(c.ArtifactStore >= c.MaxArtifactBytes, "ArtifactStore", c.ArtifactStore, "it must hold at least one run's artifacts")
+	check(c.WorkspaceMode == "ro" || c.WorkspaceMode == "rw", "WorkspaceMode", c.WorkspaceMode, "unknown mode")
+	if c.Workspace != "" {
+		if fi, err := os.Stat(c.Workspace); !filepath.IsAbs(c.Workspace) || err != nil || !fi.IsDir() {
+			errs = append(errs, invalid("Workspace", c.Workspace, "it is not an absolute path to an existing folder"))
+		}
+	}
 	if len(c.Languages) == 0 {
 		errs = append(errs, invalid("Languages", `""`, "no language is enabled"))
 	}
@@ -467,6 +490,14 @@ func IsLoopback(host string) bool {
 	}
 	ip, err := netip.ParseAddr(host)
 	return err == nil && ip.IsLoopback()
+}
+
+// WorkspaceConfig returns the workspace runs see, or nil for none.
+func (c *Config) WorkspaceConfig() *sandbox.Workspace {
+	if c.Workspace == "" {
+		return nil
+	}
+	return &sandbox.Workspace{Dir: filepath.Clean(c.Workspace), Writable: c.WorkspaceMode == "rw"}
 }
 
 // Limits returns the operator's per-run limits with the given timeout.

@@ -1,7 +1,16 @@
 #!/usr/bin/env bash
-# Builds the image that codeexec's docker mode runs code in
-# (codeexec-sandbox:latest by default), on a host that may not be able to
-# pull base images from a registry.
+# Builds an image that codeexec's docker mode runs code in, on a host that
+# may not be able to pull base images from a registry.
+#
+# Usage: docker/build-sandbox-image.sh [--profile default|datascience] [--image NAME]
+#
+#   --profile default      python3, nodejs, bash          → codeexec-sandbox:latest
+#   --profile datascience  the same plus Debian's numpy, pandas, matplotlib,
+#                          scipy, and the figure hook     → codeexec-sandbox:datascience
+#   --image NAME           tag the result NAME instead
+#
+# Both profiles are stages of docker/sandbox/Dockerfile on the same base; the
+# data-science one starts from the default one, so it reuses its layers.
 #
 # If the base image is missing, it is bootstrapped from Debian's package
 # mirror with debootstrap (installed with apt-get if needed; needs root) and
@@ -10,7 +19,8 @@
 # Idempotent: an existing base image is reused; the final build is cached.
 #
 # Environment:
-#   CODE_EXEC_DOCKER_IMAGE  image to build (default codeexec-sandbox:latest)
+#   CODE_EXEC_DOCKER_IMAGE  image to build with the default profile (default
+#                           codeexec-sandbox:latest; --image overrides it)
 #   SANDBOX_BASE_IMAGE      base image (default codeexec-debian-base:bookworm)
 #   DEBIAN_SUITE            suite for debootstrap (default bookworm)
 #   DEBIAN_MIRROR           mirror for debootstrap (default http://deb.debian.org/debian)
@@ -18,13 +28,32 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-image="${CODE_EXEC_DOCKER_IMAGE:-codeexec-sandbox:latest}"
+root="$(dirname "$here")"
+profile=default
+image=""
 base="${SANDBOX_BASE_IMAGE:-codeexec-debian-base:bookworm}"
 suite="${DEBIAN_SUITE:-bookworm}"
 mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 
 log() { printf 'build-sandbox-image: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
+usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; }
+
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --profile) [[ $# -ge 2 ]] || die "--profile needs a value: default or datascience"; profile="$2"; shift 2 ;;
+        --profile=*) profile="${1#*=}"; shift ;;
+        --image) [[ $# -ge 2 ]] || die "--image needs a value, such as codeexec-sandbox:mine"; image="$2"; shift 2 ;;
+        --image=*) image="${1#*=}"; shift ;;
+        -h|--help) usage; exit 0 ;;
+        *) die "unknown argument $1 (accepted: --profile default|datascience, --image NAME, --help)" ;;
+    esac
+done
+case "$profile" in
+    default) image="${image:-${CODE_EXEC_DOCKER_IMAGE:-codeexec-sandbox:latest}}" ;;
+    datascience) image="${image:-codeexec-sandbox:datascience}" ;;
+    *) die "unknown profile \"$profile\" (accepted: default, datascience)" ;;
+esac
 
 command -v docker >/dev/null 2>&1 || die "the docker CLI is not installed (run .ci/ensure-docker.sh, or install docker.io)"
 docker info >/dev/null 2>&1 || die "no Docker Engine answers (check DOCKER_HOST, or start dockerd; .ci/ensure-docker.sh does both)"
@@ -59,7 +88,15 @@ else
     log "imported base image $base"
 fi
 
-log "building $image from $here/sandbox (base $base)"
-DOCKER_BUILDKIT=0 docker build --build-arg "BASE=$base" -t "$image" "$here/sandbox" >&2 \
+# The build context: docker/sandbox and the figure hook's one copy, which
+# lives with the Go code that embeds it (sandbox/datascience).
+context="$(mktemp -d /tmp/codeexec-build.XXXXXX)"
+trap 'rm -rf "$context"' EXIT
+cp -R "$here/sandbox/." "$context/"
+cp -R "$root/sandbox/datascience/codeexec_mpl" "$context/codeexec_mpl"
+find "$context/codeexec_mpl" -name __pycache__ -prune -exec rm -rf {} +
+
+log "building $image (profile $profile) from $here/sandbox (base $base)"
+DOCKER_BUILDKIT=0 docker build --build-arg "BASE=$base" --target "$profile" -t "$image" "$context" >&2 \
     || die "docker build of $image failed"
 log "done: $image ($(docker image inspect --format '{{.Size}}' "$image") bytes)"

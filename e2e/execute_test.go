@@ -181,6 +181,11 @@ type infoResult struct {
 		Name      string `json:"name"`
 		Available bool   `json:"available"`
 		Version   string `json:"version"`
+		Packages  []struct {
+			Name      string `json:"name"`
+			Available bool   `json:"available"`
+			Version   string `json:"version"`
+		} `json:"packages"`
 	} `json:"languages"`
 	Limits      map[string]float64 `json:"limits"`
 	Network     string             `json:"network"`
@@ -189,6 +194,12 @@ type infoResult struct {
 		Name   string `json:"name"`
 		Active bool   `json:"active"`
 	} `json:"protections"`
+	Workspace *struct {
+		Path     string `json:"path"`
+		HostDir  string `json:"host_dir"`
+		Writable bool   `json:"writable"`
+		Enforced bool   `json:"enforced"`
+	} `json:"workspace"`
 }
 
 func sandboxInfo(t *testing.T, cs *mcp.ClientSession) infoResult {

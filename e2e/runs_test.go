@@ -114,11 +114,11 @@ func TestUnicodeOutput(t *testing.T) {
 	}
 }
 
-// TestHTTPBodyLimit: an HTTP request far over the code and stdin limits is
-// refused before it is read, and the server keeps serving.
+// TestHTTPBodyLimit: an HTTP request far over the code, stdin and files
+// limits is refused before it is read, and the server keeps serving.
 func TestHTTPBodyLimit(t *testing.T) {
 	t.Parallel()
-	s := startHTTP(t, http_, serverEnv(t, map[string]string{"CODE_EXEC_MAX_CODE": "1k", "CODE_EXEC_MAX_STDIN": "1k"}))
+	s := startHTTP(t, http_, serverEnv(t, map[string]string{"CODE_EXEC_MAX_CODE": "1k", "CODE_EXEC_MAX_STDIN": "1k", "CODE_EXEC_MAX_FILES_BYTES": "1k"}))
 	c := &rawMCP{t: t, url: s.baseURL + "/mcp"}
 	c.initialize()
 	big := fmt.Sprintf(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"code_execute","arguments":{"language":"python","code":"#%s"}}}`, strings.Repeat("x", 4<<20))

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/codeexec/codeexec/sandbox/artifacts"
 	"github.com/codeexec/codeexec/sandbox/egress"
 )
 
@@ -85,6 +86,15 @@ type Request struct {
 	// Output.Observe); runners pass it to their Output. It changes nothing
 	// in the Result.
 	Observe ObserveFunc
+	// Files are written into the run's working directory before the program
+	// starts, in every mode. They come checked and decoded by
+	// artifacts.Decode; a runner refuses a file that would replace the
+	// program file (see CheckFiles).
+	Files []artifacts.Input
+	// Artifacts, when not nil, asks for the files that the program created
+	// or changed in its working directory, within these caps: they come
+	// back in Result.Artifacts. Nil collects nothing.
+	Artifacts *artifacts.Options
 }
 
 // Limits are the resource limits of one run. A zero value means "no limit of
@@ -140,6 +150,67 @@ type Result struct {
 	// or output limit, a crash): the variables of earlier calls are gone,
 	// the files stay, and the next call starts a fresh interpreter.
 	StateLost bool
+	// Artifacts are the files that the program created or changed in its
+	// working directory, when the request asked for them (and the run got
+	// as far as its end); nil otherwise.
+	Artifacts *artifacts.Collection
+}
+
+// CheckFiles refuses, with an error wrapping artifacts.ErrInvalidFile, a
+// file that would replace the program file of lang (main.py for python, and
+// so on), which every mode keeps in the working directory.
+func CheckFiles(lang string, files []artifacts.Input) error {
+	spec, ok := Languages[lang]
+	if !ok {
+		return nil
+	}
+	for i, f := range files {
+		if f.Path == spec.FileName {
+			return &artifacts.FileError{Index: i, Path: f.Path, Reason: fmt.Sprintf("is the name of the %s program file; give the file another name", lang)}
+		}
+	}
+	return nil
+}
+
+// Workspace is a host folder that every run can see
+// (CODE_EXEC_WORKSPACE, CODE_EXEC_WORKSPACE_MODE).
+type Workspace struct {
+	// Dir is the folder on the host (absolute).
+	Dir string
+	// Writable lets runs change it; otherwise it is read-only to them.
+	Writable bool
+}
+
+// WorkspacePath is where runs see the workspace when the sandbox can put it
+// there: in docker mode, and in process mode with a mount namespace.
+const WorkspacePath = "/workspace"
+
+// WorkspaceVariable is the environment variable that tells a program where
+// the workspace is.
+const WorkspaceVariable = "WORKSPACE"
+
+// WorkspaceStatus says how runs see the workspace on this host.
+type WorkspaceStatus struct {
+	// Path is where runs see it (WorkspacePath, or the host folder itself
+	// where the sandbox cannot move it).
+	Path string `json:"path"`
+	// HostDir is the folder on the host.
+	HostDir string `json:"host_dir"`
+	// Writable: runs may change it.
+	Writable bool `json:"writable"`
+	// Enforced: read-only really is read-only for runs (always true when
+	// Writable).
+	Enforced bool `json:"enforced"`
+	// Detail says how it is made visible and protected.
+	Detail string `json:"detail,omitempty"`
+}
+
+// Package is a package that a language's programs can import.
+type Package struct {
+	Name      string `json:"name"`
+	Available bool   `json:"available"`
+	// Version is the installed version, when known.
+	Version string `json:"version,omitempty"`
 }
 
 // LimitHit returns a short description of the limit that stopped the run, or
@@ -179,6 +250,9 @@ type Capabilities struct {
 	// through codeexec's egress proxy (CODE_EXEC_NETWORK=allowlist); nil
 	// when they have no network (or, in mode none, the host's).
 	Egress *egress.PolicyInfo
+	// Workspace says how runs see the operator's project folder; nil when
+	// there is none.
+	Workspace *WorkspaceStatus
 }
 
 // Isolation declares which boundaries hold between a run and the host on
@@ -222,6 +296,9 @@ type LanguageStatus struct {
 	Interpreter string `json:"interpreter,omitempty"`
 	// Reason explains why an unavailable language cannot run.
 	Reason string `json:"reason,omitempty"`
+	// Packages are notable packages and whether programs can import them
+	// (python: numpy, pandas, matplotlib, scipy), where the runner checked.
+	Packages []Package `json:"packages,omitempty"`
 }
 
 // Protection is one isolation measure and whether it is in force.

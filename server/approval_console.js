@@ -60,7 +60,14 @@
       if (r.session) from += " (session " + r.session + ")";
       li.append(el("p", "meta", "Requested by " + from));
       li.append(el("p", "meta deadline", "Denied automatically in " + left(a.deadline) + " · " + a.code.length + " characters" +
-        (a.stdin_bytes ? " · " + a.stdin_bytes + " bytes of stdin" : "") + " · timeout " + (a.timeout_ms / 1000) + " s · sha256 " + a.code_sha256.slice(0, 16) + "…"));
+        (a.stdin_bytes ? " · " + a.stdin_bytes + " bytes of stdin" : "") + (a.files && a.files.length ? " · " + a.files.length + (a.files.length === 1 ? " file" : " files") : "") +
+        " · timeout " + (a.timeout_ms / 1000) + " s · sha256 " + a.code_sha256.slice(0, 16) + "…"));
+      if (a.workspace) li.append(el("p", "meta workspace", "The code can see " + a.workspace + "."));
+      if (a.files && a.files.length) {
+        const ul = el("ul", "files");
+        for (const f of a.files) ul.append(el("li", null, f.path + " (" + f.size + " bytes, sha256 " + f.sha256.slice(0, 16) + "…)"));
+        li.append(ul);
+      }
       if (a.reasons && a.reasons.length) {
         const ul = el("ul", "reasons");
         for (const reason of a.reasons) ul.append(el("li", null, reason));

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/artifacts"
 )
 
 // A tool's arguments are declared once, as a list of params: its inputSchema
@@ -23,8 +24,10 @@ type param struct {
 	name        string
 	description string
 	required    bool
-	// jsonType is "string" or "number".
+	// jsonType is "string", "number" or "array".
 	jsonType string
+	// schema holds more of the property's JSON Schema (an array's items).
+	schema map[string]any
 	// expected names the type in errors ("a string", "a number of seconds").
 	expected string
 	// exclusiveMinimum, if not nil, is declared in the schema; set gives
@@ -62,6 +65,9 @@ func argSchema(l argList) json.RawMessage {
 	var required []string
 	for _, p := range l.params {
 		prop := map[string]any{"type": p.jsonType, "description": p.description}
+		for k, v := range p.schema {
+			prop[k] = v
+		}
 		if p.exclusiveMinimum != nil {
 			prop["exclusiveMinimum"] = *p.exclusiveMinimum
 		}
@@ -147,6 +153,12 @@ func decodeArgs(raw any, l argList) error {
 				return argErr("%s must be %s, not %s", p.name, p.expected, jsonType(v))
 			}
 			v = n
+		case "array":
+			a, ok := v.([]any)
+			if !ok {
+				return argErr("%s must be %s, not %s", p.name, p.expected, jsonType(v))
+			}
+			v = a
 		}
 		if err := p.set(v); err != nil {
 			return err
@@ -171,6 +183,8 @@ type ExecuteArgs struct {
 	Timeout  time.Duration
 	// SessionID names the session to run in ("" for a run of its own).
 	SessionID string
+	// Files are checked and decoded (artifacts.Decode).
+	Files []artifacts.Input
 }
 
 // ArgError is a request the server rejects: its message is one sentence the
@@ -228,6 +242,20 @@ func executeArgs(a *ExecuteArgs, o *Options) argList {
 				a.Timeout = time.Duration(secs * float64(time.Second))
 				return nil
 			}),
+		filesParam(func(files []artifacts.File) error {
+			if len(files) == 0 {
+				return nil
+			}
+			if o.Files.MaxFiles <= 0 {
+				return argErr("files are turned off on this server (CODE_EXEC_MAX_FILES=0): put the data in the code or in stdin instead")
+			}
+			in, err := artifacts.Decode(files, o.Files)
+			if err != nil {
+				return argErr("%s", filesErrorMessage(err))
+			}
+			a.Files = in
+			return nil
+		}),
 	}}
 	if o.Sessions != nil {
 		l.params = append(l.params, sessionIDParam("Run in this session (from session_create): its files and, for python and javascript, its variables persist between calls (optional; without it the run starts from a clean slate).", false, &a.SessionID))

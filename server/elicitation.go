@@ -157,7 +157,24 @@ func elicitation(a approvals.Ask) mcp.ElicitationParams {
 	if a.StdinBytes > 0 {
 		fmt.Fprintf(&b, ", %d bytes of stdin", a.StdinBytes)
 	}
+	switch n := len(a.Files); n {
+	case 0:
+	case 1:
+		b.WriteString(", 1 file")
+	default:
+		fmt.Fprintf(&b, ", %d files", n)
+	}
 	fmt.Fprintf(&b, ", request %s). Approve it only if you have read it and want it to run.\n\n", a.ID)
+	if a.Workspace != "" {
+		fmt.Fprintf(&b, "The code can see %s.\n\n", a.Workspace)
+	}
+	if len(a.Files) > 0 {
+		b.WriteString("Files written into its working directory first:\n")
+		for _, f := range a.Files {
+			fmt.Fprintf(&b, "- %s (%d bytes, sha256 %s)\n", f.Path, f.Size, f.SHA256[:16])
+		}
+		b.WriteString("\n")
+	}
 	if len(a.Reasons) > 0 {
 		b.WriteString("The risk check flagged:\n")
 		for _, r := range a.Reasons {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/codeexec/codeexec/approvals"
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/artifacts"
 	"github.com/codeexec/codeexec/sandbox/sessions"
 	"github.com/codeexec/codeexec/server/metrics"
 	"github.com/codeexec/codeexec/server/tasks"
@@ -31,7 +32,8 @@ func instructions(o Options) string {
 	} else {
 		s += "Each call starts from a clean slate. "
 	}
-	return s + "Print what you need to see. Call sandbox_info for the limits and the languages available."
+	return s + "Print what you need to see. Files sent in code_execute's files argument are in the working directory; files the program writes there come back (charts as images, others as resources). " +
+		"Call sandbox_info for the limits and the languages available."
 }
 
 // Name is the server name announced to MCP clients.
@@ -70,11 +72,24 @@ type Options struct {
 	// MaxTimeout is the most a request's timeout_seconds may ask for.
 	MaxTimeout time.Duration
 	// MaxCode and MaxStdin are the largest code and stdin accepted, in
-	// bytes; together they also bound the body of an HTTP request.
+	// bytes; with Files.MaxTotalBytes they also bound the body of an HTTP
+	// request.
 	MaxCode, MaxStdin int64
 	// MaxConcurrency is how many runs the Runner lets happen at once (see
 	// sandbox.Limit); sandbox_info reports it.
 	MaxConcurrency int
+
+	// Files caps code_execute's files argument (CODE_EXEC_MAX_FILES,
+	// CODE_EXEC_MAX_FILES_BYTES); MaxFiles 0 refuses it.
+	Files artifacts.InputLimits
+	// Artifacts caps what a run brings back from its working directory
+	// (CODE_EXEC_MAX_ARTIFACTS, CODE_EXEC_MAX_ARTIFACT_BYTES); MaxArtifacts
+	// 0 brings nothing back.
+	Artifacts artifacts.Options
+	// Store keeps the artifacts of recent runs and serves them to
+	// resources/read at codeexec://runs/<run id>/<path>; nil keeps none
+	// (artifacts too large to embed are then only listed).
+	Store *artifacts.Store
 
 	// AuthToken, if not empty, is the bearer token that clients of the
 	// HTTP transports must send.
@@ -172,6 +187,9 @@ func New(runner sandbox.Runner, opts Options) *Server {
 		mcpserver.WithInstructions(instructions(opts)),
 	}, serverOpts...)...)
 	s.mcp.AddTools(s.tools()...)
+	if opts.Store != nil {
+		s.mcp.AddResourceTemplate(artifactTemplate(), s.readArtifact)
+	}
 	return s
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/artifacts"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 )
 
@@ -33,6 +34,9 @@ func testOptions() Options {
 		MaxCode:        1 << 10,
 		MaxStdin:       2 << 10,
 		MaxConcurrency: 4,
+		Files:          artifacts.InputLimits{MaxFiles: 5, MaxTotalBytes: 1 << 10},
+		Artifacts:      artifacts.Options{MaxArtifacts: 5, MaxBytes: 1 << 20},
+		Store:          artifacts.NewStore(time.Minute, 4<<20),
 	}
 }
 
@@ -92,6 +96,22 @@ func TestDecodeExecuteArgs(t *testing.T) {
 		{"timeout absurd", map[string]any{"language": "python", "code": "x", "timeout_seconds": 1e308}, "CODE_EXEC_MAX_TIMEOUT"},
 		{"timeout tiny", map[string]any{"language": "python", "code": "x", "timeout_seconds": 1e-9}, "too short"},
 		{"timeout null is default", map[string]any{"language": "python", "code": "x", "timeout_seconds": nil}, ""},
+		{"files", map[string]any{"language": "python", "code": "x", "files": []any{map[string]any{"path": "a.csv", "content": "1"}, map[string]any{"path": "b.bin", "content": "AAE=", "encoding": "base64"}}}, ""},
+		{"files empty", map[string]any{"language": "python", "code": "x", "files": []any{}}, ""},
+		{"files not an array", map[string]any{"language": "python", "code": "x", "files": "a.csv"}, "files must be an array of files"},
+		{"file not an object", map[string]any{"language": "python", "code": "x", "files": []any{"a.csv"}}, "files[0] must be an object with path and content, not a string"},
+		{"file without path", map[string]any{"language": "python", "code": "x", "files": []any{map[string]any{"content": "1"}}}, "files[0] has no path"},
+		{"file without content", map[string]any{"language": "python", "code": "x", "files": []any{map[string]any{"path": "a"}}}, `files[0] "a" has no content`},
+		{"file content number", map[string]any{"language": "python", "code": "x", "files": []any{map[string]any{"path": "a", "content": 1}}}, "files[0].content must be a string, not a number"},
+		{"file unknown field", map[string]any{"language": "python", "code": "x", "files": []any{map[string]any{"path": "a", "content": "1", "mode": "0755"}}}, `files[0] has the unknown field "mode"`},
+		{"file escapes", map[string]any{"language": "python", "code": "x", "files": []any{map[string]any{"path": "../etc/passwd", "content": "1"}}}, `files[0] "../etc/passwd": contains ".."`},
+		{"file absolute", map[string]any{"language": "python", "code": "x", "files": []any{map[string]any{"path": "/etc/passwd", "content": "1"}}}, "is an absolute path"},
+		{"file bad base64", map[string]any{"language": "python", "code": "x", "files": []any{map[string]any{"path": "a", "content": "%%%", "encoding": "base64"}}}, "not valid base64"},
+		{"file unknown encoding", map[string]any{"language": "python", "code": "x", "files": []any{map[string]any{"path": "a", "content": "1", "encoding": "gzip"}}}, `unknown encoding "gzip"`},
+		{"too many files", map[string]any{"language": "python", "code": "x", "files": []any{
+			map[string]any{"path": "1", "content": ""}, map[string]any{"path": "2", "content": ""}, map[string]any{"path": "3", "content": ""},
+			map[string]any{"path": "4", "content": ""}, map[string]any{"path": "5", "content": ""}, map[string]any{"path": "6", "content": ""}}}, "over the limit of 5; send fewer files (CODE_EXEC_MAX_FILES)"},
+		{"files too large", map[string]any{"language": "python", "code": "x", "files": []any{map[string]any{"path": "a", "content": strings.Repeat("x", 1025)}}}, "over the limit of 1.0 KiB; send fewer or smaller files (CODE_EXEC_MAX_FILES_BYTES)"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -400,11 +420,12 @@ func TestSchemaAndDecoderAgree(t *testing.T) {
 	if err := json.Unmarshal(executeTool(sandbox.Capabilities{}, &Options{}).RawInputSchema, &schema); err != nil {
 		t.Fatal(err)
 	}
-	if schema.Type != "object" || schema.AdditionalProperties == nil || *schema.AdditionalProperties || len(schema.Properties) != 4 {
+	if schema.Type != "object" || schema.AdditionalProperties == nil || *schema.AdditionalProperties || len(schema.Properties) != 5 {
 		t.Fatalf("schema = %+v", schema)
 	}
-	valid := map[string]any{"language": "python", "code": "print(1)", "stdin": "x", "timeout_seconds": 2}
-	wrong := map[string]any{"string": 7, "number": "7"}
+	valid := map[string]any{"language": "python", "code": "print(1)", "stdin": "x", "timeout_seconds": 2,
+		"files": []any{map[string]any{"path": "a.txt", "content": "x"}}}
+	wrong := map[string]any{"string": 7, "number": "7", "array": "x"}
 	opts := testOptions()
 	for name, raw := range schema.Properties {
 		var prop struct {
@@ -433,7 +454,7 @@ func TestSchemaAndDecoderAgree(t *testing.T) {
 	}
 	args := maps.Clone(valid)
 	args["network"] = true
-	if _, err := DecodeExecuteArgs(args, opts); err == nil || !strings.Contains(err.Error(), "takes language, code, stdin and timeout_seconds") {
+	if _, err := DecodeExecuteArgs(args, opts); err == nil || !strings.Contains(err.Error(), "takes language, code, stdin, timeout_seconds and files") {
 		t.Errorf("a property outside the schema: %v", err)
 	}
 }

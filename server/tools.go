@@ -16,6 +16,7 @@ import (
 
 	"github.com/codeexec/codeexec/approvals"
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/artifacts"
 	"github.com/codeexec/codeexec/sandbox/egress"
 	"github.com/codeexec/codeexec/sandbox/pypolicy"
 	"github.com/codeexec/codeexec/sandbox/sessions"
@@ -82,7 +83,32 @@ var executeOutputSchema = `{
       "required": ["reached", "refused"]
     },
     "session_id": {"type": "string", "description": "The session the code ran in, if any."},
-    "state_lost": {"type": "boolean", "description": "In a session: the call stopped the interpreter, so the variables of earlier calls are gone (the files stay)."}
+    "state_lost": {"type": "boolean", "description": "In a session: the call stopped the interpreter, so the variables of earlier calls are gone (the files stay)."},
+    "artifacts": {
+      "type": "array",
+      "description": "Files the program created or changed in its working directory. Images also come as image content, small text files as embedded resources, others as resource links; resources/read serves each uri for a while.",
+      "items": {
+        "type": "object",
+        "properties": {
+          "path": {"type": "string", "description": "Relative to the working directory."},
+          "size": {"type": "integer", "description": "Bytes."},
+          "mime_type": {"type": "string"},
+          "sha256": {"type": "string", "description": "Hex SHA-256 of the content."},
+          "uri": {"type": "string", "description": "codeexec://runs/<run id>/<path>, served by resources/read; absent when the file could not be kept."}
+        },
+        "required": ["path", "size", "mime_type", "sha256"]
+      }
+    },
+    "artifacts_omitted": {
+      "type": "array",
+      "description": "Files that changed but were not brought back, and why (a cap, a symbolic link, a special file).",
+      "items": {
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "size": {"type": "integer"}, "reason": {"type": "string"}},
+        "required": ["path", "reason"]
+      }
+    },
+    "artifacts_note": {"type": "string", "description": "What was left out of artifacts, in a sentence or two."}
   },
   "required": ["exit_code", "stdout", "stderr", "timed_out", "oom_killed", "truncated", "duration_ms", "sandbox"]
 }`
@@ -114,6 +140,18 @@ var infoOutputSchema = `{
     },
     "approval": {"type": "string"},
     "protections": {"type": "array", "items": {"type": "object"}},
+    "workspace": {
+      "type": "object",
+      "description": "the operator's project folder that every run sees (CODE_EXEC_WORKSPACE); absent when there is none",
+      "properties": {
+        "path": {"type": "string", "description": "where runs see it; the WORKSPACE variable says so too"},
+        "host_dir": {"type": "string"},
+        "writable": {"type": "boolean"},
+        "enforced": {"type": "boolean", "description": "read-only really is read-only for runs"},
+        "detail": {"type": "string"}
+      },
+      "required": ["path", "host_dir", "writable", "enforced"]
+    },
     "boundaries": {
       "type": "object",
       "description": "which boundaries between a run and the host hold, said the same way in every mode",
@@ -158,6 +196,11 @@ type ExecuteOutput struct {
 	Network   *egress.Report `json:"network,omitempty"`
 	SessionID string         `json:"session_id,omitempty"`
 	StateLost bool           `json:"state_lost,omitempty"`
+	// Artifacts are the files the run created or changed, ArtifactsOmitted
+	// those it left out, and ArtifactsNote says so in words.
+	Artifacts        []ArtifactOutput     `json:"artifacts,omitempty"`
+	ArtifactsOmitted []artifacts.Omission `json:"artifacts_omitted,omitempty"`
+	ArtifactsNote    string               `json:"artifacts_note,omitempty"`
 }
 
 // executeTool declares code_execute from the runner's capabilities: the
@@ -175,7 +218,8 @@ func executeTool(caps sandbox.Capabilities, o *Options) mcp.Tool {
 	}
 	desc := "Run a short program and return its stdout, stderr and exit code. " +
 		"Languages: " + languageList(caps.Languages) + ". " + slate +
-		"Print results to stdout. Limits (time, memory, output) apply; call sandbox_info to see them."
+		"Print results to stdout. Files given in the files argument are written into its working directory first, and files the program writes there come back (charts as images). " +
+		"Limits (time, memory, output, files) apply; call sandbox_info to see them."
 	return mcp.Tool{
 		Name:            ToolExecute,
 		Title:           "Execute code",
@@ -291,8 +335,18 @@ func (s *Server) execute(ctx context.Context, req mcp.CallToolRequest) *mcp.Call
 		Code:     args.Code,
 		Stdin:    args.Stdin,
 		Limits:   limits,
+		Files:    args.Files,
+	}
+	if s.opts.Artifacts.MaxArtifacts > 0 {
+		o := s.opts.Artifacts
+		runReq.Artifacts = &o
 	}
 	var inSession sandbox.Runner
+	if args.SessionID != "" && len(args.Files) > 0 {
+		// A session's calls run in its own directory, which files do not
+		// reach yet: say so rather than drop them.
+		return mcp.NewToolResultError("files cannot be sent with session_id yet: send them in a call without session_id, or write them from the session's code")
+	}
 	if args.SessionID != "" {
 		// The session must be the caller's before anyone is asked to
 		// approve code for it.
@@ -317,6 +371,9 @@ func (s *Server) execute(ctx context.Context, req mcp.CallToolRequest) *mcp.Call
 		return mcpserver.NewInputRequestBuilder(input.State).Elicit(approvalInputID, elicitation(input.Ask)).ToolResult()
 	case err != nil && args.SessionID != "" && isSessionError(err):
 		return mcp.NewToolResultError(sessionErrorMessage(err))
+	case errors.Is(err, artifacts.ErrInvalidFile):
+		s.log.Info("request rejected", "tool", ToolExecute, "reason", err.Error())
+		return mcp.NewToolResultError(filesErrorMessage(err))
 	case err != nil:
 		msg := runErrorMessage(err, args)
 		_, isApproval := approvalErrorMessage(err)
@@ -343,10 +400,16 @@ func (s *Server) execute(ctx context.Context, req mcp.CallToolRequest) *mcp.Call
 		SessionID:  args.SessionID,
 		StateLost:  res.StateLost,
 	}
+	var extra []mcp.Content
+	out.Artifacts, extra, out.ArtifactsNote = s.artifactResults(ctx, res.Artifacts)
+	if res.Artifacts != nil {
+		out.ArtifactsOmitted = res.Artifacts.Omitted
+	}
 	s.log.Info("run", "language", args.Language, "sandbox", res.Sandbox, "session", args.SessionID, "state_lost", res.StateLost, "exit_code", res.ExitCode,
-		"duration_ms", out.DurationMS, "limit", res.LimitHit(), "stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr))
+		"duration_ms", out.DurationMS, "limit", res.LimitHit(), "stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr),
+		"files_in", len(args.Files), "artifacts", len(out.Artifacts))
 	result := &mcp.CallToolResult{
-		Content:           []mcp.Content{mcp.NewTextContent(RenderText(out, args.Timeout, formatBytes(s.opts.Limits.OutputBytes)))},
+		Content:           append([]mcp.Content{mcp.NewTextContent(RenderText(out, args.Timeout, formatBytes(s.opts.Limits.OutputBytes)))}, extra...),
 		StructuredContent: out,
 		IsError:           res.LimitHit() != "",
 	}
@@ -422,6 +485,18 @@ func RenderText(o ExecuteOutput, timeout time.Duration, outputCap string) string
 	}
 	if o.StateLost {
 		fmt.Fprintf(&b, " The session's interpreter was stopped, so the variables of earlier calls are lost; its files remain, and the next call in session %s starts a fresh interpreter.", o.SessionID)
+	}
+	if len(o.Artifacts) > 0 {
+		b.WriteString("\n\nFiles the run made or changed:")
+		for _, a := range o.Artifacts {
+			fmt.Fprintf(&b, "\n- %s (%s, %s)", a.Path, a.MIMEType, artifacts.FormatBytes(a.Size))
+			if a.URI != "" {
+				fmt.Fprintf(&b, " %s", a.URI)
+			}
+		}
+	}
+	if o.ArtifactsNote != "" {
+		b.WriteString("\n\n" + o.ArtifactsNote)
 	}
 	return b.String()
 }
@@ -514,7 +589,10 @@ type InfoOutput struct {
 	Approval      string               `json:"approval"`
 	Protections   []sandbox.Protection `json:"protections"`
 	Sessions      *InfoSessions        `json:"sessions,omitempty"`
-	Version       string               `json:"version"`
+	// Workspace says where runs see the operator's project folder, and
+	// whether they may change it; absent when there is none.
+	Workspace *sandbox.WorkspaceStatus `json:"workspace,omitempty"`
+	Version   string                   `json:"version"`
 }
 
 // InfoSessions is what sandbox_info says of sessions.
@@ -542,6 +620,12 @@ type InfoLimits struct {
 	// MaxTaskTimeoutSeconds is the cap of timeout_seconds for a call run
 	// as an MCP task (absent when tasks are off).
 	MaxTaskTimeoutSeconds float64 `json:"max_task_timeout_seconds,omitempty"`
+	// Files in (the files argument) and artifacts out.
+	MaxFiles           int     `json:"max_files"`
+	MaxFilesBytes      int64   `json:"max_files_bytes"`
+	MaxArtifacts       int     `json:"max_artifacts"`
+	MaxArtifactBytes   int64   `json:"max_artifact_bytes"`
+	ArtifactTTLSeconds float64 `json:"artifact_ttl_seconds"`
 }
 
 // Info builds sandbox_info's answer.
@@ -581,13 +665,27 @@ func (s *Server) Info() InfoOutput {
 			MaxStdinBytes:         o.MaxStdin,
 			MaxConcurrency:        o.MaxConcurrency,
 			MaxTaskTimeoutSeconds: taskCap,
+			MaxFiles:              o.Files.MaxFiles,
+			MaxFilesBytes:         o.Files.MaxTotalBytes,
+			MaxArtifacts:          o.Artifacts.MaxArtifacts,
+			MaxArtifactBytes:      o.Artifacts.MaxBytes,
+			ArtifactTTLSeconds:    s.artifactTTL().Seconds(),
 		},
 		Network:       network,
 		NetworkPolicy: caps.Egress,
 		Approval:      s.approvalDescription(),
 		Protections:   caps.Protections,
+		Workspace:     caps.Workspace,
 		Version:       o.Version,
 	}
+}
+
+// artifactTTL is how long the store keeps artifacts (0 without a store).
+func (s *Server) artifactTTL() time.Duration {
+	if s.opts.Store == nil {
+		return 0
+	}
+	return s.opts.Store.TTL()
 }
 
 func (s *Server) handleInfo(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {

@@ -110,7 +110,8 @@ func (s *Server) HTTPHandler(transport Transport, baseURL string) (http.Handler,
 	default:
 		return nil, nil, fmt.Errorf("transport %q is not served over HTTP", transport)
 	}
-	maxBody := s.opts.MaxCode + s.opts.MaxStdin*2 + 1<<20
+	// JSON escaping can double text; base64 adds a third to files.
+	maxBody := s.opts.MaxCode + s.opts.MaxStdin*2 + s.opts.Files.MaxTotalBytes*2 + 1<<20
 	var h http.Handler = limitBody(rejectInvalidUTF8(mux, sse, s.log), maxBody)
 	h = requireToken(h, s.opts.AuthToken)
 	root := http.NewServeMux()

@@ -25,6 +25,7 @@ import (
 	"github.com/codeexec/codeexec/approvals"
 	"github.com/codeexec/codeexec/configs"
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/artifacts"
 	"github.com/codeexec/codeexec/sandbox/docker"
 	"github.com/codeexec/codeexec/sandbox/egress/proxy"
 	"github.com/codeexec/codeexec/sandbox/host"
@@ -250,6 +251,9 @@ func serverOptions(cfg *configs.Config, log *slog.Logger, consoleURL string) ser
 		MaxCode:        int64(cfg.MaxCode),
 		MaxStdin:       int64(cfg.MaxStdin),
 		MaxConcurrency: cfg.MaxConcurrency,
+		Files:          artifacts.InputLimits{MaxFiles: cfg.MaxFiles, MaxTotalBytes: int64(cfg.MaxFilesBytes)},
+		Artifacts:      artifacts.Options{MaxArtifacts: cfg.MaxArtifacts, MaxBytes: int64(cfg.MaxArtifactBytes)},
+		Store:          artifacts.NewStore(cfg.ArtifactTTL, int64(cfg.ArtifactStore)),
 		AuthToken:      cfg.AuthToken,
 		Elicit:         elicit,
 		ElicitReason:   why,
@@ -387,16 +391,16 @@ func newRunner(ctx context.Context, cfg *configs.Config, log *slog.Logger) (sand
 	switch cfg.Sandbox {
 	case sandbox.ModeDocker:
 		return docker.New(ctx, docker.Config{Image: cfg.DockerImage, Runtime: cfg.DockerRuntime, Languages: cfg.Languages, Logger: log,
-			PoolSize: cfg.DockerPoolSize, PoolLimits: cfg.Limits(cfg.Timeout), Egress: egressProxy})
+			PoolSize: cfg.DockerPoolSize, PoolLimits: cfg.Limits(cfg.Timeout), Egress: egressProxy, Workspace: cfg.WorkspaceConfig()})
 	case sandbox.ModeProcess:
 		disable, err := process.ParseFeatures(cfg.ProcessDisable)
 		if err != nil {
 			return nil, err
 		}
 		return process.New(ctx, process.Config{Languages: cfg.Languages, WorkRoot: cfg.WorkDir, Logger: log, Disable: disable, Strict: cfg.ProcessStrict,
-			UIDRange: process.UIDRange{First: cfg.ProcessUIDRange.First, Last: cfg.ProcessUIDRange.Last}, Egress: egressProxy})
+			UIDRange: process.UIDRange{First: cfg.ProcessUIDRange.First, Last: cfg.ProcessUIDRange.Last}, Egress: egressProxy, Workspace: cfg.WorkspaceConfig()})
 	case sandbox.ModeNone:
-		return host.New(ctx, host.Config{Languages: cfg.Languages, WorkRoot: cfg.WorkDir, Logger: log, Egress: egressProxy})
+		return host.New(ctx, host.Config{Languages: cfg.Languages, WorkRoot: cfg.WorkDir, Logger: log, Egress: egressProxy, Workspace: cfg.WorkspaceConfig()})
 	}
 	return nil, fmt.Errorf("unknown sandbox mode %q", cfg.Sandbox)
 }
@@ -445,6 +449,9 @@ func announce(log *slog.Logger, cfg *configs.Config, caps sandbox.Capabilities) 
 	}
 	for _, p := range caps.Protections {
 		log.Info("protection", "name", p.Name, "active", p.Active, "detail", p.Detail)
+	}
+	if w := caps.Workspace; w != nil {
+		log.Info("workspace", "path", w.Path, "host_dir", w.HostDir, "writable", w.Writable, "enforced", w.Enforced, "detail", w.Detail)
 	}
 	for _, w := range caps.Warnings {
 		log.Warn("!!! " + w + " !!!")

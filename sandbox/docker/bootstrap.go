@@ -1,10 +1,13 @@
 package docker
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/artifacts"
 )
 
 // How a run container is fed and how it reports back.
@@ -22,14 +25,25 @@ import (
 //     server return the result as soon as the program has exited, without
 //     waiting for the engine to notice the exit (about 30-50 ms on a small
 //     host) and without asking the engine anything on the way.
+//     When the working directory (/tmp) holds anything besides the program
+//     file (main.<ext>, named on the supervisor's command line), the stdout trailer ends in " 1" instead of " 0" and is followed
+//     by a tar stream of it (GNU tar, sorted by name, links stored as links,
+//     never followed; the program file and the contents of hidden folders
+//     such as .cache left out), before the stderr trailer: that is how the
+//     artifacts of a run come back. A plain run, whose /tmp stays empty,
+//     costs nothing more than a shell glob.
 //   - The bootstrap is the interpreter itself, already loaded: python3 and
 //     node run a short program that writes one ready byte to stdout, then
-//     blocks reading the header "<code length in bytes> <language>\n" and
-//     exactly that many bytes of code from the attached stdin (never more:
-//     the rest of the stream is the program's standard input), writes the
-//     code to /tmp/main.<ext> (for tracebacks), writes one ack byte to stdout
-//     and runs the code as the main program. For bash, dash reads the header
-//     and the code and execs bash on the file.
+//     blocks reading the header "<code length in bytes> <language> <file
+//     count>\n", exactly that many bytes of code, and that many files from
+//     the attached stdin (never more: the rest of the stream is the
+//     program's standard input). Each file is a line "<length> <path>\n"
+//     and its bytes; the path is relative to /tmp, checked by the server
+//     (artifacts.Decode: no "..", no newline), and written there with the
+//     folders it needs. The bootstrap writes the code to /tmp/main.<ext>
+//     (for tracebacks), writes one ack byte to stdout and runs the code as
+//     the main program. For bash, dash reads the header, the code and the
+//     files and execs bash on the file.
 //
 // A container can therefore be created and started long before a request
 // arrives (see pool.go), and a run on it costs one write to the attach
@@ -55,7 +69,8 @@ const (
 )
 
 // supervisorScript is PID 1 of a run container: sh -c supervisorScript
-// codeexec-supervisor <nonce> <bootstrap command...>.
+// codeexec-supervisor <nonce> <program file name> <bootstrap command...>;
+// a program file name of "-" sends no archive (a session's bash call).
 //
 // The supervisor ignores every signal that can be ignored but SIGCHLD (the
 // program may signal its pid 1, and must not end the run that way), so that
@@ -65,7 +80,7 @@ const (
 // (sh ignores SIGINT and SIGQUIT in asynchronous lists too), so the program
 // starts with the dispositions it would have as a foreground command. The
 // number of OOM kills comes from the container's own memory cgroup (v2 or v1).
-const supervisorScript = `n=$1; shift
+const supervisorScript = `n=$1; p=$2; shift 2
 trap '' 1 2 3 4 5 6 7 8 10 11 12 13 14 15 16 20 21 22 23 24 25 26 27 28 29 30 31 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63 64
 exec 3<&0
 env --default-signal "$@" <&3 3<&- &
@@ -80,7 +95,15 @@ for f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control; 
     break
   fi
 done
-printf '%s %s %s\n' "$n" "$rc" "$o"
+a=0
+[ "$p" = - ] || for f in /tmp/* /tmp/.[!.]* /tmp/..?*; do
+  [ "$f" = "/tmp/$p" ] && continue
+  if [ -e "$f" ] || [ -L "$f" ]; then a=1; break; fi
+done
+printf '%s %s %s %s\n' "$n" "$rc" "$o" "$a"
+if [ "$a" = 1 ]; then
+  tar -C /tmp -c -f - --sort=name --anchored --exclude="./$p" --exclude='./.*/*' . 2>/dev/null
+fi
 printf '%s %s %s\n' "$n" "$rc" "$o" >&2
 `
 
@@ -92,26 +115,42 @@ def _codeexec_main():
     def fail(msg):
         os.write(2, b"codeexec: " + msg + b"\n")
         os._exit(125)
+    def line(what):
+        h = b""
+        while not h.endswith(b"\n"):
+            c = os.read(0, 1)
+            if not c:
+                fail(what)
+            h += c
+        return h[:-1]
+    def exactly(n, what):
+        b = bytearray()
+        while len(b) < n:
+            c = os.read(0, min(n - len(b), 1 << 20))
+            if not c:
+                fail(what)
+            b += c
+        return b
     os.write(1, b"\x16")
-    h = b""
-    while not h.endswith(b"\n"):
-        c = os.read(0, 1)
-        if not c:
-            fail(b"no program received")
-        h += c
+    h = line(b"no program received")
     try:
-        n, lang = h.split()
-        n = int(n)
-    except ValueError:
+        fields = h.split()
+        n, lang, nfiles = int(fields[0]), fields[1], int(fields[2])
+    except (ValueError, IndexError):
         fail(b"bad program header")
     if lang != b"python":
         fail(b"this container runs python, not " + lang)
-    code = bytearray()
-    while len(code) < n:
-        c = os.read(0, min(n - len(code), 1 << 20))
-        if not c:
-            fail(b"the program was cut short")
-        code += c
+    code = exactly(n, b"the program was cut short")
+    for _ in range(nfiles):
+        size, _, path = line(b"the files were cut short").partition(b" ")
+        data = exactly(int(size), b"the files were cut short")
+        path = b"/tmp/" + path
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(data)
+        except OSError as e:
+            fail(b"could not write " + path + b": " + str(e).encode())
     with open("/tmp/main.py", "wb") as f:
         f.write(code)
     os.write(1, b"\x06")
@@ -140,6 +179,7 @@ _codeexec_main()
 const javascriptBootstrap = `(function () {
   'use strict';
   const fs = require('fs');
+  const path = require('path');
   const Module = require('module');
   const fail = (m) => { fs.writeSync(2, 'codeexec: ' + m + '\n'); process.exit(125); };
   const wait = new Int32Array(new SharedArrayBuffer(4));
@@ -151,23 +191,42 @@ const javascriptBootstrap = `(function () {
       }
     }
   };
-  fs.writeSync(1, '\x16');
   const one = Buffer.alloc(1);
-  let h = '';
-  for (;;) {
-    if (read(one, 0, 1) === 0) fail('no program received');
-    if (one[0] === 10) break;
-    h += String.fromCharCode(one[0]);
-  }
-  const [ns, lang] = h.split(' ');
-  const len = Number(ns);
-  if (!/^[0-9]+$/.test(ns) || !Number.isSafeInteger(len)) fail('bad program header');
+  const line = (what) => {
+    const bytes = [];
+    for (;;) {
+      if (read(one, 0, 1) === 0) fail(what);
+      if (one[0] === 10) return Buffer.from(bytes).toString('utf8');
+      bytes.push(one[0]);
+    }
+  };
+  const exactly = (len, what) => {
+    const b = Buffer.alloc(len);
+    for (let off = 0; off < len;) {
+      const n = read(b, off, len - off);
+      if (n === 0) fail(what);
+      off += n;
+    }
+    return b;
+  };
+  const count = (s) => (/^[0-9]+$/.test(s) && Number.isSafeInteger(Number(s)) ? Number(s) : -1);
+  fs.writeSync(1, '\x16');
+  const [ns, lang, nfs] = line('no program received').split(' ');
+  const len = count(ns), nfiles = count(nfs);
+  if (len < 0 || nfiles < 0) fail('bad program header');
   if (lang !== 'javascript') fail('this container runs javascript, not ' + lang);
-  const code = Buffer.alloc(len);
-  for (let off = 0; off < len;) {
-    const n = read(code, off, len - off);
-    if (n === 0) fail('the program was cut short');
-    off += n;
+  const code = exactly(len, 'the program was cut short');
+  for (let i = 0; i < nfiles; i++) {
+    const h = line('the files were cut short');
+    const sp = h.indexOf(' ');
+    const size = count(h.slice(0, sp));
+    if (sp < 0 || size < 0) fail('bad file header');
+    const data = exactly(size, 'the files were cut short');
+    const file = '/tmp/' + h.slice(sp + 1);
+    try {
+      fs.mkdirSync(path.dirname(file), { recursive: true });
+      fs.writeFileSync(file, data);
+    } catch (e) { fail('could not write ' + file + ': ' + e.message); }
   }
   fs.writeFileSync('/tmp/main.js', code);
   fs.writeSync(1, '\x06');
@@ -180,12 +239,23 @@ const javascriptBootstrap = `(function () {
 
 // shellBootstrap is the bootstrap of bash: dash reads the header byte by
 // byte (its read builtin never reads past the line), GNU head copies exactly
-// the code, and bash runs the file. Its arguments are the bash command.
+// the code and each file, and bash runs the file. Its arguments are the
+// bash command.
 const shellBootstrap = `printf '\026'
-IFS=' ' read -r n lang || { echo "codeexec: no program received" >&2; exit 125; }
+IFS=' ' read -r n lang nf || { echo "codeexec: no program received" >&2; exit 125; }
 case "$n" in ''|*[!0-9]*) echo "codeexec: bad program header" >&2; exit 125;; esac
+case "$nf" in ''|*[!0-9]*) echo "codeexec: bad program header" >&2; exit 125;; esac
 [ "$lang" = bash ] || { echo "codeexec: this container runs bash, not $lang" >&2; exit 125; }
 head -c "$n" > /tmp/main.sh || exit 125
+i=0
+while [ "$i" -lt "$nf" ]; do
+  IFS= read -r h || { echo "codeexec: the files were cut short" >&2; exit 125; }
+  size=${h%% *}; f=/tmp/${h#* }
+  case "$size" in ''|*[!0-9]*) echo "codeexec: bad file header" >&2; exit 125;; esac
+  case "${h#* }" in */*) mkdir -p "${f%/*}" || exit 125;; esac
+  head -c "$size" > "$f" || exit 125
+  i=$((i+1))
+done
 printf '\006'
 exec "$@" /tmp/main.sh
 `
@@ -204,12 +274,23 @@ func runCommand(lang string, in sandbox.Interpreter, nonce string) []string {
 	default: // bash, and any shell-like language: the file is the last argument
 		child = append([]string{"/bin/sh", "-c", shellBootstrap, "codeexec-bootstrap"}, interp...)
 	}
-	return append([]string{"/bin/sh", "-c", supervisorScript, "codeexec-supervisor", nonce}, child...)
+	return append([]string{"/bin/sh", "-c", supervisorScript, "codeexec-supervisor", nonce, spec.FileName}, child...)
 }
 
 // programHeader is the line that precedes the code on stdin.
-func programHeader(lang string, codeLen int) string {
-	return fmt.Sprintf("%d %s\n", codeLen, lang)
+func programHeader(lang string, codeLen, files int) string {
+	return fmt.Sprintf("%d %s %d\n", codeLen, lang, files)
+}
+
+// fileRecords is what follows the code on stdin: each file as a line
+// "<length> <path>\n" and its bytes. Paths come from artifacts.Decode: clean,
+// relative, without a newline.
+func fileRecords(files []artifacts.Input) io.Reader {
+	rs := make([]io.Reader, 0, 2*len(files))
+	for _, f := range files {
+		rs = append(rs, strings.NewReader(fmt.Sprintf("%d %s\n", len(f.Data), f.Path)), bytes.NewReader(f.Data))
+	}
+	return io.MultiReader(rs...)
 }
 
 // shellQuote quotes s for a POSIX shell.

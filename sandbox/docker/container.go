@@ -3,12 +3,14 @@ package docker
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
 
@@ -75,6 +77,14 @@ var containerEnv = []string{
 	"TMPDIR=/tmp",
 }
 
+// containerEnv is containerEnv, and WORKSPACE when there is a workspace.
+func (r *Runner) containerEnv() []string {
+	if r.cfg.Workspace == nil {
+		return containerEnv
+	}
+	return append(slices.Clone(containerEnv), sandbox.WorkspaceVariable+"="+sandbox.WorkspacePath)
+}
+
 // tmpfsOptions are the mount options of /tmp besides its size. noexec stops
 // a program from writing a binary and running it directly; interpreters
 // still run the program file, which is given to them as an argument.
@@ -92,7 +102,7 @@ func (r *Runner) configs(spec containerSpec) (*container.Config, *container.Host
 		User:         r.user,
 		Hostname:     "sandbox",
 		Entrypoint:   spec.cmd,
-		Env:          containerEnv,
+		Env:          r.containerEnv(),
 		WorkingDir:   "/tmp",
 		AttachStdin:  true,
 		AttachStdout: true,
@@ -116,7 +126,7 @@ func (r *Runner) configs(spec containerSpec) (*container.Config, *container.Host
 	}
 	host := r.hostConfig(spec.limits)
 	if spec.egress {
-		cfg.Env = append(append([]string{}, containerEnv...), egressEnv()...)
+		cfg.Env = append(slices.Clone(r.containerEnv()), egressEnv()...)
 	}
 	return cfg, host
 }
@@ -138,6 +148,15 @@ func (r *Runner) hostConfig(lim sandbox.Limits) *container.HostConfig {
 		LogConfig:      container.LogConfig{Type: "none"}, // output goes to the attached stream only
 		Runtime:        r.cfg.Runtime,
 		RestartPolicy:  container.RestartPolicy{Name: container.RestartPolicyDisabled},
+	}
+	if w := r.cfg.Workspace; w != nil {
+		host.Mounts = append(host.Mounts, mount.Mount{
+			Type:        mount.TypeBind,
+			Source:      w.Dir,
+			Target:      sandbox.WorkspacePath,
+			ReadOnly:    !w.Writable,
+			BindOptions: &mount.BindOptions{NonRecursive: !w.Writable},
+		})
 	}
 	// /dev/shm is writable tmpfs too; keep it no larger than /tmp.
 	host.ShmSize = 64 << 20

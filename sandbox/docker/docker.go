@@ -115,6 +115,11 @@ type Config struct {
 	// PoolSize is how many warm containers to keep per enabled language
 	// (CODE_EXEC_DOCKER_POOL_SIZE); 0 creates every container on demand.
 	PoolSize int
+	// Workspace is the operator's project folder on the engine's host
+	// (CODE_EXEC_WORKSPACE), bound at sandbox.WorkspacePath in every
+	// container; nil for none. A read-only bind is not recursive, so that
+	// no mount below it is writable either.
+	Workspace *sandbox.Workspace
 	// PoolLimits are the limits the server asks for (only the container's
 	// own limits matter: memory, CPUs, processes, open files, file size).
 	// Warm containers are created with them, and a request with other

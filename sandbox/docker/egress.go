@@ -189,7 +189,7 @@ func (r *Runner) prepareEgress(ctx context.Context) error {
 	if err != nil {
 		return fail(err.Error())
 	}
-	res, err, _ := r.exchange(ctx, s, strings.NewReader(""), probeLimits, nil, false)
+	res, err, _ := r.exchange(ctx, s, strings.NewReader(""), probeLimits, nil, nil, false)
 	rep := s.egress.close()
 	r.discard(s)
 	switch {

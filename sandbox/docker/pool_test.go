@@ -522,7 +522,7 @@ func TestTrailerScanner(t *testing.T) {
 			var line string
 			var found bool
 			for _, ch := range c.chunks {
-				if l, ok := sc.feed([]byte(ch), func(b []byte) { out.Write(b) }); ok {
+				if l, _, ok := sc.feed([]byte(ch), func(b []byte) { out.Write(b) }); ok {
 					line, found = l, true
 				}
 			}

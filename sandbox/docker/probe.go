@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/datascience"
 )
 
 // probeLimits bound the one container that New runs to find the interpreters.
@@ -39,6 +41,11 @@ func probeScript(enabled []string) string {
 			name, shellQuoteAll(spec.Interpreters))
 		fmt.Fprintf(&b, "if [ -n \"$found\" ]; then echo \"$found\"; \"$found\" %s </dev/null 2>&1; echo \"@@rc $?\"; else echo '@@missing'; fi\necho '@@end'\n",
 			shellQuoteAll(spec.ProbeArgs))
+		if name == "python" {
+			// Which notable packages programs can import (find_spec: no import).
+			fmt.Fprintf(&b, "if [ -n \"$found\" ]; then echo \"@@packages $(\"$found\" -I -B -c %s %s </dev/null 2>/dev/null)\"; fi\n",
+				shellQuote(datascience.ProbeProgram), shellQuoteAll(datascience.NotablePackages))
+		}
 	}
 	return b.String()
 }
@@ -52,7 +59,7 @@ func (r *Runner) probe(ctx context.Context) ([]sandbox.LanguageStatus, error) {
 	if err != nil {
 		return nil, fmt.Errorf("docker: probing the interpreters in %s: %w", r.cfg.Image, err)
 	}
-	res, err, _ := r.exchange(ctx, s, strings.NewReader(""), probeLimits, nil, false)
+	res, err, _ := r.exchange(ctx, s, strings.NewReader(""), probeLimits, nil, nil, false)
 	r.discard(s)
 	if err != nil {
 		return nil, fmt.Errorf("docker: probing the interpreters in %s: %w", r.cfg.Image, err)
@@ -75,8 +82,14 @@ func (r *Runner) parseProbe(out string) ([]sandbox.LanguageStatus, error) {
 	var cur *found
 	uid := ""
 	envsig := false
+	var pkgs []sandbox.Package
 	for _, line := range strings.Split(out, "\n") {
 		switch {
+		case strings.HasPrefix(line, "@@packages "):
+			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "@@packages ")), &pkgs); err != nil {
+				r.log.Warn("could not tell which python packages the image has", "err", err)
+				pkgs = nil
+			}
 		case strings.HasPrefix(line, "@@uid "):
 			uid = strings.TrimSpace(strings.TrimPrefix(line, "@@uid "))
 		case line == "@@envsig":
@@ -127,6 +140,9 @@ func (r *Runner) parseProbe(out string) ([]sandbox.LanguageStatus, error) {
 			}
 			r.interps[name] = in
 			st.Available, st.Version, st.Interpreter = true, in.Version, in.Path
+			if name == "python" {
+				st.Packages = pkgs
+			}
 		}
 		statuses = append(statuses, st)
 	}
@@ -176,6 +192,11 @@ func (r *Runner) capabilities(langs []sandbox.LanguageStatus) sandbox.Capabiliti
 		warnings = append(warnings, "code runs as root inside the container")
 	}
 	warnings = append(warnings, e.warnings...)
+	var ws *sandbox.WorkspaceStatus
+	if w := r.cfg.Workspace; w != nil {
+		ws = &sandbox.WorkspaceStatus{Path: sandbox.WorkspacePath, HostDir: w.Dir, Writable: w.Writable, Enforced: true,
+			Detail: "a bind mount at " + sandbox.WorkspacePath + ifElse(w.Writable, ", read-write", ", read-only and not recursive (mounts below the folder are not carried over)") + "; code runs as uid " + r.uid + ", so the folder's permissions apply"}
+	}
 	runtime := e.runtime
 	return sandbox.Capabilities{
 		Mode: sandbox.ModeDocker,
@@ -191,7 +212,15 @@ func (r *Runner) capabilities(langs []sandbox.LanguageStatus) sandbox.Capabiliti
 		Languages:   langs,
 		Protections: ps,
 		Warnings:    warnings,
+		Workspace:   ws,
 	}
+}
+
+func ifElse(c bool, a, b string) string {
+	if c {
+		return a
+	}
+	return b
 }
 
 func memoryDetail(e engineFacts) string {

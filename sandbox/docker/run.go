@@ -11,11 +11,24 @@ import (
 	"time"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/artifacts"
+	"github.com/codeexec/codeexec/sandbox/internal/executor"
 )
 
 // drainTimeout bounds how long output may keep arriving after the
 // container has stopped.
 const drainTimeout = 5 * time.Second
+
+// archiveTimeout bounds how long the archive of a run's working directory
+// may take to arrive after the program has ended (the program's own timeout
+// does not count it).
+const archiveTimeout = 30 * time.Second
+
+// collectSpec asks exchange for the artifacts of a run.
+type collectSpec struct {
+	before artifacts.Snapshot
+	opts   artifacts.Options
+}
 
 // Run runs req in a container of its own and removes the container after
 // it returns, whatever happened. With a pool, the container is a warm one
@@ -40,6 +53,15 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		st, _ := r.caps.Language(lang)
 		return nil, fmt.Errorf("docker: %w: %s cannot run in the image %s: %s", sandbox.ErrLanguageUnavailable, lang, r.cfg.Image, st.Reason)
 	}
+	if err := sandbox.CheckFiles(lang, req.Files); err != nil {
+		return nil, err
+	}
+	var art *collectSpec
+	if req.Artifacts != nil {
+		opts := *req.Artifacts
+		opts.Ignore = executor.IgnoreProgram(sandbox.Languages[lang].FileName, opts.Ignore)
+		art = &collectSpec{before: artifacts.SnapshotOf(req.Files), opts: opts}
+	}
 	if err := r.beginRun(); err != nil {
 		return nil, err
 	}
@@ -49,15 +71,16 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	}
 	input := func() io.Reader {
 		return io.MultiReader(
-			strings.NewReader(programHeader(lang, len(req.Code))),
+			strings.NewReader(programHeader(lang, len(req.Code), len(req.Files))),
 			strings.NewReader(req.Code),
+			fileRecords(req.Files),
 			strings.NewReader(req.Stdin),
 		)
 	}
 
 	if s := r.pool.take(lang, req.Limits); s != nil {
 		r.observe(s.id, true)
-		res, err, fault := r.exchange(ctx, s, input(), req.Limits, req.Observe, true)
+		res, err, fault := r.exchange(ctx, s, input(), req.Limits, req.Observe, art, true)
 		if !fault {
 			r.networkReport(s, res)
 		}
@@ -77,7 +100,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	}
 	r.observe(s.id, false)
 	defer r.release(s)
-	res, err, _ := r.exchange(ctx, s, input(), req.Limits, req.Observe, false)
+	res, err, _ := r.exchange(ctx, s, input(), req.Limits, req.Observe, art, false)
 	r.networkReport(s, res)
 	return res, err
 }
@@ -111,11 +134,38 @@ func (r *Runner) observe(id string, warm bool) {
 //
 // fault is set when a warm session (warm) ended before its bootstrap took
 // the program: the program never ran, and the run may be retried elsewhere.
-func (r *Runner) exchange(ctx context.Context, s *session, input io.Reader, lim sandbox.Limits, observe sandbox.ObserveFunc, warm bool) (res *sandbox.Result, err error, fault bool) {
+//
+// With art, the archive of the working directory that the supervisor sends
+// after the program has ended is read into Result.Artifacts; the program's
+// timeout does not bound it (archiveTimeout does).
+func (r *Runner) exchange(ctx context.Context, s *session, input io.Reader, lim sandbox.Limits, observe sandbox.ObserveFunc, art *collectSpec, warm bool) (res *sandbox.Result, err error, fault bool) {
 	overflow := make(chan struct{})
 	var overflowOnce sync.Once
 	out := sandbox.NewOutput(lim.OutputBytes, func() { overflowOnce.Do(func() { close(overflow) }) }).Observe(observe)
 	s.out.attach(out)
+	if art != nil {
+		s.out.collect(art.before, art.opts)
+	}
+	collected := func() *artifacts.Collection {
+		if art == nil {
+			return nil
+		}
+		t := time.NewTimer(archiveTimeout)
+		defer t.Stop()
+		stop, returned := make(chan struct{}), make(chan struct{})
+		defer close(returned)
+		go func() {
+			select {
+			case <-t.C:
+			case <-r.done:
+			case <-ctx.Done():
+			case <-returned:
+				return
+			}
+			close(stop)
+		}()
+		return s.out.artifacts(stop)
+	}
 
 	started := time.Now()
 	go func() {
@@ -142,6 +192,24 @@ func (r *Runner) exchange(ctx context.Context, s *session, input io.Reader, lim 
 	select {
 	case <-s.out.done:
 		finished = true
+	case <-s.out.ended:
+		// The program has ended; what remains is the supervisor's archive
+		// of the working directory and its stderr trailer.
+		res.Duration = time.Since(started)
+		t := time.NewTimer(archiveTimeout)
+		select {
+		case <-s.out.done:
+			finished = true
+		case <-s.exitedC:
+			exited = true
+		case <-t.C:
+			finished = true // the stdout trailer told how the program ended
+		case <-ctx.Done():
+			runErr = fmt.Errorf("docker: run cancelled: %w", ctx.Err())
+		case <-r.done:
+			runErr = fmt.Errorf("docker: %w while the run was in flight", sandbox.ErrClosed)
+		}
+		t.Stop()
 	case <-s.exitedC:
 		exited = true
 	case <-timeout:
@@ -153,7 +221,9 @@ func (r *Runner) exchange(ctx context.Context, s *session, input io.Reader, lim 
 	case <-r.done:
 		runErr = fmt.Errorf("docker: %w while the run was in flight", sandbox.ErrClosed)
 	}
-	res.Duration = time.Since(started)
+	if res.Duration == 0 {
+		res.Duration = time.Since(started)
+	}
 
 	if finished {
 		status, ooms := s.out.trailer()
@@ -174,6 +244,7 @@ func (r *Runner) exchange(ctx context.Context, s *session, input io.Reader, lim 
 			res.Signal = "killed"
 		}
 		out.Fill(res)
+		res.Artifacts = collected()
 		return res, nil, false
 	}
 
@@ -205,6 +276,9 @@ func (r *Runner) exchange(ctx context.Context, s *session, input io.Reader, lim 
 		// The program ended by itself and the trailer came in after the
 		// engine reported the exit.
 		res.ExitCode, _ = s.out.trailer()
+		if runErr == nil {
+			res.Artifacts = collected()
+		}
 		return r.finishFromEngine(s, res, w, false, runErr)
 	}
 	if warm && runErr == nil && !s.out.wasAcked() {

@@ -56,7 +56,7 @@ const (
 	// sessionBashBootstrap is the bootstrap of a bash call: as the run's
 	// (shellBootstrap), with the program in /dev/shm.
 	sessionBashBootstrap = `printf '\026'
-IFS=' ' read -r n lang || { echo "codeexec: no program received" >&2; exit 125; }
+IFS=' ' read -r n lang _ || { echo "codeexec: no program received" >&2; exit 125; }
 case "$n" in ''|*[!0-9]*) echo "codeexec: bad program header" >&2; exit 125;; esac
 f=/dev/shm/codeexec-call.sh
 head -c "$n" > "$f" || exit 125
@@ -289,7 +289,9 @@ func (s *containerSession) execFresh(ctx context.Context, req sandbox.Request) (
 	nonce := trailerTag + newNonce()
 	in := s.r.interps[lang]
 	child := append([]string{"/bin/sh", "-c", sessionBashBootstrap, "codeexec-bootstrap", in.Path}, sandbox.Languages[lang].Args...)
-	cmd := append([]string{"/bin/sh", "-c", supervisorScript, "codeexec-supervisor", nonce}, child...)
+	// "-": no program file to leave out, and no archive of the working
+	// directory (a session's files stay where they are).
+	cmd := append([]string{"/bin/sh", "-c", supervisorScript, "codeexec-supervisor", nonce, "-"}, child...)
 	_, att, err := s.execIn(ctx, cmd)
 	if err != nil {
 		return nil, err
@@ -308,7 +310,7 @@ func (s *containerSession) execFresh(ctx context.Context, req sandbox.Request) (
 		close(readC)
 	}()
 	go func() {
-		_, _ = io.Copy(att.Conn, io.MultiReader(strings.NewReader(programHeader(lang, len(req.Code))), strings.NewReader(req.Code), strings.NewReader(req.Stdin)))
+		_, _ = io.Copy(att.Conn, io.MultiReader(strings.NewReader(programHeader(lang, len(req.Code), 0)), strings.NewReader(req.Code), strings.NewReader(req.Stdin)))
 		_ = att.CloseWrite()
 	}()
 	var timer <-chan time.Time

@@ -2,11 +2,14 @@ package docker
 
 import (
 	"bytes"
+	"errors"
+	"io"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/artifacts"
 )
 
 // earlyLimit bounds what a container may write before a run takes it.
@@ -30,14 +33,29 @@ type streams struct {
 
 	ready chan struct{} // closed when the ready byte arrived
 	acked chan struct{} // closed when the ack byte arrived
+	ended chan struct{} // closed when the trailer arrived on stdout: the program has ended
 	done  chan struct{} // closed when the trailer arrived on both streams
 	bad   string        // a protocol violation, for the log
 
 	status, ooms int // from the trailer; ooms is -1 when the container could not tell
+
+	// The archive of the working directory that follows the stdout
+	// trailer, when a run asked for its artifacts (collect).
+	archive   *io.PipeWriter // nil until the trailer announced one, and once it ended
+	collector *collector     // nil unless the run asked
+}
+
+// collector reads the archive of a run's working directory as it arrives
+// and keeps what artifacts.Collect finds in it.
+type collector struct {
+	r      *io.PipeReader
+	w      *io.PipeWriter
+	done   chan struct{}
+	result *artifacts.Collection
 }
 
 func newStreams(framed bool, nonce string) *streams {
-	st := &streams{framed: framed, ready: make(chan struct{}), acked: make(chan struct{}), done: make(chan struct{})}
+	st := &streams{framed: framed, ready: make(chan struct{}), acked: make(chan struct{}), ended: make(chan struct{}), done: make(chan struct{})}
 	if framed {
 		for i := range st.scan {
 			st.scan[i].needle = []byte(nonce + " ")
@@ -60,6 +78,64 @@ func (st *streams) attach(out *sandbox.Output) {
 	}
 	st.early[0].Reset()
 	st.early[1].Reset()
+}
+
+// collect asks for the artifacts of the run: the archive that follows the
+// stdout trailer is read, as it arrives, by artifacts.Collect with before
+// and opts. Call it before the run's input is sent; artifacts returns the
+// result.
+func (st *streams) collect(before artifacts.Snapshot, opts artifacts.Options) {
+	r, w := io.Pipe()
+	c := &collector{r: r, w: w, done: make(chan struct{})}
+	go func() {
+		res, err := artifacts.Collect(artifacts.TarSource{R: r}, before, opts)
+		if err != nil {
+			res.Incomplete = "the archive of the working directory could not be read to the end (" + err.Error() + ")"
+		}
+		c.result = res
+		close(c.done)
+		// What follows the end of the archive (tar's padding) is dropped,
+		// until the stream ends.
+		_, _ = io.Copy(io.Discard, r)
+	}()
+	st.mu.Lock()
+	st.collector = c
+	st.mu.Unlock()
+}
+
+// artifacts waits until the archive has been read, at most until stop is
+// closed, and returns what was found (nil when the run did not ask). An
+// archive cut short by stop is reported in the Collection.
+func (st *streams) artifacts(stop <-chan struct{}) *artifacts.Collection {
+	st.mu.Lock()
+	c := st.collector
+	st.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	select {
+	case <-c.done:
+	case <-stop:
+		_ = c.r.CloseWithError(errArchiveAbandoned)
+		<-c.done
+	}
+	return c.result
+}
+
+// errArchiveAbandoned ends an archive that did not arrive in time;
+// errArchiveCut one that the container's output ended in the middle of.
+var (
+	errArchiveAbandoned = errors.New("it did not arrive in time")
+	errArchiveCut       = errors.New("the container's output ended in the middle of it")
+)
+
+// endArchiveLocked ends the archive being received (if any) with err, which
+// the collector sees if it still needs bytes; the caller holds mu.
+func (st *streams) endArchiveLocked(err error) {
+	if st.archive != nil {
+		_ = st.archive.CloseWithError(err)
+		st.archive = nil
+	}
 }
 
 // emit passes program output on; the caller holds mu.
@@ -105,14 +181,29 @@ func (st *streams) write(i int, p []byte) {
 	}
 	sc := &st.scan[i]
 	if sc.complete {
-		return // the supervisor is done: anything later is a leftover's
+		if i == 0 && st.archive != nil {
+			// Written without mu's protection being needed by the reader:
+			// the collector never takes mu.
+			_, _ = st.archive.Write(p)
+		}
+		return // the supervisor is done: anything else later is a leftover's
 	}
-	line, found := sc.feed(p, func(b []byte) { st.emit(i, b) })
+	line, rest, found := sc.feed(p, func(b []byte) { st.emit(i, b) })
 	if !found {
 		return
 	}
 	if i == 0 {
-		st.status, st.ooms = parseTrailer(line)
+		var archive bool
+		st.status, st.ooms, archive = parseTrailer(line)
+		if st.collector != nil {
+			if archive {
+				st.archive = st.collector.w
+				_, _ = st.archive.Write(rest)
+			} else {
+				_ = st.collector.w.Close() // nothing in the working directory
+			}
+		}
+		close(st.ended)
 	}
 	if st.scan[0].complete && st.scan[1].complete {
 		close(st.done)
@@ -124,6 +215,14 @@ func (st *streams) write(i int, p []byte) {
 func (st *streams) end() {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	// A complete archive has been read to its end marker by now (a pipe
+	// write returns once the reader has the bytes), so only a reader that
+	// still needs bytes sees this error: the archive was cut short. A pipe
+	// already closed (no archive came) keeps its end.
+	st.endArchiveLocked(errArchiveCut)
+	if st.collector != nil {
+		_ = st.collector.w.CloseWithError(errArchiveCut)
+	}
 	for i := range st.scan {
 		if !st.scan[i].complete {
 			st.emit(i, st.scan[i].pend)
@@ -149,10 +248,12 @@ func (st *streams) wasAcked() bool {
 	}
 }
 
-// parseTrailer reads "<status> <oom kills>"; an unreadable count is -1.
-func parseTrailer(line string) (status, ooms int) {
+// parseTrailer reads "<status> <oom kills>[ <archive follows>]"; an
+// unreadable count is -1.
+func parseTrailer(line string) (status, ooms int, archive bool) {
 	f := strings.Fields(line)
 	status, ooms = -1, -1
+	archive = len(f) >= 3 && f[2] == "1"
 	if len(f) >= 1 {
 		if n, err := strconv.Atoi(f[0]); err == nil {
 			status = n
@@ -163,7 +264,7 @@ func parseTrailer(line string) (status, ooms int) {
 			ooms = n
 		}
 	}
-	return status, ooms
+	return status, ooms, archive
 }
 
 // partialNeedle returns the length of the longest tail of p that is a
@@ -189,8 +290,9 @@ type trailerScanner struct {
 }
 
 // feed consumes p, passing program output to emit. It returns the trailer
-// line (without the needle and the newline) once it is complete.
-func (sc *trailerScanner) feed(p []byte, emit func([]byte)) (string, bool) {
+// line (without the needle and the newline) once it is complete, and what
+// followed the newline in p.
+func (sc *trailerScanner) feed(p []byte, emit func([]byte)) (string, []byte, bool) {
 	if !sc.found {
 		sc.pend = append(sc.pend, p...)
 		i := bytes.Index(sc.pend, sc.needle)
@@ -201,7 +303,7 @@ func (sc *trailerScanner) feed(p []byte, emit func([]byte)) (string, bool) {
 				emit(sc.pend[:len(sc.pend)-keep])
 				sc.pend = append([]byte(nil), sc.pend[len(sc.pend)-keep:]...)
 			}
-			return "", false
+			return "", nil, false
 		}
 		emit(sc.pend[:i])
 		p = sc.pend[i+len(sc.needle):]
@@ -211,12 +313,12 @@ func (sc *trailerScanner) feed(p []byte, emit func([]byte)) (string, bool) {
 	if j := bytes.IndexByte(p, '\n'); j >= 0 {
 		sc.line = append(sc.line, p[:j]...)
 		sc.complete = true
-		return string(sc.line), true
+		return string(sc.line), p[j+1:], true
 	}
 	if len(sc.line)+len(p) <= maxTrailer {
 		sc.line = append(sc.line, p...)
 	}
-	return "", false
+	return "", nil, false
 }
 
 // streamWriter is one stream of a streams, for stdcopy.

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/datascience"
 	"github.com/codeexec/codeexec/sandbox/egress"
 	"github.com/codeexec/codeexec/sandbox/egress/proxy"
 	"github.com/codeexec/codeexec/sandbox/internal/executor"
@@ -39,6 +40,10 @@ type Config struct {
 	// programs to (CODE_EXEC_NETWORK=allowlist). Nothing makes programs use
 	// it: in mode none the allowlist is advice, not a boundary.
 	Egress *proxy.Proxy
+	// Workspace is the operator's project folder (CODE_EXEC_WORKSPACE);
+	// nil for none. Runs see it at its own path, with the server's
+	// permissions: mode none cannot make it read-only.
+	Workspace *sandbox.Workspace
 }
 
 // EgressWarning is what sandbox_info says about an allowlist in mode none.
@@ -53,6 +58,10 @@ type Runner struct {
 	log      *slog.Logger
 	runs     *executor.RunGroup
 	egress   *proxy.Proxy
+	// python is the environment python runs use (the figure hook), or nil.
+	python *datascience.Env
+	// workspace is the operator's project folder, or nil.
+	workspace *sandbox.Workspace
 }
 
 var _ sandbox.Runner = (*Runner)(nil)
@@ -74,6 +83,25 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	}
 	interp, langs := sandbox.ResolveInterpreters(ctx, cfg.Languages, "")
 	r := &Runner{interp: interp, root: root, workRoot: wr, log: log, egress: cfg.Egress}
+	if in, ok := interp["python"]; ok {
+		var pkgs []sandbox.Package
+		r.python, pkgs = executor.PreparePython(ctx, root, in, log)
+		for i := range langs {
+			if langs[i].Name == "python" {
+				langs[i].Packages = pkgs
+			}
+		}
+	}
+	var ws *sandbox.WorkspaceStatus
+	if w := cfg.Workspace; w != nil {
+		if fi, err := os.Stat(w.Dir); err != nil || !fi.IsDir() || !filepath.IsAbs(w.Dir) {
+			_ = wr.Remove()
+			return nil, fmt.Errorf("mode none: the workspace %q is not an absolute path to a folder (CODE_EXEC_WORKSPACE): %v", w.Dir, err)
+		}
+		r.workspace = w
+		ws = &sandbox.WorkspaceStatus{Path: w.Dir, HostDir: w.Dir, Writable: w.Writable, Enforced: w.Writable,
+			Detail: "mode none: runs see it at its own path with the server's own permissions"}
+	}
 	r.runs = executor.NewRunGroup()
 	r.caps = sandbox.Capabilities{
 		Mode: sandbox.ModeNone,
@@ -90,7 +118,8 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 			{Name: "network isolation", Active: false},
 			{Name: "filesystem isolation", Active: false},
 		},
-		Warnings: []string{Warning},
+		Warnings:  []string{Warning},
+		Workspace: ws,
 	}
 	if r.egress != nil {
 		r.caps.Egress = r.egress.Policy().Info(false, "127.0.0.1 (a port of each run's own)")
@@ -100,6 +129,9 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 				r.caps.Protections[i].Detail = "not enforced: programs are pointed at the egress proxy but can bypass it"
 			}
 		}
+	}
+	if ws != nil && !ws.Enforced {
+		r.caps.Warnings = append(r.caps.Warnings, "CODE_EXEC_WORKSPACE_MODE=ro is not enforced in mode none: code can change "+ws.HostDir+" wherever the server's user can")
 	}
 	return r, nil
 }
@@ -113,6 +145,9 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	if err != nil {
 		return nil, err
 	}
+	if err := sandbox.CheckFiles(req.Language, req.Files); err != nil {
+		return nil, err
+	}
 	ctx, end, err := r.runs.Begin(ctx)
 	if err != nil {
 		return nil, err
@@ -124,9 +159,13 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	}
 	defer rd.Remove()
 	dir, file := rd.Dir, rd.File
+	before, err := executor.WriteFiles(dir, req.Files, nil)
+	if err != nil {
+		return nil, err
+	}
 	res := &sandbox.Result{Sandbox: sandbox.ModeNone}
 	marker := RunIDVariable + "=" + filepath.Base(dir)
-	env := append(os.Environ(), marker)
+	path, env := in.Path, append(os.Environ(), marker)
 	if r.egress != nil {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -136,8 +175,14 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		defer func() { res.Network = session.Close() }()
 		env = append(withoutProxyEnv(env), egress.ProxyEnv(l.Addr().String())...)
 	}
+	if r.workspace != nil {
+		env = append(env, sandbox.WorkspaceVariable+"="+r.workspace.Dir)
+	}
+	if req.Language == "python" && r.python != nil {
+		path, env = r.python.Python, executor.PythonEnv(env, r.python)
+	}
 	err = executor.Spawn(ctx, executor.Spec{
-		Path:      in.Path,
+		Path:      path,
 		Args:      append(append([]string{}, spec.Args...), file),
 		Env:       env,
 		Dir:       dir,
@@ -147,6 +192,9 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		Direct:    true,
 		RunMarker: marker,
 	}, res)
+	if err == nil && req.Artifacts != nil {
+		res.Artifacts = executor.CollectArtifacts(dir, spec.FileName, before, *req.Artifacts)
+	}
 	return res, err
 }
 

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/datascience"
 	"github.com/codeexec/codeexec/sandbox/egress"
 	"github.com/codeexec/codeexec/sandbox/egress/proxy"
 	"github.com/codeexec/codeexec/sandbox/internal/executor"
@@ -46,6 +47,10 @@ type Config struct {
 	// one way out: a listener on EgressAddr inside it, served by Egress.
 	// It needs the network namespace: New fails without one.
 	Egress *proxy.Proxy
+	// Workspace is the operator's project folder that every run sees
+	// (CODE_EXEC_WORKSPACE); nil for none. With a mount namespace runs see
+	// it at sandbox.WorkspacePath, without one at its own path.
+	Workspace *sandbox.Workspace
 }
 
 // EgressAddr is where a run's programs find the egress proxy, inside the
@@ -76,6 +81,10 @@ type Runner struct {
 	cgroups *cgroupManager
 	egress  *proxy.Proxy
 	runSeq  atomic.Int64
+	// python is the environment python runs use (the figure hook), or nil.
+	python *datascience.Env
+	// workspace is the operator's project folder, or nil.
+	workspace *executor.Bind
 }
 
 var _ sandbox.Runner = (*Runner)(nil)
@@ -116,8 +125,24 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		}
 	}
 	r.runs = executor.NewRunGroup()
+	var pkgs []sandbox.Package
+	if in, ok := interp["python"]; ok {
+		r.python, pkgs = executor.PreparePython(ctx, root, in, log)
+	}
 	runUsers := r.setUpRunUsers(cfg.Disable, uids)
 	r.iso, r.features = r.probeIsolation(ctx, cfg.Disable, uids.First)
+	if r.python != nil {
+		// Bound after the private /tmp, like the run directory: the work
+		// root is often in /tmp.
+		r.iso.Binds = append(r.iso.Binds, executor.Bind{Src: r.python.Dir, Dst: r.python.Dir})
+	}
+	var ws *sandbox.WorkspaceStatus
+	if cfg.Workspace != nil {
+		if ws, err = r.setWorkspace(*cfg.Workspace); err != nil {
+			_ = wr.Remove()
+			return nil, err
+		}
+	}
 	if r.iso.User && r.cred != nil {
 		// A user namespace maps the run to its host user already.
 		r.cred = nil
@@ -140,12 +165,21 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 			return nil, fmt.Errorf("%w: CODE_EXEC_PROCESS_STRICT=true but these protections are unavailable: %s", sandbox.ErrSandboxUnavailable, strings.Join(missing, "; "))
 		}
 	}
+	for i := range langs {
+		if langs[i].Name == "python" {
+			langs[i].Packages = pkgs
+		}
+	}
 	r.caps = sandbox.Capabilities{
 		Mode:        sandbox.ModeProcess,
 		Isolation:   r.isolation(),
 		Summary:     r.isolationSummary(),
 		Languages:   langs,
 		Protections: r.protections(),
+		Workspace:   ws,
+	}
+	if ws != nil && !ws.Enforced {
+		r.caps.Warnings = append(r.caps.Warnings, "CODE_EXEC_WORKSPACE_MODE=ro is not enforced on this host: "+ws.Detail)
 	}
 	if r.egress != nil {
 		r.caps.Egress = r.egress.Policy().Info(true, EgressAddr)
@@ -215,6 +249,32 @@ func (r *Runner) probeLanguages(ctx context.Context) error {
 		return fmt.Errorf("%w: process mode cannot run any language on this host (%s)", sandbox.ErrSandboxUnavailable, strings.Join(failed, "; "))
 	}
 	return nil
+}
+
+// setWorkspace makes the operator's project folder part of every run and
+// says how runs see it: at sandbox.WorkspacePath through a bind in the
+// run's mount namespace, or else at its own path, where Landlock (when
+// active) keeps a read-only workspace read-only.
+func (r *Runner) setWorkspace(w sandbox.Workspace) (*sandbox.WorkspaceStatus, error) {
+	fi, err := os.Stat(w.Dir)
+	if err != nil || !fi.IsDir() || !filepath.IsAbs(w.Dir) {
+		return nil, fmt.Errorf("process mode: the workspace %q is not an absolute path to a folder (CODE_EXEC_WORKSPACE): %v", w.Dir, err)
+	}
+	b := executor.Bind{Src: w.Dir, Dst: sandbox.WorkspacePath, Writable: w.Writable}
+	r.workspace = &b
+	r.iso.Binds = append(r.iso.Binds, b)
+	st := &sandbox.WorkspaceStatus{Path: r.iso.Path(b), HostDir: w.Dir, Writable: w.Writable, Enforced: true}
+	mode := ifElse(w.Writable, "read-write", "read-only")
+	switch {
+	case r.iso.Mount:
+		st.Detail = "bound " + mode + " at " + sandbox.WorkspacePath + " in each run's mount namespace" + ifElse(w.Writable, "", " (mounts below it are not carried over)")
+	case r.iso.Landlock:
+		st.Detail = "no mount namespace: runs see it at its own path, " + mode + " by a Landlock rule"
+	default:
+		st.Enforced = w.Writable
+		st.Detail = "no mount namespace and no Landlock: runs see it at its own path, with their user's permissions only"
+	}
+	return st, nil
 }
 
 // checkTraversable reports a parent of dir that others cannot search.
@@ -377,6 +437,9 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	if err != nil {
 		return nil, err
 	}
+	if err := sandbox.CheckFiles(req.Language, req.Files); err != nil {
+		return nil, err
+	}
 	// Close stops runs in flight too.
 	ctx, end, err := r.runs.Begin(ctx)
 	if err != nil {
@@ -395,10 +458,16 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	}
 	defer rd.Remove()
 	dir, file := rd.Dir, rd.File
+	var owner *executor.Owner
 	if uid, gid, ok := g.owner(); ok {
 		if err := os.Chown(dir, uid, gid); err != nil {
 			return nil, fmt.Errorf("%w: handing the run directory to the sandbox user: %v", sandbox.ErrSandboxUnavailable, err)
 		}
+		owner = &executor.Owner{UID: uid, GID: gid}
+	}
+	before, err := executor.WriteFiles(dir, req.Files, owner)
+	if err != nil {
+		return nil, err
 	}
 	iso := g.iso
 	if iso.Mount {
@@ -408,8 +477,14 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		defer func() { _ = executor.RemoveAll(iso.RootDir) }()
 	}
 	iso.TmpBytes = req.Limits.FileSizeBytes
+	path, env := in.Path, append(minimalEnv(dir), executor.ThreadEnv(req.Limits.CPUs)...)
+	if r.workspace != nil {
+		env = append(env, sandbox.WorkspaceVariable+"="+iso.Path(*r.workspace))
+	}
+	if req.Language == "python" && r.python != nil {
+		path, env = r.python.Python, executor.PythonEnv(env, r.python)
+	}
 	res := &sandbox.Result{Sandbox: sandbox.ModeProcess}
-	env := minimalEnv(dir)
 	var egressAddr string
 	var egressServe func(net.Listener)
 	var session *proxy.Session
@@ -425,11 +500,17 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		}()
 	}
 	args := append(interpreterArgs(req.Language, req.Limits), spec.Args...)
+	// With a mount namespace the run directory is the run's own tmpfs, a
+	// copy of the host's: its supervisor collects the artifacts there.
+	var collect *executor.CollectSpec
+	if req.Artifacts != nil && iso.Mount {
+		collect = executor.NewCollectSpec(spec.FileName, *req.Artifacts)
+	}
 	err = executor.Spawn(ctx, executor.Spec{
 		EgressAddr:          egressAddr,
 		EgressServe:         egressServe,
 		Isolation:           iso,
-		Path:                in.Path,
+		Path:                path,
 		Args:                append(args, file),
 		Env:                 env,
 		Dir:                 dir,
@@ -438,14 +519,19 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		Observe:             req.Observe,
 		Rlimits:             true,
 		NoAddressSpaceLimit: g.cg != nil || req.Language == "javascript",
+		AddressSpaceExtra:   addressSpaceExtra(req.Language),
 		Credential:          g.cred,
 		NoNewPrivs:          true,
 		CgroupProcs:         g.cgroupProcs(),
+		Collect:             collect,
 	}, res)
 	g.finish(res)
 	clean = err == nil
 	if err != nil {
 		return res, err
+	}
+	if req.Artifacts != nil && collect == nil {
+		res.Artifacts = executor.CollectArtifacts(dir, spec.FileName, before, *req.Artifacts)
 	}
 	return res, nil
 }
@@ -463,6 +549,19 @@ func (r *Runner) makeRootDir(iso executor.Isolation) (string, error) {
 		}
 	}
 	return dir, nil
+}
+
+// addressSpaceExtra is the address space a language's interpreter reserves
+// without using it, added to the address-space limit where one applies
+// (without a cgroup): python with numpy, pandas and matplotlib maps about
+// 300 MB for 90 MB resident (OpenBLAS reserves buffers it may never touch,
+// and hangs in its first matrix operation when it cannot). The memory a
+// program actually uses is bounded by the data limit.
+func addressSpaceExtra(lang string) int64 {
+	if lang == "python" {
+		return 1 << 30
+	}
+	return 0
 }
 
 // minimalEnv is the scrubbed environment of a sandboxed program: nothing of

@@ -350,6 +350,8 @@ print("parent done")`, marker)
 		}
 	})
 
+	t.Run("files in, artifacts out", func(t *testing.T) { filesSuite(t, r, run, need) })
+
 	t.Run("unknown language", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

@@ -27,6 +27,28 @@ type Isolation struct {
 	// directory). The directory is then not capped in bytes and files by
 	// the tmpfs, only per file by RLIMIT_FSIZE.
 	BindWork bool
+	// Binds are host folders that the run sees: at Dst in the minimal root
+	// with a mount namespace, where they are without one. Landlock lets the
+	// run read them, and write them when Writable.
+	Binds []Bind
+}
+
+// Bind is a host folder that a run sees.
+type Bind struct {
+	// Src is the folder on the host; Dst where the run sees it with a
+	// mount namespace (absolute).
+	Src, Dst string
+	// Writable lets the run change it. A read-only bind is read-only all
+	// the way down: mounts below Src are not carried over.
+	Writable bool
+}
+
+// Path is where a run with iso sees b.
+func (iso Isolation) Path(b Bind) string {
+	if iso.Mount {
+		return b.Dst
+	}
+	return b.Src
 }
 
 // Namespaces reports whether a namespace is asked for.

@@ -157,6 +157,11 @@ func buildRoot(spec Spec) error {
 			return fmt.Errorf("copying the run directory: %w", err)
 		}
 	}
+	for _, b := range iso.Binds {
+		if err := bindDir(b.Src, filepath.Join(root, b.Dst), b.Writable); err != nil {
+			return err
+		}
+	}
 	if err := buildDev(filepath.Join(root, "dev"), tmpOpts); err != nil {
 		return err
 	}
@@ -246,6 +251,49 @@ func mountTmpfs(dir, opts string) error {
 		return fmt.Errorf("mounting a tmpfs at %s: %w", dir, err)
 	}
 	return nil
+}
+
+// bindDir makes the host folder src visible at dst, nosuid and nodev, and
+// read-only unless writable. A read-only bind is not recursive: a mount
+// below src stays out of sight rather than writable under a read-only top.
+func bindDir(src, dst string, writable bool) error {
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	flags := uintptr(unix.MS_BIND)
+	if writable {
+		flags |= unix.MS_REC
+	}
+	if err := unix.Mount(src, dst, "", flags, ""); err != nil {
+		return fmt.Errorf("binding %s: %w", src, err)
+	}
+	remount := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_NOSUID | unix.MS_NODEV)
+	if !writable {
+		remount |= unix.MS_RDONLY
+	}
+	if err := unix.Mount("", dst, "", remount|lockedFlags(dst), ""); err != nil {
+		return fmt.Errorf("remounting %s: %w", src, err)
+	}
+	return nil
+}
+
+// lockedFlags are the flags of the mount at dst that a remount must keep
+// (the kernel locks them on mounts from another user namespace).
+func lockedFlags(dst string) uintptr {
+	var flags uintptr
+	var st unix.Statfs_t
+	if unix.Statfs(dst, &st) == nil {
+		for _, f := range []struct{ st, ms int64 }{
+			{unix.ST_NODEV, unix.MS_NODEV}, {unix.ST_NOEXEC, unix.MS_NOEXEC},
+			{unix.ST_NOATIME, unix.MS_NOATIME}, {unix.ST_NODIRATIME, unix.MS_NODIRATIME},
+			{unix.ST_RELATIME, unix.MS_RELATIME},
+		} {
+			if st.Flags&f.st != 0 {
+				flags |= uintptr(f.ms)
+			}
+		}
+	}
+	return flags
 }
 
 // bindReadOnly makes host path src visible read-only at dst; a symbolic link
@@ -380,6 +428,14 @@ func applyLandlock(spec Spec) error {
 		rw = append(rw, "/tmp", "/dev/shm")
 		// The minimal root holds nothing but what is listed here anyway.
 		ro = []string{"/"}
+	}
+	for _, b := range iso.Binds {
+		switch {
+		case b.Writable:
+			rw = append(rw, iso.Path(b))
+		case !iso.Mount:
+			ro = append(ro, b.Src)
+		}
 	}
 	rules := []landlock.Rule{
 		landlock.RODirs(ro...).IgnoreIfMissing(),

@@ -73,6 +73,10 @@ type Spec struct {
 	NoNewPrivs bool
 	// Isolation is the kernel isolation of the run (Linux only).
 	Isolation Isolation
+	// Collect, with a mount namespace, has the supervisor collect the
+	// artifacts of the run's private run directory into the Result (see
+	// CollectSpec). Without one, the caller collects from Dir itself.
+	Collect *CollectSpec
 	// Direct starts the program without a supervisor (mode none, where
 	// nothing is applied to it): the run's process group is killed at the
 	// end, and on Linux the orphans that carry RunMarker in their
@@ -135,6 +139,8 @@ type status struct {
 	ExitCode int    `json:"exit_code"`
 	Signal   string `json:"signal,omitempty"`
 	Error    string `json:"error,omitempty"`
+	// Artifacts are what Spec.Collect asked for.
+	Artifacts *wireCollection `json:"artifacts,omitempty"`
 }
 
 // stopGrace is how long the supervisor gets to kill the run's processes and
@@ -196,6 +202,9 @@ func Spawn(ctx context.Context, spec Spec, res *sandbox.Result) error {
 		return fmt.Errorf("%w: %s (supervisor: %v)", sandbox.ErrSandboxUnavailable, st.Error, waitErr)
 	}
 	res.ExitCode, res.Signal = st.ExitCode, st.Signal
+	if st.Artifacts != nil {
+		res.Artifacts = st.Artifacts.collection()
+	}
 	if killed && res.ExitCode == 0 {
 		// The program was stopped before the supervisor could see it end.
 		res.ExitCode, res.Signal = 128+int(syscall.SIGKILL), "killed"

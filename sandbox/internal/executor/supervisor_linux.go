@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/artifacts"
 )
 
 // The supervisor is the codeexec binary itself, re-executed with one of these
@@ -185,13 +186,18 @@ func startRun(spec Spec, out *sandbox.Output) (*supervised, error) {
 			stop()
 		}
 	}
+	// The status is read as it comes: with a run's artifacts it can be
+	// larger than the pipe's buffer, and a supervisor blocked writing it
+	// would never exit.
+	stCh := make(chan status, 1)
+	go func() { stCh <- readStatus(statusR) }()
 	return &supervised{
 		cmd:  cmd,
 		stop: stop,
 		status: func() status {
 			stop()
 			untrack(pid)
-			return readStatus(statusR)
+			return <-stCh
 		},
 	}, nil
 }
@@ -248,6 +254,13 @@ func supervisorMain() int {
 			return report(status{Error: err.Error()})
 		}
 	}
+	// The run directory is the run's own tmpfs now: record it before the
+	// program starts, to collect what the program changed once it is gone.
+	var before artifacts.Snapshot
+	collect := spec.Collect != nil && spec.Isolation.Mount
+	if collect {
+		before, _ = artifacts.TakeContents(artifacts.DirSource{Dir: spec.Dir}, spec.Collect.options())
+	}
 
 	child, err := startExecStage(spec, func() error {
 		// The exec stage runs, and its user namespace is mapped: now no
@@ -285,6 +298,13 @@ func supervisorMain() int {
 		st.ExitCode, st.Signal = exitOf(ws)
 	}
 	killDescendants(child)
+	if collect {
+		c, err := artifacts.Collect(artifacts.DirSource{Dir: spec.Dir}, before, spec.Collect.options())
+		if err != nil {
+			c.Incomplete = "the working directory could not be read to the end (" + err.Error() + ")"
+		}
+		st.Artifacts = toWire(c)
+	}
 	return report(st)
 }
 
