@@ -3,7 +3,6 @@ package artifacts
 import (
 	"bytes"
 	"encoding/xml"
-	"net/http"
 	"path"
 	"strings"
 	"unicode/utf8"
@@ -30,9 +29,10 @@ func Classify(name string, data []byte) MIME {
 	if len(head) > 512 {
 		head = head[:512]
 	}
-	switch t := http.DetectContentType(head); t {
+	sniffed := sniffBinary(head)
+	switch sniffed {
 	case "image/png", "image/jpeg", "image/gif", "image/webp":
-		return MIME{Type: t, Image: true}
+		return MIME{Type: sniffed, Image: true}
 	}
 	text := isText(data)
 	if text && isSVG(data) {
@@ -45,11 +45,10 @@ func Classify(name string, data []byte) MIME {
 		}
 		return MIME{Type: "text/plain", Text: true}
 	}
-	sniffed, _, _ := strings.Cut(http.DetectContentType(head), ";")
-	if t, ok := binaryTypes[ext]; ok && (sniffed == "application/zip" || sniffed == "application/octet-stream") {
+	if t, ok := binaryTypes[ext]; ok && (sniffed == "application/zip" || sniffed == "") {
 		return MIME{Type: t} // an .xlsx file is a zip file, more precisely
 	}
-	if sniffed != "application/octet-stream" && !strings.HasPrefix(sniffed, "text/") {
+	if sniffed != "" {
 		return MIME{Type: sniffed}
 	}
 	return MIME{Type: "application/octet-stream"}
