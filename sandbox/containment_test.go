@@ -111,6 +111,32 @@ func loadAttacks(t *testing.T) []attack {
 	return out
 }
 
+// gvisorGaps are the cases docker mode does not pass under Debian's runsc
+// (gVisor 2022), with what happens instead. CI runs the suite under runsc
+// (CODE_EXEC_DOCKER_RUNTIME=runsc); docs/modes.md lists the same gaps.
+var gvisorGaps = map[string]string{
+	"sig-supervisor":       "gVisor lets a program signal its container's pid 1 to death, so the run ends with a server error (the container stopped) instead of a result; nothing outlives the container",
+	"cross-run-kill":       "gVisor lets a program SIGKILL its container's pid 1: the run ends with a server error instead of a result; other runs are in other sandboxes and are not touched",
+	"sig-dispositions":     "gVisor's /proc/self/status has no SigBlk or SigIgn lines, so the case cannot tell",
+	"kernel-syscalls":      "the engine's seccomp profile is not applied: the nested user namespace and the raw socket are gVisor's own, with no network and nothing of the host's kernel (with runsc --oci-seccomp Node aborts at start)",
+	"res-memory-bomb":      gvisorOOM,
+	"res-memory-whole-run": gvisorOOM,
+	"res-fill-workdir":     "gVisor's tmpfs does not enforce /tmp's inode cap (nr_inodes); the files count against the container's memory limit instead",
+}
+
+// gvisorOOM is why the memory cases are not checked under gVisor.
+const gvisorOOM = "the host's OOM killer kills gVisor's kernel along with the program, and Docker 20.10 records the OOM kill only sometimes, so the run ends either as oom_killed or with a server error (the container stopped); either way the memory is bounded"
+
+// underGVisor reports whether a docker runner runs its containers under gVisor.
+func underGVisor(r sandbox.Runner) bool {
+	for _, p := range r.Capabilities().Protections {
+		if p.Name == "runtime" && strings.Contains(p.Detail, "gVisor") {
+			return true
+		}
+	}
+	return false
+}
+
 // modeRunner is a runner under test with what the attacks need to know of it.
 type modeRunner struct {
 	mode   sandbox.Mode
@@ -143,7 +169,7 @@ func newModeRunners(t *testing.T) []modeRunner {
 	if img == "" {
 		img = "codeexec-sandbox:latest"
 	}
-	dr, err := docker.New(ctx, docker.Config{Image: img, Languages: langs})
+	dr, err := docker.New(ctx, docker.Config{Image: img, Runtime: os.Getenv("CODE_EXEC_DOCKER_RUNTIME"), Languages: langs})
 	bridge := dockerBridgeIP()
 	switch {
 	case err != nil && os.Getenv("CODE_EXEC_REQUIRE_DOCKER") == "1":
@@ -377,6 +403,9 @@ func TestContainment(t *testing.T) {
 				t.Run(fmt.Sprintf("%s/%s/%s", a.Name, lang, mode), func(t *testing.T) {
 					if a.ServerKeyring && !sandboxtest.SessionKeyringAvailable() {
 						t.Skip("the test could not run the server in a session keyring of its own (keyrings refused on this host)")
+					}
+					if why, ok := gvisorGaps[a.Name]; ok && m.mode == sandbox.ModeDocker && underGVisor(m.runner) {
+						t.Skipf("not checked under gVisor (Debian's runsc 0.0~20221219): %s; see docs/modes.md#runtimes", why)
 					}
 					if must && m.mode == sandbox.ModeProcess {
 						caps := m.runner.Capabilities()

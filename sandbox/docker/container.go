@@ -173,6 +173,21 @@ func (r *Runner) hostConfig(lim sandbox.Limits) *container.HostConfig {
 	}
 	if lim.Processes > 0 {
 		p := int64(lim.Processes)
+		if r.engine.gvisor {
+			// Under gVisor the container's pids cgroup holds gVisor's own
+			// kernel (the Sentry, its gofer and, with the ptrace platform,
+			// its stub processes), not the program's processes: the Sentry
+			// alone has some 40 host threads at rest and several hundred
+			// while a fork bomb churns, and when the cgroup refuses it a
+			// thread it dies (exit 2), which is why runsc could not even
+			// start a probe with the ordinary limit. So the program's limit
+			// is RLIMIT_NPROC, which gVisor's kernel enforces per sandbox
+			// (counting threads, as Linux does; under runc it would count
+			// every process of the uid on the host instead), and the cgroup
+			// only bounds the sandbox's host footprint.
+			res.Ulimits = append(res.Ulimits, &container.Ulimit{Name: "nproc", Soft: p, Hard: p})
+			p = gvisorPids(lim.Processes)
+		}
 		res.PidsLimit = &p
 	}
 	if lim.OpenFiles > 0 {
@@ -183,6 +198,12 @@ func (r *Runner) hostConfig(lim sandbox.Limits) *container.HostConfig {
 		res.Ulimits = append(res.Ulimits, &container.Ulimit{Name: "fsize", Soft: lim.FileSizeBytes, Hard: lim.FileSizeBytes})
 	}
 	return host
+}
+
+// gvisorPids is the host pids limit of a gVisor container whose program
+// may have processes processes and threads (see hostConfig).
+func gvisorPids(processes int) int64 {
+	return 1024 + 16*int64(processes)
 }
 
 // runSpec is the specification of a run container of lang, warm or cold.

@@ -42,6 +42,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -177,6 +178,8 @@ type engineFacts struct {
 	serverVersion string
 	apiVersion    string
 	runtime       string
+	gvisor        bool // the runtime is gVisor's runsc (see gvisorPids)
+	gvisorSeccomp bool // runsc runs with --oci-seccomp: the engine's profile applies inside gVisor
 	cgroupVersion string
 	cgroupDriver  string
 	memoryLimit   bool
@@ -325,7 +328,16 @@ func (r *Runner) connect(ctx context.Context) error {
 		}
 		e.runtime = r.cfg.Runtime
 	}
+	rt := in.Runtimes[e.runtime]
+	e.gvisor = isGVisor(e.runtime, rt.Path)
+	e.gvisorSeccomp = e.gvisor && slices.Contains(rt.Args, "--oci-seccomp")
 	return nil
+}
+
+// isGVisor reports whether an engine runtime, by its name or the path of
+// its binary, is gVisor's runsc.
+func isGVisor(name, path string) bool {
+	return name == "runsc" || filepath.Base(path) == "runsc"
 }
 
 // checkImage makes sure the image exists and decides which user runs code.

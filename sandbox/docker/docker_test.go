@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
@@ -88,6 +90,10 @@ func engineForMain() (*client.Client, bool) {
 	return cli, true
 }
 
+// testRuntime is the OCI runtime the tests use: CODE_EXEC_DOCKER_RUNTIME
+// (CI runs the docker tests again with runsc), or the engine's default.
+func testRuntime() string { return os.Getenv("CODE_EXEC_DOCKER_RUNTIME") }
+
 func testImage() string {
 	if img := os.Getenv("CODE_EXEC_DOCKER_IMAGE"); img != "" {
 		return img
@@ -143,6 +149,9 @@ func newRunner(t testing.TB, cfg Config) (*Runner, *client.Client) {
 	cli := engine(t)
 	if cfg.Image == "" {
 		cfg.Image = testImage()
+	}
+	if cfg.Runtime == "" {
+		cfg.Runtime = testRuntime()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger(t)
@@ -335,7 +344,7 @@ func TestNewErrors(t *testing.T) {
 	})
 	t.Run("unreachable engine", func(t *testing.T) {
 		t.Setenv("DOCKER_HOST", "unix://"+t.TempDir()+"/no-engine.sock")
-		_, err := New(ctx, Config{Image: testImage()})
+		_, err := New(ctx, Config{Image: testImage(), Runtime: testRuntime()})
 		if !errors.Is(err, sandbox.ErrSandboxUnavailable) || !strings.Contains(err.Error(), "DOCKER_HOST") {
 			t.Fatalf("err = %v, want ErrSandboxUnavailable naming DOCKER_HOST", err)
 		}
@@ -410,7 +419,7 @@ func TestCloseStopsRuns(t *testing.T) {
 		done <- err
 	}()
 	deadline := time.Now().Add(time.Minute)
-	for !sandboxtest.ProcessesAlive(t, marker) {
+	for !programRunning(t, r, cli, marker) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the run never started")
 		}
@@ -469,4 +478,50 @@ func bridgeAddr(t *testing.T, cli *client.Client) net.IP {
 	}
 	t.Skipf("the bridge interface %s has no IPv4 address", name)
 	return nil
+}
+
+// programRunning reports whether a process with marker in its command line
+// runs in a container that served a run of r. Under runc the container's
+// processes are host processes, seen in the host's /proc; under gVisor they
+// live in gVisor's kernel, so the container's own /proc is read with an exec.
+func programRunning(t *testing.T, r *Runner, cli *client.Client, marker string) bool {
+	t.Helper()
+	if !r.engine.gvisor {
+		return sandboxtest.ProcessesAlive(t, marker)
+	}
+	ids, _ := servedOf(r).list()
+	for _, id := range ids {
+		if inContainerProcesses(t, cli, id, marker) {
+			return true
+		}
+	}
+	return false
+}
+
+// inContainerProcesses reports whether a process with marker in its command
+// line runs in the container id (false once the container is gone).
+func inContainerProcesses(t testing.TB, cli *client.Client, id, marker string) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ex, err := cli.ExecCreate(ctx, id, client.ExecCreateOptions{
+		AttachStdout: true,
+		Cmd:          []string{"/bin/sh", "-c", `for f in /proc/[0-9]*/cmdline; do tr '\0' ' ' <"$f" 2>/dev/null; echo; done`},
+	})
+	if err != nil {
+		return false // not running, or gone
+	}
+	att, err := cli.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
+	if err != nil {
+		return false
+	}
+	defer att.Close()
+	var out strings.Builder
+	_, _ = stdcopy.StdCopy(&out, io.Discard, att.Reader)
+	for _, line := range strings.Split(out.String(), "\n") {
+		if strings.Contains(line, marker) && !strings.Contains(line, "/proc/[0-9]") {
+			return true
+		}
+	}
+	return false
 }

@@ -44,7 +44,7 @@ func TestContainerStoppedFromOutside(t *testing.T) {
 				errc <- err
 			}()
 			deadline := time.Now().Add(time.Minute)
-			for !sandboxtest.ProcessesAlive(t, m) {
+			for !programRunning(t, r, cli, m) {
 				if time.Now().After(deadline) {
 					t.Fatalf("the program did not start within a minute")
 				}

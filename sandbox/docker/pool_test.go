@@ -306,7 +306,7 @@ func TestPoolRefills(t *testing.T) {
 // TestPoolGoneAfterClose: Close removes the warm containers.
 func TestPoolGoneAfterClose(t *testing.T) {
 	cli := engine(t)
-	r, err := New(context.Background(), Config{Image: testImage(), PoolSize: 2, PoolLimits: sandboxtest.DefaultLimits(), Logger: testLogger(t)})
+	r, err := New(context.Background(), Config{Image: testImage(), Runtime: testRuntime(), PoolSize: 2, PoolLimits: sandboxtest.DefaultLimits(), Logger: testLogger(t)})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -457,7 +457,7 @@ const crashHelperEnv = "CODE_EXEC_DOCKER_TEST_CRASH_HELPER"
 
 // crashHelper is a server with a full pool that waits to be killed.
 func crashHelper() {
-	r, err := New(context.Background(), Config{Image: testImage(), PoolSize: 2, PoolLimits: sandboxtest.DefaultLimits(), Languages: []string{"python"}})
+	r, err := New(context.Background(), Config{Image: testImage(), Runtime: testRuntime(), PoolSize: 2, PoolLimits: sandboxtest.DefaultLimits(), Languages: []string{"python"}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "crash helper:", err)
 		os.Exit(1)

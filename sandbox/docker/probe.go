@@ -162,15 +162,15 @@ func (r *Runner) capabilities(langs []sandbox.LanguageStatus) sandbox.Capabiliti
 		{Name: "non-root user", Active: nonRoot, Detail: "code runs as uid " + r.uid},
 		{Name: "capabilities dropped", Active: true, Detail: "CapDrop ALL"},
 		{Name: "no-new-privileges", Active: true, Detail: "setuid binaries and file capabilities cannot raise privileges"},
-		{Name: "seccomp", Active: e.seccomp, Detail: "the engine's default seccomp profile"},
+		{Name: "seccomp", Active: e.seccomp && (!e.gvisor || e.gvisorSeccomp), Detail: seccompDetail(e)},
 		{Name: "memory limit", Active: e.memoryLimit, Detail: memoryDetail(e)},
-		{Name: "pids limit", Active: e.pidsLimit, Detail: enforcedDetail(e.pidsLimit, "the process limit is a cgroup pids limit")},
+		{Name: "pids limit", Active: e.pidsLimit, Detail: pidsDetail(e)},
 		{Name: "cpu limit", Active: e.cpuQuota, Detail: enforcedDetail(e.cpuQuota, "CPU bandwidth is capped with a CFS quota (NanoCPUs)")},
 		{Name: "open files limit", Active: true, Detail: "ulimit nofile"},
 		{Name: "file size limit", Active: true, Detail: "ulimit fsize"},
 		{Name: "environment scrubbed", Active: true, Detail: "the container gets only PATH, HOME, LANG and TMPDIR; nothing of the server's environment"},
 		{Name: "container logs off", Active: true, Detail: "output goes only to the attached stream, never to the engine's log files"},
-		{Name: "runtime", Active: true, Detail: e.runtime},
+		{Name: "runtime", Active: true, Detail: runtimeDetail(e)},
 		{Name: "user namespace remapping", Active: e.userns, Detail: "uid 0 in a container maps to an unprivileged host uid (engine option userns-remap)"},
 		{Name: "rootless engine", Active: e.rootless, Detail: "the engine itself runs without root on the host"},
 		{Name: "engine", Active: true, Detail: fmt.Sprintf("Docker Engine %s, API %s, at %s, cgroup v%s (%s driver)", e.serverVersion, e.apiVersion, e.host, e.cgroupVersion, e.cgroupDriver)},
@@ -231,6 +231,30 @@ func memoryDetail(e engineFacts) string {
 		return "memory is capped by a cgroup, but the engine cannot limit swap, so a program may use swap beyond the limit"
 	}
 	return "memory is capped by a cgroup, with no swap on top (MemorySwap = Memory); an OOM kill is reported as oom_killed"
+}
+
+func seccompDetail(e engineFacts) string {
+	switch {
+	case e.gvisorSeccomp:
+		return "the engine's default seccomp profile, applied inside gVisor (runsc --oci-seccomp); gVisor also confines its own calls to the host kernel with a seccomp filter"
+	case e.gvisor:
+		return "not the engine's profile: gVisor's kernel serves the program's system calls (runsc applies the profile only with --oci-seccomp); gVisor confines its own calls to the host kernel with a seccomp filter"
+	}
+	return "the engine's default seccomp profile"
+}
+
+func pidsDetail(e engineFacts) string {
+	if e.gvisor {
+		return "gVisor's kernel enforces the process limit (RLIMIT_NPROC, threads included); the cgroup pids limit bounds gVisor itself on the host"
+	}
+	return enforcedDetail(e.pidsLimit, "the process limit is a cgroup pids limit")
+}
+
+func runtimeDetail(e engineFacts) string {
+	if e.gvisor {
+		return e.runtime + ": gVisor, a kernel in user space between the program and the host's kernel"
+	}
+	return e.runtime
 }
 
 func enforcedDetail(ok bool, what string) string {
