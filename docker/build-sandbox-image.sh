@@ -97,6 +97,6 @@ cp -R "$root/sandbox/datascience/codeexec_mpl" "$context/codeexec_mpl"
 find "$context/codeexec_mpl" -name __pycache__ -prune -exec rm -rf {} +
 
 log "building $image (profile $profile) from $here/sandbox (base $base)"
-DOCKER_BUILDKIT=0 docker build --build-arg "BASE=$base" --target "$profile" -t "$image" "$context" >&2 \
+DOCKER_BUILDKIT=0 docker build --force-rm --build-arg "BASE=$base" --target "$profile" -t "$image" "$context" >&2 \
     || die "docker build of $image failed"
 log "done: $image ($(docker image inspect --format '{{.Size}}' "$image") bytes)"
