@@ -169,7 +169,11 @@ func startRun(spec Spec, out *sandbox.Output) (*supervised, error) {
 	stop := func() { stopOnce.Do(func() { ctlW.Close() }) }
 	// The spec is small (stdin travels on its own pipe) and fits the pipe
 	// buffer; a supervisor that dies early makes the write fail, not hang.
-	if err := json.NewEncoder(cfgW).Encode(spec); err != nil {
+	// It goes twice: see supervisorMain.
+	enc := json.NewEncoder(cfgW)
+	if err := enc.Encode(spec); err != nil {
+		stop()
+	} else if err := enc.Encode(spec); err != nil {
 		stop()
 	}
 	cfgW.Close()
@@ -234,23 +238,64 @@ func supervisorMain() int {
 	// run ends and reports as usual.
 	ignoreAllSignals()
 
-	var spec Spec
-	if err := json.NewDecoder(cfg).Decode(&spec); err != nil {
+	// The Spec comes twice on fd 3: first the part that decides how the
+	// exec stage starts (the isolation, the cgroups, what must be applied
+	// to the program), then the whole run. The exec stage is started, and
+	// moved into the run's cgroups, before the rest of the run is known, so
+	// that both overlap with the work that needs it (the move waits for an
+	// RCU grace period on cgroup v1).
+	dec := json.NewDecoder(cfg)
+	var base Spec
+	if err := dec.Decode(&base); err != nil {
 		return report(status{Error: "reading the run spec: " + err.Error()})
 	}
-	_ = cfg.Close()
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return report(status{Error: "becoming a child subreaper: " + err.Error()})
 	}
 	var limits *nsLimits
-	if spec.Isolation.Namespaces() {
+	if base.Isolation.User {
+		// Opened now, while the supervisor still sees the host's /proc.
 		var err error
-		if limits, err = enterIsolation(spec); err != nil {
+		if limits, err = openNamespaceLimits(); err != nil {
+			return report(status{Error: err.Error()})
+		}
+	}
+	stage, err := forkExecStage(base, func() error {
+		// The exec stage runs, and its user namespace is mapped: now no
+		// more namespaces may be created in the run's, and nothing of the
+		// run may trace or read this process.
+		if err := limits.apply(); err != nil {
+			return err
+		}
+		return unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	})
+	if err != nil {
+		limits.close()
+		return report(status{Error: err.Error()})
+	}
+	specCh := make(chan error, 1)
+	var spec Spec
+	go func() { specCh <- dec.Decode(&spec) }()
+	select {
+	case err := <-specCh:
+		if err != nil {
+			stage.abort()
+			return report(status{Error: "reading the run spec: " + err.Error()})
+		}
+	case <-stopReq:
+		stage.abort()
+		return report(status{Error: "stopped before the run began"})
+	}
+	_ = cfg.Close()
+	if spec.Isolation.Namespaces() {
+		if err := enterIsolation(spec); err != nil {
+			stage.abort()
 			return report(status{Error: err.Error()})
 		}
 	}
 	if spec.EgressAddr != "" {
 		if err := sendEgressListener(spec.EgressAddr, spec.EgressFD); err != nil {
+			stage.abort()
 			return report(status{Error: err.Error()})
 		}
 	}
@@ -261,16 +306,7 @@ func supervisorMain() int {
 	if collect {
 		before, _ = artifacts.TakeContents(artifacts.DirSource{Dir: spec.Dir}, spec.Collect.options())
 	}
-
-	child, err := startExecStage(spec, func() error {
-		// The exec stage runs, and its user namespace is mapped: now no
-		// more namespaces may be created in the run's, and nothing of the
-		// run may trace or read this process.
-		if err := limits.apply(); err != nil {
-			return err
-		}
-		return unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
-	})
+	child, err := stage.start(spec)
 	if err != nil {
 		return report(status{Error: err.Error()})
 	}
@@ -308,14 +344,69 @@ func supervisorMain() int {
 	return report(st)
 }
 
-// startExecStage starts the exec stage in a new process group (and, with a
+// execStage is the exec stage, started before the run's Spec is known and
+// waiting for it on its fd 3; or, when nothing must be applied to the
+// program (direct), the program itself, started when the Spec comes.
+type execStage struct {
+	pid     int
+	w       *os.File
+	joined  chan error
+	direct  bool
+	started func() error
+}
+
+// forkExecStage starts the exec stage in a new process group (and, with a
 // user namespace, a nested one where the program is ProgramUID), calls
-// started, moves it into the run's cgroups, and then hands it the Spec on
-// its fd 3. It returns the stage's pid.
-func startExecStage(spec Spec, started func() error) (int, error) {
-	if !spec.needsExecStage() {
-		// Nothing to apply before the program starts (mode none): start it
-		// directly and spare a second start of this binary.
+// started, and moves it into the run's cgroups in the background. base
+// holds what decides how it starts (see supervisorMain).
+func forkExecStage(base Spec, started func() error) (*execStage, error) {
+	if !base.needsExecStage() {
+		// Nothing to apply before the program starts (mode none): the
+		// program starts directly, sparing a second start of this binary.
+		return &execStage{direct: true, started: started}, nil
+	}
+	exe := "/proc/self/fd/" + strconv.Itoa(exeFD)
+	if !base.Isolation.Namespaces() {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("finding the codeexec binary: %w", err)
+		}
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	sys := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if base.Isolation.User {
+		programUserNamespace(sys)
+	}
+	// With a mount namespace the stage starts in the host's root, which
+	// pivot_root then turns into the run's minimal root for it too; it
+	// changes into the run directory once the Spec has come.
+	dir := base.Dir
+	if base.Isolation.Mount {
+		dir = "/"
+	}
+	attr := &syscall.ProcAttr{Dir: dir, Env: []string{"GORACE=atexit_sleep_ms=0"}, Files: []uintptr{0, 1, 2, r.Fd()}, Sys: sys}
+	pid, err := syscall.ForkExec(exe, []string{exe, execArg}, attr)
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("starting the program: %w", err)
+	}
+	s := &execStage{pid: pid, w: w, joined: make(chan error, 1)}
+	if err := started(); err != nil {
+		s.abort()
+		return nil, err
+	}
+	go func() { s.joined <- joinCgroups(pid, base.CgroupFDs) }()
+	return s, nil
+}
+
+// start hands the Spec to the exec stage (once it is in the run's cgroups),
+// or starts the program directly, and returns the program's pid.
+func (s *execStage) start(spec Spec) (int, error) {
+	if s.direct {
 		attr := &syscall.ProcAttr{
 			Dir:   spec.Dir,
 			Env:   spec.Env,
@@ -326,48 +417,34 @@ func startExecStage(spec Spec, started func() error) (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("starting %s: %w", spec.Path, err)
 		}
-		return pid, started()
+		return pid, s.started()
 	}
-	exe := "/proc/self/fd/" + strconv.Itoa(exeFD)
-	if !spec.Isolation.Namespaces() {
-		var err error
-		if exe, err = os.Executable(); err != nil {
-			return 0, fmt.Errorf("finding the codeexec binary: %w", err)
-		}
-	}
-	r, w, err := os.Pipe()
-	if err != nil {
-		return 0, err
-	}
-	defer r.Close()
-	files := []uintptr{0, 1, 2, r.Fd()}
-	sys := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if spec.Isolation.User {
-		programUserNamespace(sys)
-	}
-	attr := &syscall.ProcAttr{Dir: spec.Dir, Env: spec.Env, Files: files, Sys: sys}
-	pid, err := syscall.ForkExec(exe, []string{exe, execArg}, attr)
-	if err != nil {
-		w.Close()
-		return 0, fmt.Errorf("starting the program: %w", err)
-	}
-	if err := started(); err != nil {
-		w.Close()
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		return 0, err
-	}
-	if err := joinCgroups(pid, spec.CgroupFDs); err != nil {
-		w.Close()
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
+	if err := <-s.joined; err != nil {
+		s.abort()
 		return 0, fmt.Errorf("moving the program into its cgroup: %w", err)
 	}
-	err = json.NewEncoder(w).Encode(spec)
-	w.Close()
+	err := json.NewEncoder(s.w).Encode(spec)
+	s.w.Close()
 	if err != nil {
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		return pid, nil
+		s.abort()
+		return 0, fmt.Errorf("handing the run to the exec stage: %w", err)
 	}
-	return pid, nil
+	return s.pid, nil
+}
+
+// abort kills the exec stage before it started the program.
+func (s *execStage) abort() {
+	if s.direct {
+		return
+	}
+	_ = s.w.Close()
+	_ = syscall.Kill(-s.pid, syscall.SIGKILL)
+	var ws syscall.WaitStatus
+	for {
+		if _, err := syscall.Wait4(s.pid, &ws, 0, nil); err != syscall.EINTR {
+			return
+		}
+	}
 }
 
 // killDescendants kills the program's process group and every process the
