@@ -6,11 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -59,67 +59,99 @@ func MaybeRunHelper() {
 }
 
 // startRun starts the supervisor (or, for a direct Spec, the program
-// itself) with the program's stdio attached
-// and hands it the Spec.
+// itself) with the program's stdio attached and hands it the Spec.
 func startRun(spec Spec, out *sandbox.Output) (*supervised, error) {
 	if spec.Direct {
 		return startDirect(spec, out, func(pid int) { sweepOrphans(spec.RunMarker) })
 	}
+	p, err := prepare(spec)
+	if err != nil {
+		return nil, err
+	}
+	return p.handOver(spec, out)
+}
+
+// Prepared is a supervisor started ahead of its run, in the run's
+// namespaces, with the exec stage started and in the run's cgroups: what is
+// left for the run is its own work (the minimal root, the program). A
+// Prepared serves one run (SpawnPrepared) or is discarded (Close).
+type Prepared struct {
+	cmd                 *exec.Cmd
+	cfgW, statusR, ctlW *os.File
+	egressConn          *net.UnixConn
+	stdout, stderr      *lateWriter
+	stdin               *lateReader
+	egressFD            int
+	closeOnce, handOnce sync.Once
+	base                Spec
+}
+
+// Prepare starts a supervisor for a run whose Spec is not known yet. base
+// holds what must not change between it and the run's Spec: Isolation, Dir,
+// CgroupProcs, Rlimits, Credential, NoNewPrivs and EgressAddr (the rest is
+// ignored until the run's Spec comes).
+func Prepare(base Spec) (*Prepared, error) {
+	if base.Direct {
+		return nil, errors.New("a direct run has no supervisor to prepare")
+	}
+	return prepare(base)
+}
+
+func prepare(base Spec) (*Prepared, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("finding the codeexec binary: %w", err)
 	}
-	cfgR, cfgW, err := os.Pipe()
-	if err != nil {
+	var opened []*os.File
+	fail := func(err error) (*Prepared, error) {
+		for _, f := range opened {
+			f.Close()
+		}
 		return nil, err
 	}
-	statusR, statusW, err := os.Pipe()
+	pipe := func() (r, w *os.File, err error) {
+		if r, w, err = os.Pipe(); err == nil {
+			opened = append(opened, r, w)
+		}
+		return r, w, err
+	}
+	cfgR, cfgW, err := pipe()
 	if err != nil {
-		cfgR.Close()
-		cfgW.Close()
-		return nil, err
+		return fail(err)
+	}
+	statusR, statusW, err := pipe()
+	if err != nil {
+		return fail(err)
 	}
 	// The control pipe: closing its write end (or the server dying) tells
 	// the supervisor to stop the run. Signals are not used for that, because
 	// the program can send them to its PID namespace's init.
-	ctlR, ctlW, err := os.Pipe()
+	ctlR, ctlW, err := pipe()
 	if err != nil {
-		cfgR.Close()
-		cfgW.Close()
-		statusR.Close()
-		statusW.Close()
-		return nil, err
+		return fail(err)
 	}
-	var egressConn *net.UnixConn
+	p := &Prepared{cfgW: cfgW, statusR: statusR, ctlW: ctlW, base: base,
+		stdout: &lateWriter{}, stderr: &lateWriter{}, stdin: newLateReader()}
 	var egressFile *os.File
-	if spec.EgressServe != nil {
-		if !spec.Isolation.Network {
-			for _, f := range []*os.File{cfgR, cfgW, statusR, statusW, ctlR, ctlW} {
-				f.Close()
-			}
-			return nil, errors.New("egress needs the run's own network namespace")
+	if base.EgressAddr != "" {
+		if !base.Isolation.Network {
+			return fail(errors.New("egress needs the run's own network namespace"))
 		}
-		if egressConn, egressFile, err = egressPair(); err != nil {
-			for _, f := range []*os.File{cfgR, cfgW, statusR, statusW, ctlR, ctlW} {
-				f.Close()
-			}
-			return nil, err
+		if p.egressConn, egressFile, err = egressPair(); err != nil {
+			return fail(err)
 		}
 		defer egressFile.Close()
 	}
 	cmd := exec.Command(exe, supervisorArg)
 	var exeFile *os.File
-	if spec.Isolation.Namespaces() {
+	if base.Isolation.Namespaces() {
 		// In its namespaces the supervisor may run as a user who cannot
 		// reach the binary's path; it re-executes the open file instead.
 		if exeFile, err = os.Open(exe); err != nil {
-			for _, f := range []*os.File{cfgR, cfgW, statusR, statusW, ctlR, ctlW} {
-				f.Close()
+			if p.egressConn != nil {
+				p.egressConn.Close()
 			}
-			if egressConn != nil {
-				egressConn.Close()
-			}
-			return nil, fmt.Errorf("opening the codeexec binary: %w", err)
+			return fail(fmt.Errorf("opening the codeexec binary: %w", err))
 		}
 		defer exeFile.Close()
 		cmd.Path = "/proc/self/fd/" + strconv.Itoa(exeFD)
@@ -127,65 +159,128 @@ func startRun(spec Spec, out *sandbox.Output) (*supervised, error) {
 	// GORACE matters only to race-detector builds (tests), whose runtime
 	// otherwise sleeps a second at exit.
 	cmd.Env = []string{"PATH=" + MinimalPath, "GORACE=atexit_sleep_ms=0"}
-	cmd.Dir = spec.Dir
-	if spec.Stdin != "" {
-		cmd.Stdin = strings.NewReader(spec.Stdin)
-	}
-	cmd.Stdout = out.Stdout()
-	cmd.Stderr = out.Stderr()
+	cmd.Dir = base.Dir
+	// The run's stdio is known only at the hand-over: until then nothing
+	// comes in, and what the supervisor might write is dropped.
+	cmd.Stdin = p.stdin
+	cmd.Stdout = p.stdout
+	cmd.Stderr = p.stderr
 	cmd.ExtraFiles = []*os.File{cfgR, statusW, ctlR} // fds 3, 4, 5 = ctlFD
-	if exeFile != nil || len(spec.CgroupProcs) > 0 {
+	if exeFile != nil || len(base.CgroupProcs) > 0 {
 		cmd.ExtraFiles = append(cmd.ExtraFiles, exeFile) // fd 6 = exeFD (nil: closed)
 	}
 	// fds 7... = cgroupFD...: the run's cgroup.procs files.
-	cmd.ExtraFiles = append(cmd.ExtraFiles, spec.CgroupProcs...)
-	spec.CgroupFDs = len(spec.CgroupProcs)
+	cmd.ExtraFiles = append(cmd.ExtraFiles, base.CgroupProcs...)
+	base.CgroupFDs = len(base.CgroupProcs)
 	if egressFile != nil {
 		// After every other descriptor the supervisor gets.
-		spec.EgressFD = 3 + len(cmd.ExtraFiles)
+		base.EgressFD = 3 + len(cmd.ExtraFiles)
 		cmd.ExtraFiles = append(cmd.ExtraFiles, egressFile)
 	}
+	p.egressFD = base.EgressFD
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	applyCloneAttrs(cmd.SysProcAttr, spec.Isolation)
+	applyCloneAttrs(cmd.SysProcAttr, base.Isolation)
 	// Pipes held open by a stray process must not hold up Wait forever.
 	cmd.WaitDelay = stopGrace
 	err = startTracked(cmd)
 	cfgR.Close()
 	statusW.Close()
 	ctlR.Close()
-	if egressFile != nil {
-		egressFile.Close()
-	}
 	if err != nil {
 		cfgW.Close()
 		statusR.Close()
 		ctlW.Close()
-		if egressConn != nil {
-			egressConn.Close()
+		if p.egressConn != nil {
+			p.egressConn.Close()
 		}
 		return nil, err
 	}
-	var stopOnce sync.Once
-	stop := func() { stopOnce.Do(func() { ctlW.Close() }) }
-	// The spec is small (stdin travels on its own pipe) and fits the pipe
-	// buffer; a supervisor that dies early makes the write fail, not hang.
-	// It goes twice: see supervisorMain.
-	enc := json.NewEncoder(cfgW)
-	if err := enc.Encode(spec); err != nil {
-		stop()
-	} else if err := enc.Encode(spec); err != nil {
-		stop()
+	p.cmd = cmd
+	// The first half of the Spec (see supervisorMain): small, it fits the
+	// pipe's buffer.
+	if err := json.NewEncoder(cfgW).Encode(base); err != nil {
+		p.Close()
+		return nil, fmt.Errorf("starting the supervisor: %w", err)
 	}
-	cfgW.Close()
+	return p, nil
+}
+
+// Close discards a Prepared that will not serve a run: its supervisor
+// stops and is waited for. It is safe to call more than once, and after
+// SpawnPrepared (it does nothing then).
+func (p *Prepared) Close() {
+	handed := true
+	p.handOnce.Do(func() { handed = false })
+	if handed {
+		return
+	}
+	p.closeOnce.Do(func() {
+		p.ctlW.Close()
+		p.cfgW.Close()
+		p.stdin.set("")
+		if p.egressConn != nil {
+			p.egressConn.Close()
+		}
+		_, _ = io.Copy(io.Discard, p.statusR)
+		p.statusR.Close()
+		_ = p.cmd.Wait()
+		untrack(p.cmd.Process.Pid)
+	})
+}
+
+// PID is the prepared supervisor's process id.
+func (p *Prepared) PID() int { return p.cmd.Process.Pid }
+
+// Alive reports whether the prepared supervisor is still waiting for its
+// run (it may have been killed since it was started).
+func (p *Prepared) Alive() bool {
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_PID, p.cmd.Process.Pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+	return err == nil && info.Signo == 0
+}
+
+// handOver gives the Prepared its run: the program's stdio and the Spec.
+func (p *Prepared) handOver(spec Spec, out *sandbox.Output) (*supervised, error) {
+	taken := false
+	p.handOnce.Do(func() { taken = true })
+	if !taken {
+		return nil, errors.New("this prepared supervisor was already used or closed")
+	}
+	cmd := p.cmd
 	pid := cmd.Process.Pid
-	if egressConn != nil {
+	p.stdout.set(out.Stdout())
+	p.stderr.set(out.Stderr())
+	p.stdin.set(spec.Stdin)
+	spec.CgroupFDs = p.base.CgroupFDs
+	spec.EgressFD = p.egressFD
+	var stopOnce sync.Once
+	stop := func() { stopOnce.Do(func() { p.ctlW.Close() }) }
+	// The second half of the Spec: the whole run. A supervisor that died
+	// while it waited has closed its end: the run has not begun.
+	err := json.NewEncoder(p.cfgW).Encode(spec)
+	p.cfgW.Close()
+	if err != nil {
+		stop()
+		_, _ = io.Copy(io.Discard, p.statusR)
+		p.statusR.Close()
+		_ = cmd.Wait()
+		untrack(pid)
+		if p.egressConn != nil {
+			p.egressConn.Close()
+		}
+		return nil, fmt.Errorf("%w: %v", ErrNotBegun, err)
+	}
+	if p.egressConn != nil {
 		// The supervisor sends the listener before it starts the
 		// program; if it fails first, its end closes and this returns.
-		l, err := receiveEgressListener(egressConn)
-		egressConn.Close()
-		if err == nil {
+		l, err := receiveEgressListener(p.egressConn)
+		p.egressConn.Close()
+		if err == nil && spec.EgressServe != nil {
 			spec.EgressServe(l)
 		} else {
+			if err == nil {
+				l.Close()
+			}
 			// The supervisor reports why on its status pipe.
 			stop()
 		}
@@ -194,7 +289,7 @@ func startRun(spec Spec, out *sandbox.Output) (*supervised, error) {
 	// larger than the pipe's buffer, and a supervisor blocked writing it
 	// would never exit.
 	stCh := make(chan status, 1)
-	go func() { stCh <- readStatus(statusR) }()
+	go func() { stCh <- readStatus(p.statusR) }()
 	return &supervised{
 		cmd:  cmd,
 		stop: stop,
@@ -282,6 +377,8 @@ func supervisorMain() int {
 			stage.abort()
 			return report(status{Error: "reading the run spec: " + err.Error()})
 		}
+		// Tell the server the run has begun (see readStatus).
+		_, _ = statusF.Write([]byte{received})
 	case <-stopReq:
 		stage.abort()
 		return report(status{Error: "stopped before the run began"})
