@@ -52,12 +52,18 @@ func (s *slot) end(clean bool) {
 // newSlot takes the run's host user and cgroups (waiting for a free user if
 // wait is set, giving up with nil otherwise) and makes its directories.
 func (r *Runner) newSlot(ctx context.Context, lim sandbox.Limits, wait bool) (*slot, error) {
+	return r.newSlotIn(ctx, lim, wait, "run-")
+}
+
+// newSlotIn is newSlot with the directory's name prefix: "run-" for a run
+// of a request, "prepared-" for one made ahead of demand.
+func (r *Runner) newSlotIn(ctx context.Context, lim sandbox.Limits, wait bool, dirPrefix string) (*slot, error) {
 	g, err := r.guardFor(ctx, lim, wait)
 	if err != nil || g == nil {
 		return nil, err
 	}
 	s := &slot{r: r, g: g}
-	if s.dir, err = os.MkdirTemp(r.root, "run-"); err != nil {
+	if s.dir, err = os.MkdirTemp(r.root, dirPrefix); err != nil {
 		s.end(false)
 		return nil, fmt.Errorf("%w: creating the run directory: %v", sandbox.ErrSandboxUnavailable, err)
 	}
@@ -187,7 +193,7 @@ func (p *warmPool) fill() {
 func (p *warmPool) prepare() *slot {
 	r := p.r
 	// The limits are the request's, set at the hand-over.
-	s, err := r.newSlot(context.Background(), sandbox.Limits{}, false)
+	s, err := r.newSlotIn(context.Background(), sandbox.Limits{}, false, "prepared-")
 	if err != nil || s == nil {
 		if err != nil {
 			r.log.Debug("could not prepare a run", "err", err)

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -96,6 +97,15 @@ func Prepare(base Spec) (*Prepared, error) {
 	}
 	return prepare(base)
 }
+
+// The supervisor's name (its comm, as ps shows it) says whether it waits
+// for its run or runs one, so that tools, and the tests that check that
+// nothing of a run outlives it, can tell a supervisor prepared ahead of
+// demand from a run's.
+const (
+	nameWaiting = "codeexec-ready"
+	nameRunning = "codeexec-run"
+)
 
 func prepare(base Spec) (*Prepared, error) {
 	exe, err := os.Executable()
@@ -301,6 +311,13 @@ func (p *Prepared) handOver(spec Spec, out *sandbox.Output) (*supervised, error)
 	}, nil
 }
 
+// setName sets the calling thread's name (the process's, on the main
+// thread).
+func setName(name string) {
+	b := append([]byte(name), 0)
+	_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&b[0])), 0, 0, 0)
+}
+
 func killGroup(pid int) { _ = syscall.Kill(-pid, syscall.SIGKILL) }
 
 // supervisorMain runs in the re-executed binary. It reads the Spec on fd 3,
@@ -308,6 +325,9 @@ func killGroup(pid int) { _ = syscall.Kill(-pid, syscall.SIGKILL) }
 // the end of the control pipe), kills every descendant, and writes the status on
 // fd 4.
 func supervisorMain() int {
+	// Package initialisation, and so this function, runs on the main
+	// thread, whose name is the process's.
+	setName(nameWaiting)
 	cfg := os.NewFile(3, "spec")
 	statusF := os.NewFile(4, "status")
 	ctl := os.NewFile(ctlFD, "control")
@@ -379,6 +399,7 @@ func supervisorMain() int {
 		}
 		// Tell the server the run has begun (see readStatus).
 		_, _ = statusF.Write([]byte{received})
+		setName(nameRunning)
 	case <-stopReq:
 		stage.abort()
 		return report(status{Error: "stopped before the run began"})
