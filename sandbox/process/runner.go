@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -481,6 +482,17 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	if r.workspace != nil {
 		env = append(env, sandbox.WorkspaceVariable+"="+iso.Path(*r.workspace))
 	}
+	if pd := req.PackageDir; pd != nil {
+		if pd.Writable && owner != nil {
+			// The install phase writes as the run's user.
+			if err := os.Chown(pd.HostDir, owner.UID, owner.GID); err != nil {
+				return nil, fmt.Errorf("%w: handing the package folder to the sandbox user: %v", sandbox.ErrSandboxUnavailable, err)
+			}
+		}
+		b := executor.Bind{Src: pd.HostDir, Dst: sandbox.PackagesPath, Writable: pd.Writable}
+		iso.Binds = append(slices.Clip(iso.Binds), b)
+		env = append(env, sandbox.PackageEnv(req.Language, iso.Path(b))...)
+	}
 	if req.Language == "python" && r.python != nil {
 		path, env = r.python.Python, executor.PythonEnv(env, r.python)
 	}
@@ -499,7 +511,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 			}
 		}()
 	}
-	args := append(interpreterArgs(req.Language, req.Limits), spec.Args...)
+	args := append(interpreterArgs(req.Language, req.Limits), spec.RunArgs(req.PackageDir != nil)...)
 	// With a mount namespace the run directory is the run's own tmpfs, a
 	// copy of the host's: its supervisor collects the artifacts there.
 	var collect *executor.CollectSpec
