@@ -157,6 +157,21 @@ func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int 
 	sandboxRunner := runner
 	// The sessions' backend is the mode's own (taken before any decorator).
 	backend, _ := runner.(interface{ Sessions() sessions.Backend })
+	pkgs, err := newPackages(ctx, cfg, runner, log)
+	if err != nil {
+		_ = runner.Close()
+		log.Error("cannot start packages", "err", err)
+		fmt.Fprintf(stderr, "codeexec: %v\n", err)
+		return 1
+	}
+	if pkgs != nil {
+		// Next to the sandbox: approval (outside) is asked before the
+		// install phase, which takes a slot of the concurrency limit.
+		runner = pkgs
+		if backend != nil {
+			backend = packagedSessions{pkgs, backend}
+		}
+	}
 	if cfg.RestrictedPython() {
 		// Inside the concurrency limit, next to the sandbox: the check runs
 		// in the run's own interpreter.

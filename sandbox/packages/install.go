@@ -125,6 +125,9 @@ type RunnerInstaller struct {
 
 var _ Installer = (*RunnerInstaller)(nil)
 
+// Close closes Runner.
+func (in *RunnerInstaller) Close() error { return in.Runner.Close() }
+
 // Install implements Installer.
 func (in *RunnerInstaller) Install(ctx context.Context, lang string, specs []string, dir string) error {
 	req := sandbox.Request{Language: lang, Limits: in.Limits, PackageDir: &sandbox.PackageDir{HostDir: dir, Writable: true}}

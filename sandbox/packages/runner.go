@@ -2,6 +2,8 @@ package packages
 
 import (
 	"context"
+	"errors"
+	"io"
 	"log/slog"
 	"time"
 
@@ -45,7 +47,8 @@ type Runner struct {
 
 var _ sandbox.Runner = (*Runner)(nil)
 
-// Wrap returns the packages layer around next. Closing it closes next.
+// Wrap returns the packages layer around next. Closing it closes next and
+// the installer.
 func Wrap(next sandbox.Runner, cfg Config) *Runner {
 	log := cfg.Logger
 	if log == nil {
@@ -57,8 +60,14 @@ func Wrap(next sandbox.Runner, cfg Config) *Runner {
 // Capabilities are next's.
 func (r *Runner) Capabilities() sandbox.Capabilities { return r.next.Capabilities() }
 
-// Close closes next.
-func (r *Runner) Close() error { return r.next.Close() }
+// Close closes next, and the Installer when it is an io.Closer.
+func (r *Runner) Close() error {
+	err := r.next.Close()
+	if c, ok := r.cfg.Installer.(io.Closer); ok {
+		err = errors.Join(err, c.Close())
+	}
+	return err
+}
 
 // Info describes the configuration and the cache.
 func (r *Runner) Info() *Info {
@@ -117,6 +126,9 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		return nil, err
 	}
 	defer release()
-	req.PackageDir = &sandbox.PackageDir{HostDir: dir}
+	req.PackageDir = packageDir(dir)
 	return r.next.Run(ctx, req)
 }
+
+// packageDir is the read-only package folder of a run or session.
+func packageDir(dir string) *sandbox.PackageDir { return &sandbox.PackageDir{HostDir: dir} }

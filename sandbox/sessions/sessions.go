@@ -55,6 +55,13 @@ type Spec struct {
 	// backend may mark its resources with it (so that another server can
 	// tell a leftover) and stop them by itself after it.
 	Deadline time.Time
+	// Packages are the packages the session asked for at its creation
+	// (session_create's packages argument); the packages layer
+	// (sandbox/packages.Sessions) installs them and sets PackageDir.
+	Packages []string
+	// PackageDir, when not nil, is the folder of installed packages that
+	// every call of the session sees read-only (see sandbox.Request).
+	PackageDir *sandbox.PackageDir
 }
 
 // Session is a started session's sandbox.
@@ -186,6 +193,8 @@ type CreateOptions struct {
 	// IdleTimeout, if above 0 and below the Manager's, is the session's
 	// own idle timeout.
 	IdleTimeout time.Duration
+	// Packages are given to the Backend in Spec.Packages.
+	Packages []string
 }
 
 // Create starts a session for owner, the key of the client that asks (its
@@ -217,7 +226,7 @@ func (m *Manager) Create(ctx context.Context, owner string, o CreateOptions) (In
 	}
 	e := &entry{id: newID(), owner: owner, lang: o.Language, created: now, idle: idle,
 		deadline: now.Add(m.cfg.MaxLifetime), lastUsed: now, turn: make(chan struct{}, 1)}
-	sess, err := m.cfg.Backend.Start(ctx, Spec{ID: e.id, Language: o.Language, Limits: o.Limits, Deadline: e.deadline})
+	sess, err := m.cfg.Backend.Start(ctx, Spec{ID: e.id, Language: o.Language, Limits: o.Limits, Deadline: e.deadline, Packages: o.Packages})
 	if err != nil {
 		release()
 		return Info{}, err
