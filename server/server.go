@@ -125,6 +125,12 @@ type Options struct {
 	// client asks for.
 	TaskLifetime time.Duration
 
+	// Packages, if not nil, is the packages layer (CODE_EXEC_PACKAGES=true):
+	// code_execute's and session_create's packages argument is accepted
+	// and sandbox_info reports it. Nil refuses the argument with a clear
+	// error.
+	Packages Packages
+
 	// Sessions, if not nil, offers the session tools (session_create,
 	// session_close, session_list) and code_execute's session_id. The
 	// Server does not shut it down.

@@ -50,6 +50,8 @@ func ownerOfSession(id string) string { return "mcp:" + id }
 type SessionCreateArgs struct {
 	Language    string
 	IdleTimeout time.Duration
+	// Packages are checked and normalized (packages.Parse).
+	Packages []string
 }
 
 // sessionCreateArgs declares session_create's arguments.
@@ -75,6 +77,7 @@ func sessionCreateArgs(a *SessionCreateArgs, o *Options) argList {
 				a.IdleTimeout = time.Duration(secs * float64(time.Second))
 				return nil
 			}),
+		packagesParam(o, &a.Language, func(specs []string) { a.Packages = specs }),
 	}}
 }
 
@@ -215,7 +218,7 @@ func (s *Server) handleSessionCreate(ctx context.Context, req mcp.CallToolReques
 		return mcp.NewToolResultError(err.Error()), nil
 	}
 	lim := s.opts.Limits
-	info, err := s.opts.Sessions.Create(ctx, s.owner(ctx), sessions.CreateOptions{Language: a.Language, Limits: lim, IdleTimeout: a.IdleTimeout})
+	info, err := s.opts.Sessions.Create(ctx, s.owner(ctx), sessions.CreateOptions{Language: a.Language, Limits: lim, IdleTimeout: a.IdleTimeout, Packages: a.Packages})
 	if err != nil {
 		return mcp.NewToolResultError(sessionErrorMessage(err)), nil
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/artifacts"
 	"github.com/codeexec/codeexec/sandbox/egress"
+	"github.com/codeexec/codeexec/sandbox/packages"
 	"github.com/codeexec/codeexec/sandbox/pypolicy"
 	"github.com/codeexec/codeexec/sandbox/sessions"
 )
@@ -174,6 +175,31 @@ var infoOutputSchema = `{
         "open": {"type": "integer"}
       }
     },
+    "packages": {
+      "type": "object",
+      "description": "code_execute's packages argument: whether it is accepted (CODE_EXEC_PACKAGES), from which indexes, and the cache of installed lists",
+      "properties": {
+        "enabled": {"type": "boolean"},
+        "pip_index_url": {"type": "string"},
+        "npm_registry": {"type": "string"},
+        "install_timeout_seconds": {"type": "number"},
+        "max_install_bytes": {"type": "integer"},
+        "max_packages": {"type": "integer"},
+        "cache": {
+          "type": "object",
+          "properties": {
+            "dir": {"type": "string"},
+            "entries": {"type": "integer"},
+            "bytes": {"type": "integer"},
+            "max_bytes": {"type": "integer"},
+            "in_use": {"type": "integer"}
+          },
+          "required": ["entries", "bytes", "max_bytes"]
+        },
+        "detail": {"type": "string"}
+      },
+      "required": ["enabled", "detail"]
+    },
     "version": {"type": "string"}
   },
   "required": ["mode", "sandboxed", "languages", "limits", "network", "approval", "protections", "boundaries"]
@@ -220,6 +246,9 @@ func executeTool(caps sandbox.Capabilities, o *Options) mcp.Tool {
 		"Languages: " + languageList(caps.Languages) + ". " + slate +
 		"Print results to stdout. Files given in the files argument are written into its working directory first, and files the program writes there come back (charts as images). " +
 		"Limits (time, memory, output, files) apply; call sandbox_info to see them."
+	if o.Packages != nil {
+		desc += " Packages named in the packages argument (pinned versions from the operator's index) are installed first and cached; the program itself keeps no network access."
+	}
 	return mcp.Tool{
 		Name:            ToolExecute,
 		Title:           "Execute code",
@@ -336,6 +365,7 @@ func (s *Server) execute(ctx context.Context, req mcp.CallToolRequest) *mcp.Call
 		Stdin:    args.Stdin,
 		Limits:   limits,
 		Files:    args.Files,
+		Packages: args.Packages,
 	}
 	if s.opts.Artifacts.MaxArtifacts > 0 {
 		o := s.opts.Artifacts
@@ -346,6 +376,10 @@ func (s *Server) execute(ctx context.Context, req mcp.CallToolRequest) *mcp.Call
 		// A session's calls run in its own directory, which files do not
 		// reach yet: say so rather than drop them.
 		return mcp.NewToolResultError("files cannot be sent with session_id yet: send them in a call without session_id, or write them from the session's code")
+	}
+	if args.SessionID != "" && len(args.Packages) > 0 {
+		// A session's packages are installed when it starts.
+		return mcp.NewToolResultError("packages cannot be sent with session_id: a session gets its packages when it is created (session_create's packages argument); create a session with the whole list, or run without session_id")
 	}
 	if args.SessionID != "" {
 		// The session must be the caller's before anyone is asked to
@@ -380,6 +414,8 @@ func (s *Server) execute(ctx context.Context, req mcp.CallToolRequest) *mcp.Call
 		switch {
 		case errors.Is(err, pypolicy.ErrPolicy):
 			s.log.Info("refused by the restricted Python policy", "language", args.Language, "reason", err.Error())
+		case errors.Is(err, packages.ErrInstall), errors.Is(err, packages.ErrTooLarge):
+			s.log.Info("packages not installed", "language", args.Language, "packages", args.Packages, "err", err)
 		case !isApproval:
 			s.log.Warn("run failed", "language", args.Language, "err", err)
 		}
@@ -419,6 +455,9 @@ func (s *Server) execute(ctx context.Context, req mcp.CallToolRequest) *mcp.Call
 // runErrorMessage turns a runner error into one sentence for the model.
 func runErrorMessage(err error, args ExecuteArgs) string {
 	if msg, ok := approvalErrorMessage(err); ok {
+		return msg
+	}
+	if msg, ok := packagesErrorMessage(err); ok {
 		return msg
 	}
 	switch {
@@ -592,6 +631,9 @@ type InfoOutput struct {
 	// Workspace says where runs see the operator's project folder, and
 	// whether they may change it; absent when there is none.
 	Workspace *sandbox.WorkspaceStatus `json:"workspace,omitempty"`
+	// Packages says whether code_execute's packages argument is accepted,
+	// from which indexes, and how full the cache is.
+	Packages *packages.Info `json:"packages"`
 	Version   string                   `json:"version"`
 }
 
@@ -676,8 +718,17 @@ func (s *Server) Info() InfoOutput {
 		Approval:      s.approvalDescription(),
 		Protections:   caps.Protections,
 		Workspace:     caps.Workspace,
+		Packages:      s.packagesInfo(),
 		Version:       o.Version,
 	}
+}
+
+// packagesInfo is what sandbox_info says of packages.
+func (s *Server) packagesInfo() *packages.Info {
+	if s.opts.Packages == nil {
+		return &packages.Info{Detail: "off (CODE_EXEC_PACKAGES=false): the packages argument is refused; programs import only what the sandbox has installed"}
+	}
+	return s.opts.Packages.Info()
 }
 
 // artifactTTL is how long the store keeps artifacts (0 without a store).

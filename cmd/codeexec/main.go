@@ -230,6 +230,9 @@ func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int 
 	defer func() { _ = store.Close() }()
 
 	opts := serverOptions(cfg, log, consoleURL)
+	if pkgs != nil {
+		opts.Packages = pkgs
+	}
 	opts.Metrics, opts.Tasks, opts.TaskLifetime = m, store, taskRunTime+cfg.TaskTTL
 	if manager != nil {
 		opts.Sessions, opts.SessionIdleTimeout, opts.SessionSlots = manager, cfg.SessionIdleTimeout, limited.Share
