@@ -634,7 +634,7 @@ type InfoOutput struct {
 	// Packages says whether code_execute's packages argument is accepted,
 	// from which indexes, and how full the cache is.
 	Packages *packages.Info `json:"packages"`
-	Version   string                   `json:"version"`
+	Version  string         `json:"version"`
 }
 
 // InfoSessions is what sandbox_info says of sessions.
