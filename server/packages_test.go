@@ -5,6 +5,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/codeexec/codeexec/approvals"
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/packages"
@@ -79,5 +82,17 @@ func TestInstallErrorsReadWell(t *testing.T) {
 	msg := runErrorMessage(err, ExecuteArgs{Language: "python"})
 	if !strings.Contains(msg, "could not be installed") || !strings.Contains(msg, "No matching distribution") {
 		t.Errorf("message %q", msg)
+	}
+}
+
+// The person asked to approve a run reads which packages it installs.
+func TestElicitationNamesPackages(t *testing.T) {
+	t.Parallel()
+	a := approvals.Ask{ID: "abc", Language: "python", Code: "import requests", CodeSHA256: "00", Deadline: time.Now(), Packages: []string{"requests==2.31.0", "idna==3.6"}}
+	msg := elicitation(a).Message
+	for _, want := range []string{"Packages installed for it first", "- requests==2.31.0\n", "- idna==3.6\n"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the elicitation message lacks %q:\n%s", want, msg)
+		}
 	}
 }

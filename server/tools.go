@@ -385,9 +385,13 @@ func (s *Server) execute(ctx context.Context, req mcp.CallToolRequest) *mcp.Call
 		// The session must be the caller's before anyone is asked to
 		// approve code for it.
 		owner := s.owner(ctx)
-		if _, err := s.opts.Sessions.Check(owner, args.SessionID); err != nil {
+		info, err := s.opts.Sessions.Check(owner, args.SessionID)
+		if err != nil {
 			return mcp.NewToolResultError(sessionErrorMessage(err))
 		}
+		// The session's packages, for the person approving the call:
+		// the session installed them when it started.
+		runReq.Packages = info.Packages
 		inSession = sessionRunner{m: s.opts.Sessions, owner: owner, id: args.SessionID, caps: s.runner.Capabilities()}
 		if s.opts.SessionSlots != nil {
 			inSession = s.opts.SessionSlots(inSession)
