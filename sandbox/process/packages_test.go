@@ -39,5 +39,10 @@ func TestPackages(t *testing.T) {
 		t.Fatalf("process.New: %v", err)
 	}
 	t.Cleanup(func() { _ = run.Close() })
-	packagestest.Check(t, packagestest.Setup{Run: run, Install: install, Index: ix, CacheDir: filepath.Join(root, "packages"), IndexHost: "127.0.0.1"})
+	setup := packagestest.Setup{Run: run, Install: install, Index: ix, CacheDir: filepath.Join(root, "packages"), IndexHost: "127.0.0.1"}
+	packagestest.Check(t, setup)
+	t.Run("sessions", func(t *testing.T) {
+		setup.CacheDir = filepath.Join(root, "packages-sessions")
+		packagestest.CheckSessions(t, setup, run.Sessions())
+	})
 }

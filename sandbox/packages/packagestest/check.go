@@ -10,6 +10,7 @@ import (
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/packages"
+	"github.com/codeexec/codeexec/sandbox/sessions"
 )
 
 // Demo packages: what Check installs.
@@ -245,4 +246,46 @@ if (proxy) {
   r.on("error", (e) => { console.log("proxy", e.code); done(); });
 } else { done(); }
 `
+}
+
+// CheckSessions checks that a session created with packages imports them
+// in every call, read-only, and that the cache entry stays in use until the
+// session closes. backend is the mode's session backend.
+func CheckSessions(t *testing.T, s Setup, backend sessions.Backend) {
+	layer := s.Layer(t)
+	ctx := context.Background()
+	b := layer.Sessions(backend)
+	sess, err := b.Start(ctx, sessions.Spec{ID: "ses_test", Language: "python", Limits: RunLimits, Deadline: time.Now().Add(time.Minute), Packages: []string{"codeexec-demo==1.0"}})
+	if err != nil {
+		t.Fatalf("starting a session with packages: %v", err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			_ = sess.Close()
+		}
+	}()
+	for i, code := range []string{"import codeexec_demo\nx = codeexec_demo.VALUE\nprint(x)\n", "print(x + 1)\nimport codeexec_extra\n"} {
+		res, err := sess.Exec(ctx, sandbox.Request{Language: "python", Code: code, Limits: RunLimits})
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		want := []string{"42", "43"}[i]
+		if !strings.HasPrefix(strings.TrimSpace(res.Stdout), want) {
+			t.Fatalf("call %d: stdout %q, stderr %q, want %s", i, res.Stdout, res.Stderr, want)
+		}
+		if i == 1 && !strings.Contains(res.Stderr, "codeexec_extra") {
+			t.Errorf("a package the session did not ask for was importable: stderr %q", res.Stderr)
+		}
+	}
+	if st := layer.Info().Cache; st.InUse != 1 {
+		t.Errorf("while the session lives: %+v, want its entry in use", st)
+	}
+	if err := sess.Close(); err != nil {
+		t.Fatal(err)
+	}
+	closed = true
+	if st := layer.Info().Cache; st.InUse != 0 || st.Entries != 1 {
+		t.Errorf("after the session closed: %+v, want one entry, none in use", st)
+	}
 }
