@@ -408,8 +408,12 @@ func newRunner(ctx context.Context, cfg *configs.Config, log *slog.Logger) (sand
 	}
 	switch cfg.Sandbox {
 	case sandbox.ModeDocker:
+		cache, err := packagesCacheDir(cfg)
+		if err != nil {
+			return nil, err
+		}
 		return docker.New(ctx, docker.Config{Image: cfg.DockerImage, Runtime: cfg.DockerRuntime, Languages: cfg.Languages, Logger: log,
-			PoolSize: cfg.DockerPoolSize, PoolLimits: cfg.Limits(cfg.Timeout), Egress: egressProxy, Workspace: cfg.WorkspaceConfig()})
+			PoolSize: cfg.DockerPoolSize, PoolLimits: cfg.Limits(cfg.Timeout), Egress: egressProxy, Workspace: cfg.WorkspaceConfig(), PackagesCache: cache})
 	case sandbox.ModeProcess:
 		disable, err := process.ParseFeatures(cfg.ProcessDisable)
 		if err != nil {

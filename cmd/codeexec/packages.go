@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 
 	"github.com/codeexec/codeexec/configs"
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/docker"
 	"github.com/codeexec/codeexec/sandbox/egress/proxy"
 	"github.com/codeexec/codeexec/sandbox/host"
 	"github.com/codeexec/codeexec/sandbox/packages"
@@ -45,7 +47,11 @@ func newPackages(ctx context.Context, cfg *configs.Config, runner sandbox.Runner
 	var install sandbox.Runner
 	switch cfg.Sandbox {
 	case sandbox.ModeDocker:
-		return nil, fmt.Errorf("%w: CODE_EXEC_PACKAGES=true is not supported in docker mode yet (process mode has it); bake the packages into the image instead (docker/build-sandbox-image.sh)", sandbox.ErrSandboxUnavailable)
+		// The install containers are locked down like run containers
+		// (no warm pool: each install is a container of its own); the
+		// engine binds the cache's folders, so it must be local.
+		install, err = docker.New(ctx, docker.Config{Image: cfg.DockerImage, Runtime: cfg.DockerRuntime, Languages: langs, Logger: log,
+			Egress: indexProxy})
 	case sandbox.ModeProcess:
 		disable, perr := process.ParseFeatures(cfg.ProcessDisable)
 		if perr != nil {
@@ -82,3 +88,17 @@ type packagedSessions struct {
 }
 
 func (p packagedSessions) Sessions() sessions.Backend { return p.layer.Sessions(p.mode.Sessions()) }
+
+// packagesCacheDir makes the package cache folder for docker mode's run
+// containers, which see it read-only (CODE_EXEC_PACKAGES=true), and
+// returns it; "" with packages off.
+func packagesCacheDir(cfg *configs.Config) (string, error) {
+	if !cfg.Packages {
+		return "", nil
+	}
+	dir := cfg.PackagesCache()
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return "", fmt.Errorf("CODE_EXEC_PACKAGES_CACHE_DIR: %w", err)
+	}
+	return dir, nil
+}

@@ -70,8 +70,8 @@ type CacheStats struct {
 }
 
 // OpenCache opens (making it if needed) the cache in dir, a folder only
-// this user may write and everyone may search (runs of other users read
-// entries in it), capped at maxBytes in all and maxEntry for one entry.
+// this user may write and everyone may search but not list (runs of other
+// users read entries in it), capped at maxBytes in all and maxEntry for one entry.
 // Finished entries left by an earlier server are kept; unfinished ones are
 // removed.
 func OpenCache(dir string, maxBytes, maxEntry int64) (*Cache, error) {
@@ -91,7 +91,9 @@ func OpenCache(dir string, maxBytes, maxEntry int64) (*Cache, error) {
 	if err := checkOwned(fi, dir); err != nil {
 		return nil, err
 	}
-	if err := os.Chmod(dir, 0o755); err != nil {
+	// Searchable, not listable: docker mode's run containers see the
+	// folder (read-only), and must not learn which lists others cached.
+	if err := os.Chmod(dir, 0o711); err != nil {
 		return nil, fmt.Errorf("packages cache: %w", err)
 	}
 	c := &Cache{dir: dir, maxBytes: maxBytes, maxEntry: maxEntry, entries: map[string]*entry{}, inflight: map[string]*install{}}
