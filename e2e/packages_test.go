@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,10 +19,11 @@ import (
 // sandbox_info reports the cache.
 func TestPackages(t *testing.T) {
 	t.Parallel()
+	packagestest.RequireInstallers(t)
 	ix := packagestest.Serve(t, "127.0.0.1:0", packagestest.Python, packagestest.JavaScript)
 	wd := workDir(t)
 	cacheDir := filepath.Join(wd, "packages")
-	cs, srv := connect(t, stdio, serverEnv(t, map[string]string{
+	env := serverEnv(t, map[string]string{
 		"CODE_EXEC_WORK_DIR":           wd,
 		"CODE_EXEC_SANDBOX":            "process",
 		"CODE_EXEC_PACKAGES":           "true",
@@ -29,7 +31,21 @@ func TestPackages(t *testing.T) {
 		"CODE_EXEC_NPM_REGISTRY":       ix.NpmURL,
 		"CODE_EXEC_PACKAGES_CACHE_DIR": cacheDir,
 		"CODE_EXEC_TIMEOUT":            "30s",
-	}), connectOpts{})
+	})
+	if os.Getenv("CODE_EXEC_TEST_NO_USERNS") == "1" && os.Geteuid() != 0 {
+		// Without user namespaces an ordinary user's runs have no network
+		// namespace, so nothing could hold the install phase to the index:
+		// the server must refuse to start, saying why.
+		cmd := exec.Command(binPath)
+		cmd.Env = envList(env)
+		cmd.Stdin = strings.NewReader("")
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "the install phase of CODE_EXEC_PACKAGES=true cannot start") {
+			t.Fatalf("without a network namespace the server started or did not say why: %v\n%s", err, out)
+		}
+		return
+	}
+	cs, srv := connect(t, stdio, env, connectOpts{})
 	if !strings.Contains(srv.logTail(), "CODE_EXEC_PACKAGES=true") {
 		t.Errorf("the server did not say loudly that packages are on:\n%s", srv.logTail())
 	}

@@ -2,7 +2,6 @@ package process_test
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -17,11 +16,7 @@ import (
 // own egress proxy, and a run's 127.0.0.1 is its own loopback.
 func TestPackages(t *testing.T) {
 	requireActive(t, newRunnerWith(t), "network namespace")
-	for _, tool := range []string{"/usr/bin/python3", "/usr/bin/npm"} {
-		if _, err := os.Stat(tool); err != nil {
-			t.Skipf("%s is missing: %v", tool, err)
-		}
-	}
+	packagestest.RequireInstallers(t)
 	ix := packagestest.Serve(t, "127.0.0.1:0", packagestest.Python, packagestest.JavaScript)
 	policy, err := packages.IndexPolicy([]string{ix.PipURL, ix.NpmURL}, nil, packages.DefaultCaps)
 	if err != nil {

@@ -16,6 +16,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -231,4 +233,29 @@ func Tarball(t testing.TB, p Package) []byte {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
+}
+
+// RequireInstallers skips t unless this host has what process mode's
+// install phase runs: pip for /usr/bin/python3 and npm on the minimal PATH
+// of runs. With CODE_EXEC_REQUIRE_INSTALLERS=1 (CI, after
+// .ci/ensure-installers.sh) it fails instead.
+func RequireInstallers(t testing.TB) {
+	t.Helper()
+	var missing []string
+	if err := exec.Command("/usr/bin/python3", "-m", "pip", "--version").Run(); err != nil {
+		missing = append(missing, "pip for /usr/bin/python3 ("+err.Error()+")")
+	}
+	npm := exec.Command("npm", "--version")
+	npm.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
+	if err := npm.Run(); err != nil {
+		missing = append(missing, "npm on /usr/local/bin:/usr/bin:/bin ("+err.Error()+")")
+	}
+	if len(missing) == 0 {
+		return
+	}
+	msg := "missing " + strings.Join(missing, ", ") + ": run .ci/ensure-installers.sh"
+	if os.Getenv("CODE_EXEC_REQUIRE_INSTALLERS") == "1" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
 }
