@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,27 +13,44 @@ import (
 )
 
 // TestPackages drives CODE_EXEC_PACKAGES=true through the real binary with
-// the official MCP client, in process mode, against a package index this
-// test serves on loopback: the packages install and import, the second call
-// comes from the cache, the run cannot reach the index, a malicious spec is
-// refused, a failing install says why, a session gets its packages, and
-// sandbox_info reports the cache.
+// the official MCP client, in process and docker mode, against a package
+// index this test serves on this machine (loopback, or the Docker bridge's
+// own address for docker mode): the packages install and import, the
+// second call comes from the cache (at least 5× faster), the run cannot
+// reach the index, a malicious spec is refused, a failing install says why,
+// a session gets its packages, and sandbox_info reports the cache.
 func TestPackages(t *testing.T) {
 	t.Parallel()
 	packagestest.RequireInstallers(t)
-	ix := packagestest.Serve(t, "127.0.0.1:0", packagestest.Python, packagestest.JavaScript)
+	for _, mode := range []string{"process", "docker"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			ip := "127.0.0.1"
+			if mode == "docker" {
+				dockerEngine(t)
+				if b := bridgeAddr(); b != "" {
+					ip = b
+				}
+			}
+			checkPackages(t, mode, ip)
+		})
+	}
+}
+
+func checkPackages(t *testing.T, mode, ip string) {
+	ix := packagestest.Serve(t, net.JoinHostPort(ip, "0"), packagestest.Python, packagestest.JavaScript)
 	wd := workDir(t)
 	cacheDir := filepath.Join(wd, "packages")
 	env := serverEnv(t, map[string]string{
 		"CODE_EXEC_WORK_DIR":           wd,
-		"CODE_EXEC_SANDBOX":            "process",
+		"CODE_EXEC_SANDBOX":            mode,
 		"CODE_EXEC_PACKAGES":           "true",
 		"CODE_EXEC_PIP_INDEX_URL":      ix.PipURL,
 		"CODE_EXEC_NPM_REGISTRY":       ix.NpmURL,
 		"CODE_EXEC_PACKAGES_CACHE_DIR": cacheDir,
 		"CODE_EXEC_TIMEOUT":            "30s",
 	})
-	if os.Getenv("CODE_EXEC_TEST_NO_USERNS") == "1" && os.Geteuid() != 0 {
+	if mode == "process" && os.Getenv("CODE_EXEC_TEST_NO_USERNS") == "1" && os.Geteuid() != 0 {
 		// Without user namespaces an ordinary user's runs have no network
 		// namespace, so nothing could hold the install phase to the index:
 		// the server must refuse to start, saying why.
@@ -64,7 +82,7 @@ func TestPackages(t *testing.T) {
 	if res.IsError || strings.TrimSpace(out.Stdout) != "42" {
 		t.Fatalf("second call: isError=%v %q", res.IsError, text(res))
 	}
-	t.Logf("cold %v, cached %v (%.1f×)", cold, cached, float64(cold)/float64(cached))
+	t.Logf("%s: cold %v, cached %v (%.1f×)", mode, cold, cached, float64(cold)/float64(cached))
 	if ix.Downloads.Load() != downloads {
 		t.Error("the second call downloaded the package again")
 	}
@@ -80,7 +98,7 @@ func TestPackages(t *testing.T) {
 	before := ix.Requests.Load()
 	port := ix.Addr[strings.LastIndex(ix.Addr, ":")+1:]
 	res, out = execute(t, cs, map[string]any{"language": "python", "packages": []any{"codeexec-demo==1.0"},
-		"code": "import socket\ntry:\n    socket.create_connection(('127.0.0.1', " + port + "), timeout=2)\n    print('REACHED')\nexcept OSError as e:\n    print('BLOCKED', e)\n"})
+		"code": "import socket\ntry:\n    socket.create_connection(('" + ip + "', " + port + "), timeout=2)\n    print('REACHED')\nexcept OSError as e:\n    print('BLOCKED', e)\n"})
 	if res.IsError || !strings.HasPrefix(out.Stdout, "BLOCKED") || ix.Requests.Load() != before {
 		t.Fatalf("the run reached the index: %q", text(res))
 	}

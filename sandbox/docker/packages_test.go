@@ -40,7 +40,8 @@ func TestPackages(t *testing.T) {
 	// Warm containers see the cache: a cached run takes one. Two per
 	// language, as the server keeps by default (CODE_EXEC_DOCKER_POOL_SIZE).
 	run, _ := newRunner(t, Config{Languages: langs, PoolSize: 2, PoolLimits: packagestest.RunLimits, PackagesCache: cacheDir})
-	setup := packagestest.Setup{Run: run, Install: install, Index: ix, CacheDir: cacheDir, IndexHost: ip}
+	setup := packagestest.Setup{Run: run, Install: install, Index: ix, CacheDir: cacheDir, IndexHost: ip,
+		Settle: func(t *testing.T, lang string) { waitWarm(t, run, lang, 1) }}
 	packagestest.Check(t, setup)
 	if rec := servedOf(run); !slices.Contains(rec.warm, true) {
 		t.Errorf("no run with packages took a warm container: %v", rec.warm)

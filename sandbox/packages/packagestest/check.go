@@ -41,6 +41,10 @@ type Setup struct {
 	// IndexHost is the address at which a program in Run would find the
 	// index if nothing stopped it (the host's address as the sandbox sees it).
 	IndexHost string
+	// Settle, if not nil, waits until Run is as ready for a run of lang
+	// as it is between an agent's calls (docker: a warm container), before
+	// each timed call.
+	Settle func(t *testing.T, lang string)
 }
 
 // Layer is the packages layer of s with a fresh cache.
@@ -87,6 +91,12 @@ func Check(t *testing.T, s Setup) {
 	for _, c := range cases {
 		t.Run(c.lang, func(t *testing.T) {
 			t.Run("installs, imports, then comes from the cache", func(t *testing.T) {
+				settle := func() {
+					if s.Settle != nil {
+						s.Settle(t, c.lang)
+					}
+				}
+				settle()
 				res, cold, err := run(t, c.lang, c.code, c.spec)
 				if err != nil {
 					t.Fatalf("first run: %v", err)
@@ -95,6 +105,7 @@ func Check(t *testing.T, s Setup) {
 					t.Fatalf("first run: exit %d, stdout %q, stderr %q; want 42", res.ExitCode, res.Stdout, res.Stderr)
 				}
 				downloads := s.Index.Downloads.Load()
+				settle()
 				res, cached, err := run(t, c.lang, c.code, c.spec)
 				if err != nil || strings.TrimSpace(res.Stdout) != "42" {
 					t.Fatalf("second run: %v, %+v", err, res)
