@@ -137,7 +137,8 @@ func (c *Cache) Stats() CacheStats {
 // Acquire returns the folder of the entry key, filling it first with fill
 // (given a fresh empty folder) when it is not there: hit says whether it
 // was. Callers asking for the same key at once share one fill and its
-// error. The entry is not evicted until release is called (once).
+// error (except a fill stopped because its own caller went away: a waiter
+// still interested then fills it itself). The entry is not evicted until release is called (once).
 // Cancelling ctx stops waiting for another caller's fill, not the fill.
 func (c *Cache) Acquire(ctx context.Context, key string, fill func(ctx context.Context, dir string) error) (dir string, release func(), hit bool, err error) {
 	first := true
@@ -159,9 +160,11 @@ func (c *Cache) Acquire(ctx context.Context, key string, fill func(ctx context.C
 			case <-ctx.Done():
 				return "", nil, false, ctx.Err()
 			}
-			if in.err != nil {
+			if in.err != nil && !(errors.Is(in.err, context.Canceled) && ctx.Err() == nil) {
 				return "", nil, false, in.err
 			}
+			// Filled, or the caller that was filling it went away: look
+			// again (and fill it ourselves if it is still missing).
 			continue
 		}
 		in := &install{done: make(chan struct{})}

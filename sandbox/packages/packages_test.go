@@ -257,3 +257,48 @@ func TestOpenCacheKeepsFinishedEntries(t *testing.T) {
 		t.Errorf("reopened cache: hit %v, %v", hit, err)
 	}
 }
+
+// A caller that goes away stops its own install, and a caller waiting for
+// the same list installs it itself instead of failing with the first's
+// cancellation.
+func TestWaiterOutlivesACancelledInstall(t *testing.T) {
+	t.Parallel()
+	cache, err := packages.OpenCache(filepath.Join(t.TempDir(), "cache"), 1<<20, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := packages.Key("id", "python", []string{"a"})
+	started := make(chan struct{})
+	first, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() {
+		_, _, _, err := cache.Acquire(first, key, func(ctx context.Context, dir string) error {
+			close(started)
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		done <- err
+	}()
+	<-started
+	waited := make(chan error)
+	go func() {
+		_, release, _, err := cache.Acquire(context.Background(), key, func(_ context.Context, dir string) error {
+			return os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644)
+		})
+		if err == nil {
+			release()
+		}
+		waited <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("the cancelled caller: %v", err)
+	}
+	if err := <-waited; err != nil {
+		t.Errorf("the waiting caller: %v, want it to install the list itself", err)
+	}
+	if st := cache.Stats(); st.Entries != 1 {
+		t.Errorf("cache %+v", st)
+	}
+}
