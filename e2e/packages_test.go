@@ -83,6 +83,9 @@ func checkPackages(t *testing.T, mode, ip string) {
 		t.Fatalf("second call: isError=%v %q", res.IsError, text(res))
 	}
 	t.Logf("%s: cold %v, cached %v (%.1f×)", mode, cold, cached, float64(cold)/float64(cached))
+	if !strings.Contains(text(res), "Packages: codeexec-demo==1.0 (from the cache).") {
+		t.Errorf("the second call's text does not say the packages came from the cache:\n%s", text(res))
+	}
 	if ix.Downloads.Load() != downloads {
 		t.Error("the second call downloaded the package again")
 	}

@@ -195,6 +195,19 @@ type Result struct {
 	// working directory, when the request asked for them (and the run got
 	// as far as its end); nil otherwise.
 	Artifacts *artifacts.Collection
+	// Packages reports the packages the run imported from, when the
+	// request named some (set by sandbox/packages); nil otherwise.
+	Packages *PackagesReport
+}
+
+// PackagesReport says which packages a run had and where they came from.
+type PackagesReport struct {
+	// List is the normalized list (see sandbox/packages.Parse).
+	List []string `json:"list"`
+	// Cached: the list came from the cache; otherwise it was installed
+	// for this run, which took InstallMS.
+	Cached    bool    `json:"cached"`
+	InstallMS float64 `json:"install_ms,omitempty"`
 }
 
 // CheckFiles refuses, with an error wrapping artifacts.ErrInvalidFile, a

@@ -76,6 +76,14 @@ func TestPackagesReachTheRunnerAndSandboxInfo(t *testing.T) {
 	}
 }
 
+func TestRenderTextNamesPackages(t *testing.T) {
+	t.Parallel()
+	got := RenderText(ExecuteOutput{Stdout: "42\n", Sandbox: "process", Packages: &sandbox.PackagesReport{List: []string{"a==1"}, InstallMS: 812}}, time.Second, "1m")
+	if !strings.Contains(got, "Packages: a==1 (installed in 812 ms).") {
+		t.Errorf("RenderText = %q", got)
+	}
+}
+
 func TestInstallErrorsReadWell(t *testing.T) {
 	t.Parallel()
 	err := &packages.InstallError{Tool: "pip", Reason: "exited with code 1", Output: "ERROR: No matching distribution found for x==9"}

@@ -85,6 +85,16 @@ var executeOutputSchema = `{
     },
     "session_id": {"type": "string", "description": "The session the code ran in, if any."},
     "state_lost": {"type": "boolean", "description": "In a session: the call stopped the interpreter, so the variables of earlier calls are gone (the files stay)."},
+    "packages": {
+      "type": "object",
+      "description": "The packages the run imported from (the packages argument): the normalized list, and whether it came from the cache or was installed for this call.",
+      "properties": {
+        "list": {"type": "array", "items": {"type": "string"}},
+        "cached": {"type": "boolean"},
+        "install_ms": {"type": "number"}
+      },
+      "required": ["list", "cached"]
+    },
     "artifacts": {
       "type": "array",
       "description": "Files the program created or changed in its working directory. Images also come as image content, small text files as embedded resources, others as resource links; resources/read serves each uri for a while.",
@@ -222,6 +232,8 @@ type ExecuteOutput struct {
 	Network   *egress.Report `json:"network,omitempty"`
 	SessionID string         `json:"session_id,omitempty"`
 	StateLost bool           `json:"state_lost,omitempty"`
+	// Packages are the packages the run imported from, when it named some.
+	Packages *sandbox.PackagesReport `json:"packages,omitempty"`
 	// Artifacts are the files the run created or changed, ArtifactsOmitted
 	// those it left out, and ArtifactsNote says so in words.
 	Artifacts        []ArtifactOutput     `json:"artifacts,omitempty"`
@@ -439,6 +451,7 @@ func (s *Server) execute(ctx context.Context, req mcp.CallToolRequest) *mcp.Call
 		Network:    res.Network,
 		SessionID:  args.SessionID,
 		StateLost:  res.StateLost,
+		Packages:   res.Packages,
 	}
 	var extra []mcp.Content
 	out.Artifacts, extra, out.ArtifactsNote = s.artifactResults(ctx, res.Artifacts)
@@ -513,6 +526,13 @@ func RenderText(o ExecuteOutput, timeout time.Duration, outputCap string) string
 		b.WriteString("(no output)\n\n")
 	}
 	section("network", renderNetwork(o.Network))
+	if p := o.Packages; p != nil {
+		how := "from the cache"
+		if !p.Cached {
+			how = "installed in " + fmtMillis(p.InstallMS)
+		}
+		fmt.Fprintf(&b, "Packages: %s (%s).\n\n", strings.Join(p.List, ", "), how)
+	}
 	ran := fmt.Sprintf("after %s in the %s sandbox", fmtMillis(o.DurationMS), o.Sandbox)
 	switch {
 	case o.TimedOut:

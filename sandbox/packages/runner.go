@@ -121,13 +121,23 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	if len(req.Packages) == 0 {
 		return r.next.Run(ctx, req)
 	}
-	dir, release, _, err := r.Prepare(ctx, req.Language, req.Packages)
+	start := time.Now()
+	dir, release, hit, err := r.Prepare(ctx, req.Language, req.Packages)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
+	rep := &sandbox.PackagesReport{Cached: hit}
+	if !hit {
+		rep.InstallMS = float64(time.Since(start).Microseconds()) / 1000
+	}
+	rep.List, _ = Parse(req.Language, req.Packages)
 	req.PackageDir = packageDir(dir)
-	return r.next.Run(ctx, req)
+	res, err := r.next.Run(ctx, req)
+	if res != nil {
+		res.Packages = rep
+	}
+	return res, err
 }
 
 // packageDir is the read-only package folder of a run or session.

@@ -104,11 +104,17 @@ func Check(t *testing.T, s Setup) {
 				if strings.TrimSpace(res.Stdout) != "42" || res.ExitCode != 0 {
 					t.Fatalf("first run: exit %d, stdout %q, stderr %q; want 42", res.ExitCode, res.Stdout, res.Stderr)
 				}
+				if p := res.Packages; p == nil || p.Cached || p.InstallMS <= 0 || len(p.List) != 1 || p.List[0] != c.spec {
+					t.Errorf("first run's packages report: %+v", p)
+				}
 				downloads := s.Index.Downloads.Load()
 				settle()
 				res, cached, err := run(t, c.lang, c.code, c.spec)
 				if err != nil || strings.TrimSpace(res.Stdout) != "42" {
 					t.Fatalf("second run: %v, %+v", err, res)
+				}
+				if p := res.Packages; p == nil || !p.Cached {
+					t.Errorf("second run's packages report: %+v, want cached", p)
 				}
 				if n := s.Index.Downloads.Load(); n != downloads {
 					t.Errorf("the second run downloaded %d packages again: it should come from the cache", n-downloads)
