@@ -111,23 +111,9 @@ func (ix *Index) serve(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html")
 		_, _ = w.Write([]byte(b.String()))
 	case strings.HasPrefix(p, "/files/"):
-		whl, ok := ix.wheels[strings.TrimPrefix(p, "/files/")]
-		if !ok {
-			http.NotFound(w, r)
-			return
-		}
-		ix.Downloads.Add(1)
-		w.Header().Set("Content-Type", "application/octet-stream")
-		_, _ = w.Write(whl)
+		ix.download(w, r, ix.wheels[strings.TrimPrefix(p, "/files/")])
 	case strings.HasPrefix(p, "/npm/-/"):
-		tgz, ok := ix.tgz[strings.TrimPrefix(p, "/npm/-/")]
-		if !ok {
-			http.NotFound(w, r)
-			return
-		}
-		ix.Downloads.Add(1)
-		w.Header().Set("Content-Type", "application/octet-stream")
-		_, _ = w.Write(tgz)
+		ix.download(w, r, ix.tgz[strings.TrimPrefix(p, "/npm/-/")])
 	case strings.HasPrefix(p, "/npm/"):
 		name := strings.TrimPrefix(p, "/npm/")
 		name = strings.ReplaceAll(name, "%2f", "/")
@@ -161,6 +147,17 @@ func (ix *Index) serve(w http.ResponseWriter, r *http.Request) {
 	default:
 		http.NotFound(w, r)
 	}
+}
+
+// download serves a wheel or a tarball (nil: not found) and counts it.
+func (ix *Index) download(w http.ResponseWriter, r *http.Request, b []byte) {
+	if b == nil {
+		http.NotFound(w, r)
+		return
+	}
+	ix.Downloads.Add(1)
+	w.Header().Set("Content-Type", "application/octet-stream")
+	_, _ = w.Write(b)
 }
 
 // WheelName is the file name of p's wheel (pure python, any platform).
