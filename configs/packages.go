@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/codeexec/codeexec/sandbox"
@@ -22,7 +23,7 @@ func (c *Config) validatePackages() []error {
 		for _, set := range []struct {
 			field string
 			on    bool
-		}{{"PipIndexURL", c.PipIndexURL != ""}, {"NpmRegistry", c.NpmRegistry != ""}, {"PackagesCacheDir", c.PackagesCacheDir != ""}} {
+		}{{"PipIndexURL", c.PipIndexURL != ""}, {"NpmRegistry", c.NpmRegistry != ""}, {"PackagesCacheDir", c.PackagesCacheDir != ""}, {"PackagesAllow", len(c.PackagesAllow) > 0}} {
 			if set.on {
 				f, _ := fieldByName(set.field)
 				errs = append(errs, fmt.Errorf("%s is set but CODE_EXEC_PACKAGES=false: it applies only with CODE_EXEC_PACKAGES=true", Prefix+f.Tag.Get("env")))
@@ -40,6 +41,9 @@ func (c *Config) validatePackages() []error {
 		if _, _, err := packages.ParseIndexURL(u.value); err != nil {
 			errs = append(errs, invalid(u.field, u.value, err.Error()))
 		}
+	}
+	if _, err := egress.ParseAllowlist(c.PackagesAllow); err != nil {
+		errs = append(errs, invalid("PackagesAllow", strings.Join(c.PackagesAllow, ","), err.Error()))
 	}
 	if c.PackagesCacheDir != "" && !filepath.IsAbs(c.PackagesCacheDir) {
 		errs = append(errs, invalid("PackagesCacheDir", c.PackagesCacheDir, "it is not an absolute path"))
@@ -71,11 +75,17 @@ func (c *Config) PackagesIndex() packages.Index {
 }
 
 // PackagesPolicy is the egress policy of the install phase: the index
-// host:ports and nothing else (see packages.IndexPolicy). Call it on a
-// validated Config with packages on.
+// host:ports, the destinations of CODE_EXEC_PACKAGES_ALLOW, and nothing
+// else (see packages.IndexPolicy). Call it on a validated Config with
+// packages on.
 func (c *Config) PackagesPolicy() (egress.Policy, error) {
 	pins, _ := egress.ParsePins(c.NetworkResolve)
-	return packages.IndexPolicy([]string{c.PipIndexURL, c.NpmRegistry}, egress.PinnedResolver{Pins: pins, Next: egress.SystemResolver()}, packages.DefaultCaps)
+	pol, err := packages.IndexPolicy([]string{c.PipIndexURL, c.NpmRegistry}, egress.PinnedResolver{Pins: pins, Next: egress.SystemResolver()}, packages.DefaultCaps)
+	if err != nil || len(c.PackagesAllow) == 0 {
+		return pol, err
+	}
+	pol.Allow, err = egress.ParseAllowlist(append(pol.Allow.Strings(), c.PackagesAllow...))
+	return pol, err
 }
 
 // PackagesLimits are the limits of one install phase: the run limits with

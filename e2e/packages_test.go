@@ -138,9 +138,10 @@ func checkPackages(t *testing.T, mode, ip string) {
 	res = call(t, cs, "sandbox_info", map[string]any{})
 	var info struct {
 		Packages struct {
-			Enabled     bool   `json:"enabled"`
-			PipIndexURL string `json:"pip_index_url"`
-			Cache       struct {
+			Enabled      bool     `json:"enabled"`
+			PipIndexURL  string   `json:"pip_index_url"`
+			InstallAllow []string `json:"install_allow"`
+			Cache        struct {
 				Entries  int   `json:"entries"`
 				Bytes    int64 `json:"bytes"`
 				MaxBytes int64 `json:"max_bytes"`
@@ -149,7 +150,7 @@ func checkPackages(t *testing.T, mode, ip string) {
 	}
 	remarshal(t, res.StructuredContent, &info)
 	p := info.Packages
-	if !p.Enabled || p.PipIndexURL != ix.PipURL || p.Cache.Entries != 3 || p.Cache.Bytes == 0 || p.Cache.MaxBytes != 2<<30 {
+	if !p.Enabled || p.PipIndexURL != ix.PipURL || strings.Join(p.InstallAllow, ",") != ix.Addr || p.Cache.Entries != 3 || p.Cache.Bytes == 0 || p.Cache.MaxBytes != 2<<30 {
 		t.Errorf("sandbox_info packages: %+v", p)
 	}
 	entries, _ := os.ReadDir(cacheDir)

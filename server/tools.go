@@ -192,6 +192,7 @@ var infoOutputSchema = `{
         "enabled": {"type": "boolean"},
         "pip_index_url": {"type": "string"},
         "npm_registry": {"type": "string"},
+        "install_allow": {"type": "array", "items": {"type": "string"}, "description": "the destinations the install phase may reach (the index hosts, and CODE_EXEC_PACKAGES_ALLOW)"},
         "install_timeout_seconds": {"type": "number"},
         "max_install_bytes": {"type": "integer"},
         "max_packages": {"type": "integer"},

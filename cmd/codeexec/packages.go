@@ -69,6 +69,7 @@ func newPackages(ctx context.Context, cfg *configs.Config, runner sandbox.Runner
 		Cache:           cache,
 		Installer:       &packages.RunnerInstaller{Runner: install, Index: cfg.PackagesIndex(), Limits: cfg.PackagesLimits()},
 		Index:           cfg.PackagesIndex(),
+		InstallAllow:    policy.Allow.Strings(),
 		InstallTimeout:  cfg.PackagesTimeout,
 		MaxInstallBytes: int64(cfg.PackagesMaxBytes),
 		Logger:          log,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -97,7 +98,9 @@ func IndexPolicy(urls []string, resolver egress.Resolver, caps egress.Caps) (egr
 		if err != nil {
 			return egress.Policy{}, err
 		}
-		entries = append(entries, net.JoinHostPort(host, fmt.Sprint(port)))
+		if e := net.JoinHostPort(host, fmt.Sprint(port)); !slices.Contains(entries, e) {
+			entries = append(entries, e)
+		}
 	}
 	allow, err := egress.ParseAllowlist(entries)
 	if err != nil {

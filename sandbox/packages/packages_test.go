@@ -70,6 +70,9 @@ func TestIndexPolicyAllowsOnlyTheIndex(t *testing.T) {
 	if got := pol.Allow.Strings(); !slices.Equal(got, []string{"127.0.0.1:8080", "registry.example.org:443"}) {
 		t.Errorf("allowlist %q", got)
 	}
+	if same, _ := packages.IndexPolicy([]string{"http://127.0.0.1:8080/simple/", "http://127.0.0.1:8080/npm/"}, nil, packages.DefaultCaps); !slices.Equal(same.Allow.Strings(), []string{"127.0.0.1:8080"}) {
+		t.Errorf("one host for both indexes: %q", same.Allow.Strings())
+	}
 	if err := pol.Allow.Check("127.0.0.1", 8081); err == nil {
 		t.Error("another port of the index host is allowed")
 	}

@@ -16,6 +16,9 @@ type Config struct {
 	Installer Installer
 	// Index is what sandbox_info reports as the indexes.
 	Index Index
+	// InstallAllow is what sandbox_info reports as the install phase's
+	// reachable destinations (its egress allowlist).
+	InstallAllow []string
 	// InstallTimeout is the wall-clock cap of one install phase.
 	InstallTimeout time.Duration
 	// MaxInstallBytes caps the size of one installed list.
@@ -28,6 +31,7 @@ type Info struct {
 	Enabled               bool        `json:"enabled"`
 	PipIndexURL           string      `json:"pip_index_url,omitempty"`
 	NpmRegistry           string      `json:"npm_registry,omitempty"`
+	InstallAllow          []string    `json:"install_allow,omitempty"`
 	InstallTimeoutSeconds float64     `json:"install_timeout_seconds,omitempty"`
 	MaxInstallBytes       int64       `json:"max_install_bytes,omitempty"`
 	MaxPackages           int         `json:"max_packages,omitempty"`
@@ -73,7 +77,7 @@ func (r *Runner) Close() error {
 func (r *Runner) Info() *Info {
 	st := r.cfg.Cache.Stats()
 	return &Info{
-		Enabled: true, PipIndexURL: r.cfg.Index.PipURL, NpmRegistry: r.cfg.Index.NpmURL,
+		Enabled: true, PipIndexURL: r.cfg.Index.PipURL, NpmRegistry: r.cfg.Index.NpmURL, InstallAllow: r.cfg.InstallAllow,
 		InstallTimeoutSeconds: r.cfg.InstallTimeout.Seconds(), MaxInstallBytes: r.cfg.MaxInstallBytes, MaxPackages: MaxSpecs,
 		Cache:  &st,
 		Detail: "code_execute's packages argument is installed in an install phase whose only reachable destination is the index, cached by (interpreter, language, exact list), and given to the run read-only at " + sandbox.PackagesPath + "; the run itself has the usual network policy",
