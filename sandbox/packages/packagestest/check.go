@@ -3,6 +3,8 @@ package packagestest
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -20,11 +22,13 @@ var (
 	Python = []Package{
 		{Name: "codeexec-demo", Version: "1.0", Files: map[string]string{"__init__.py": "VALUE = 42\n"}},
 		{Name: "codeexec-extra", Version: "2.0", Files: map[string]string{"__init__.py": "NAME = 'extra'\n"}},
+		{Name: "codeexec-slow", Version: "1.0", Stall: true},
 	}
 	// JavaScript: codeexec-demo 1.0.0 (value is 42) and codeexec-extra 2.0.0.
 	JavaScript = []Package{
 		{Name: "codeexec-demo", Version: "1.0.0", Files: map[string]string{"index.js": "module.exports = { value: 42 };\n"}},
 		{Name: "codeexec-extra", Version: "2.0.0", Files: map[string]string{"index.js": "module.exports = { name: 'extra' };\n"}},
+		{Name: "codeexec-slow", Version: "1.0.0", Stall: true},
 	}
 )
 
@@ -48,7 +52,9 @@ type Setup struct {
 }
 
 // Layer is the packages layer of s with a fresh cache.
-func (s Setup) Layer(t testing.TB) *packages.Runner {
+func (s Setup) Layer(t testing.TB) *packages.Runner { return s.layerWith(t, InstallLimits) }
+
+func (s Setup) layerWith(t testing.TB, lim sandbox.Limits) *packages.Runner {
 	t.Helper()
 	cache, err := packages.OpenCache(s.CacheDir, 256<<20, 64<<20)
 	if err != nil {
@@ -57,8 +63,8 @@ func (s Setup) Layer(t testing.TB) *packages.Runner {
 	return packages.Wrap(s.Run, packages.Config{
 		Cache: cache,
 		Installer: &packages.RunnerInstaller{Runner: s.Install, Index: packages.Index{PipURL: s.Index.PipURL, NpmURL: s.Index.NpmURL},
-			Limits: InstallLimits},
-		InstallTimeout: InstallLimits.Timeout,
+			Limits: lim},
+		InstallTimeout: lim.Timeout,
 	})
 }
 
@@ -177,6 +183,27 @@ func Check(t *testing.T, s Setup) {
 				t.Logf("install of %s: %v", missing, err)
 				if !strings.Contains(ie.Output, "9.9") {
 					t.Errorf("the install error does not name the version: %v", err)
+				}
+			})
+			t.Run("an install that runs out of time is stopped and leaves nothing", func(t *testing.T) {
+				lim := InstallLimits
+				lim.Timeout = 4 * time.Second
+				short := s
+				short.CacheDir = filepath.Join(filepath.Dir(s.CacheDir), filepath.Base(s.CacheDir)+"-timeout-"+c.lang)
+				layer := short.layerWith(t, lim)
+				slow := map[string]string{"python": "codeexec-slow==1.0", "javascript": "codeexec-slow@1.0.0"}[c.lang]
+				start := time.Now()
+				_, err := layer.Run(ctx, sandbox.Request{Language: c.lang, Code: c.code, Packages: []string{slow}, Limits: RunLimits})
+				var ie *packages.InstallError
+				if !errors.As(err, &ie) || !strings.Contains(ie.Reason, "timed out") {
+					t.Fatalf("a stalled install: %v, want an InstallError that says it timed out", err)
+				}
+				if d := time.Since(start); d > lim.Timeout+15*time.Second {
+					t.Errorf("the stalled install took %v to stop (timeout %v)", d, lim.Timeout)
+				}
+				left, _ := os.ReadDir(short.CacheDir)
+				if st := layer.Info().Cache; st.Entries != 0 || len(left) != 0 {
+					t.Errorf("after a timed-out install: cache %+v, folder holds %d entries", st, len(left))
 				}
 			})
 			t.Run("concurrent calls install once", func(t *testing.T) {

@@ -30,6 +30,10 @@ type Package struct {
 	Name    string
 	Version string
 	Files   map[string]string
+	// Stall makes the index never finish sending the package's wheel or
+	// tarball (it waits until the client goes away): an install that runs
+	// out of time.
+	Stall bool
 }
 
 // Index is a running test index. Its URLs point at loopback.
@@ -44,6 +48,7 @@ type Index struct {
 	Requests  atomic.Int64
 	Downloads atomic.Int64
 
+	stall    map[string]bool   // file names that never finish
 	wheels   map[string][]byte // file name → wheel
 	pyByName map[string][]Package
 	tgz      map[string][]byte // name-version.tgz → tarball
@@ -54,13 +59,15 @@ type Index struct {
 // python and javascript packages; it stops when the test ends.
 func Serve(t testing.TB, listen string, python, javascript []Package) *Index {
 	t.Helper()
-	ix := &Index{wheels: map[string][]byte{}, pyByName: map[string][]Package{}, tgz: map[string][]byte{}, npm: map[string][]Package{}}
+	ix := &Index{stall: map[string]bool{}, wheels: map[string][]byte{}, pyByName: map[string][]Package{}, tgz: map[string][]byte{}, npm: map[string][]Package{}}
 	for _, p := range python {
 		ix.wheels[WheelName(p)] = Wheel(t, p)
+		ix.stall[WheelName(p)] = p.Stall
 		ix.pyByName[normalize(p.Name)] = append(ix.pyByName[normalize(p.Name)], p)
 	}
 	for _, p := range javascript {
 		ix.tgz[p.Name+"-"+p.Version+".tgz"] = Tarball(t, p)
+		ix.stall[p.Name+"-"+p.Version+".tgz"] = p.Stall
 		ix.npm[p.Name] = append(ix.npm[p.Name], p)
 	}
 	l, err := net.Listen("tcp", listen)
@@ -111,9 +118,11 @@ func (ix *Index) serve(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html")
 		_, _ = w.Write([]byte(b.String()))
 	case strings.HasPrefix(p, "/files/"):
-		ix.download(w, r, ix.wheels[strings.TrimPrefix(p, "/files/")])
+		f := strings.TrimPrefix(p, "/files/")
+		ix.download(w, r, ix.wheels[f], ix.stall[f])
 	case strings.HasPrefix(p, "/npm/-/"):
-		ix.download(w, r, ix.tgz[strings.TrimPrefix(p, "/npm/-/")])
+		f := strings.TrimPrefix(p, "/npm/-/")
+		ix.download(w, r, ix.tgz[f], ix.stall[f])
 	case strings.HasPrefix(p, "/npm/"):
 		name := strings.TrimPrefix(p, "/npm/")
 		name = strings.ReplaceAll(name, "%2f", "/")
@@ -150,13 +159,21 @@ func (ix *Index) serve(w http.ResponseWriter, r *http.Request) {
 }
 
 // download serves a wheel or a tarball (nil: not found) and counts it.
-func (ix *Index) download(w http.ResponseWriter, r *http.Request, b []byte) {
+func (ix *Index) download(w http.ResponseWriter, r *http.Request, b []byte, stall bool) {
 	if b == nil {
 		http.NotFound(w, r)
 		return
 	}
 	ix.Downloads.Add(1)
 	w.Header().Set("Content-Type", "application/octet-stream")
+	if stall {
+		// Half of it, then nothing until the client gives up.
+		w.Header().Set("Content-Length", fmt.Sprint(len(b)))
+		_, _ = w.Write(b[:len(b)/2])
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+		return
+	}
 	_, _ = w.Write(b)
 }
 
