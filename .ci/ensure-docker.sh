@@ -85,8 +85,15 @@ else
     say "Docker Engine $(docker version --format '{{.Server.Version}}') answers"
 fi
 
-if docker image inspect "$image" >/dev/null 2>&1; then
+# An image from before CODE_EXEC_PACKAGES lacks pip and npm (the label
+# io.codeexec.sandbox.installers says it has them): rebuild it once.
+installers="$(docker image inspect --format '{{ index .Config.Labels "io.codeexec.sandbox.installers" }}' "$image" 2>/dev/null || true)"
+if docker image inspect "$image" >/dev/null 2>&1 && [[ "$installers" == "pip npm" ]]; then
     say "sandbox image $image present"
+elif docker image inspect "$image" >/dev/null 2>&1; then
+    say "sandbox image $image has no package installers (pip, npm): rebuilding it"
+    "$root/docker/build-sandbox-image.sh" --profile default --image "$image" </dev/null \
+        || die "building $image failed (see the output above)"
 else
     say "sandbox image $image missing: building it"
     "$root/docker/build-sandbox-image.sh" --profile default --image "$image" </dev/null \

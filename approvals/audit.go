@@ -58,6 +58,8 @@ type Entry struct {
 	Session   string    `json:"session,omitempty"`
 	Files     []AskFile `json:"files,omitempty"`
 	Workspace string    `json:"workspace,omitempty"`
+	// Packages are the packages installed for the run (request entries).
+	Packages []string `json:"packages,omitempty"`
 
 	// decision
 	Outcome Outcome `json:"outcome,omitempty"`

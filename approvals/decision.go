@@ -114,6 +114,10 @@ type Ask struct {
 	// Workspace says what the run can see of the operator's project folder
 	// ("" when there is none), so that the person approving knows.
 	Workspace string `json:"workspace,omitempty"`
+	// Packages are the packages installed for the run (code_execute's
+	// packages argument, or the session's), which the person approving
+	// allows too: their code runs with the program's (part of CodeSHA256).
+	Packages []string `json:"packages,omitempty"`
 }
 
 // AskFile is one file of a request, as a person approving it sees it.
@@ -209,8 +213,9 @@ func (e *DeniedError) Sentence() string {
 	return fmt.Sprintf("The code did not run: approval %s.", d.Outcome)
 }
 
-// HashRequest is the hash an approval is bound to: language, code, stdin
-// and timeout, each length-prefixed so that no two requests share a hash.
+// HashRequest is the hash an approval is bound to: language, code, stdin,
+// timeout, files and packages, each length-prefixed so that no two
+// requests share a hash.
 func HashRequest(req sandbox.Request) string {
 	h := sha256.New()
 	field := func(s string) {
@@ -231,6 +236,13 @@ func HashRequest(req sandbox.Request) string {
 		for _, f := range req.Files {
 			field(f.Path)
 			field(string(f.Data))
+		}
+	}
+	if len(req.Packages) > 0 {
+		// Likewise only requests with packages hash them.
+		field("packages")
+		for _, p := range req.Packages {
+			field(p)
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil))

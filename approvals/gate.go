@@ -308,10 +308,11 @@ func (g *Gate) newAsk(req sandbox.Request, requester Requester, session string, 
 		Deadline:   now.Add(g.cfg.Timeout),
 		Files:      askFiles(req.Files),
 		Workspace:  DescribeWorkspace(g.next.Capabilities().Workspace),
+		Packages:   req.Packages,
 	}
 	stdin, timeout := a.StdinBytes, a.TimeoutMS
 	err := g.record(Entry{
-		Event: EventRequest, ID: a.ID, CodeSHA256: a.CodeSHA256, Language: a.Language, Code: a.Code, Files: a.Files, Workspace: a.Workspace,
+		Event: EventRequest, ID: a.ID, CodeSHA256: a.CodeSHA256, Language: a.Language, Code: a.Code, Files: a.Files, Workspace: a.Workspace, Packages: a.Packages,
 		StdinSize: &stdin, TimeoutMS: &timeout, Policy: g.cfg.Policy, Reasons: a.Reasons, Requester: &requester, Session: session, Time: now,
 		NetworkPolicy: g.next.Capabilities().Egress,
 	})

@@ -192,6 +192,15 @@ type Config struct {
 	NetworkConnectTimeout time.Duration `env:"NETWORK_CONNECT_TIMEOUT" envDefault:"10s" accepted:"a duration such as 10s (from 100ms to 5m)" help:"with CODE_EXEC_NETWORK=allowlist, how long the egress proxy may take to resolve a name and connect"`
 	NetworkIdleTimeout    time.Duration `env:"NETWORK_IDLE_TIMEOUT" envDefault:"30s" accepted:"a duration such as 30s (from 1s to 1h)" help:"with CODE_EXEC_NETWORK=allowlist, a connection on which nothing moved for this long is closed"`
 
+	Packages           bool          `env:"PACKAGES" envDefault:"false" accepted:"true or false" help:"let code_execute install packages (its packages argument: pip requirement specifiers for python, npm specs for javascript) in an install phase whose only reachable destination is the package index, cached on the host and given to runs read-only; the run itself keeps the network policy of CODE_EXEC_NETWORK; off by default"`
+	PipIndexURL        string        `env:"PIP_INDEX_URL" accepted:"an http or https URL of a PEP 503 simple index, such as the public index's https://HOST/simple/ or a local mirror" help:"with CODE_EXEC_PACKAGES=true, the index python packages are installed from (the install phase reaches this host:port and nothing else); empty refuses python packages"`
+	NpmRegistry        string        `env:"NPM_REGISTRY" accepted:"an http or https URL of an npm registry" help:"with CODE_EXEC_PACKAGES=true, the registry javascript packages are installed from (the install phase reaches this host:port and nothing else); empty refuses javascript packages"`
+	PackagesAllow      []string      `env:"PACKAGES_ALLOW" envSeparator:"," accepted:"a comma-separated list of host, host:port, *.suffix or *.suffix:port" help:"with CODE_EXEC_PACKAGES=true, more destinations the install phase may reach besides the index hosts: where an index serves its files from another host (the public python index serves them from a separate files host), list that host here; an entry without a port allows 80 and 443"`
+	PackagesCacheDir   string        `env:"PACKAGES_CACHE_DIR" accepted:"an absolute directory path, owned by the server's user, whose parents others may search" help:"with CODE_EXEC_PACKAGES=true, where installed packages are kept between runs and restarts (default: codeexec-packages-UID in the system temporary directory)"`
+	PackagesCacheBytes ByteSize      `env:"PACKAGES_CACHE_BYTES" envDefault:"2g" accepted:"a byte size such as 2g (at least 16m)" help:"with CODE_EXEC_PACKAGES=true, the most the package cache may hold; the least recently used lists not in use are removed beyond it"`
+	PackagesMaxBytes   ByteSize      `env:"PACKAGES_MAX_BYTES" envDefault:"512m" accepted:"a byte size such as 512m (at least 1m, at most CODE_EXEC_PACKAGES_CACHE_BYTES)" help:"with CODE_EXEC_PACKAGES=true, the most one installed list may take (and each file the install writes); a larger install fails"`
+	PackagesTimeout    time.Duration `env:"PACKAGES_TIMEOUT" envDefault:"2m" accepted:"a duration such as 2m (from 1s to 1h)" help:"with CODE_EXEC_PACKAGES=true, the wall-clock limit of one install phase"`
+
 	Approval        approvals.Policy `env:"APPROVAL" envDefault:"never" accepted:"never, always or risky" help:"when a person must approve code before it runs: never, always, or risky (only code that the risk check flags: network, subprocesses, deleting or overwriting files, privileges, environment variables or credentials, dynamic code)"`
 	ApprovalTimeout time.Duration    `env:"APPROVAL_TIMEOUT" envDefault:"5m" accepted:"a duration such as 5m (from 1s to 24h)" help:"how long a run waits for a person's approval; no answer in time means denied"`
 	ApprovalElicit  Elicit           `env:"APPROVAL_ELICIT" envDefault:"auto" accepted:"auto, true or false" help:"whether the MCP client's answer to an approval request (elicitation) counts: auto counts it where a person stands behind the client (stdio, and HTTP without CODE_EXEC_AUTH_TOKEN), and not behind a token, where the client is usually an agent that must not approve its own code; true counts it everywhere (opt in only if every holder of the token is a person's client); false never asks the client, only the approvals console and CLI"`
@@ -339,6 +348,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("CODE_EXEC_PYTHON_ALLOWED_IMPORTS is not valid: %w", err))
 	}
 	errs = append(errs, c.validateNetwork()...)
+	errs = append(errs, c.validatePackages()...)
 	check(slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel), "LogLevel", c.LogLevel, "unknown level")
 	check(c.LogFormat == "text" || c.LogFormat == "json", "LogFormat", c.LogFormat, "unknown format")
 	if c.AuthToken != "" && len(c.AuthToken) < 16 {

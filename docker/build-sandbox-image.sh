@@ -4,7 +4,7 @@
 #
 # Usage: docker/build-sandbox-image.sh [--profile default|datascience] [--image NAME]
 #
-#   --profile default      python3, nodejs, bash          → codeexec-sandbox:latest
+#   --profile default      python3, nodejs, bash, pip, npm → codeexec-sandbox:latest
 #   --profile datascience  the same plus Debian's numpy, pandas, matplotlib,
 #                          scipy, and the figure hook     → codeexec-sandbox:datascience
 #   --image NAME           tag the result NAME instead

@@ -195,3 +195,22 @@ func lookPathIn(name, searchPath string) (string, error) {
 	}
 	return "", fmt.Errorf("%s: %w", name, exec.ErrNotFound)
 }
+
+// RunArgs are the arguments placed between the interpreter and the program
+// file for a run: a copy of Args, except that a python run with packages (withPackages)
+// drops isolated mode (-I) for -s (no user site), so that PYTHONPATH
+// reaches the interpreter: the runners scrub the environment themselves,
+// so PYTHONPATH is the only PYTHON* variable a run has.
+func (s LanguageSpec) RunArgs(withPackages bool) []string {
+	if !withPackages || s.Name != "python" {
+		return slices.Clone(s.Args)
+	}
+	out := make([]string, 0, len(s.Args))
+	for _, a := range s.Args {
+		if a == "-I" {
+			a = "-s"
+		}
+		out = append(out, a)
+	}
+	return out
+}

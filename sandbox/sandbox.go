@@ -95,6 +95,47 @@ type Request struct {
 	// or changed in its working directory, within these caps: they come
 	// back in Result.Artifacts. Nil collects nothing.
 	Artifacts *artifacts.Options
+	// Packages are the package specs the request asked for (pip
+	// requirement specifiers for python, npm specs for javascript), as
+	// normalized by sandbox/packages: what an approver is shown. Runners
+	// do not read it: the packages layer (sandbox/packages) installs them
+	// and sets PackageDir.
+	Packages []string
+	// PackageDir, when not nil, is a host folder of installed packages
+	// that the run sees at PackagesPath (or at its own path where the
+	// sandbox cannot move it): read-only for a run, writable for the
+	// install phase. Only codeexec's own layers set it, never a client.
+	PackageDir *PackageDir
+}
+
+// PackageDir is a host folder of installed packages given to one run.
+type PackageDir struct {
+	// HostDir is the folder on the host (absolute).
+	HostDir string
+	// Writable is set for the install phase only.
+	Writable bool
+}
+
+// PackagesPath is where runs see their PackageDir when the sandbox can put
+// it there (docker mode, process mode with a mount namespace).
+const PackagesPath = "/packages"
+
+// PackagesVariable names the environment variable that tells a program (and
+// the install phase) where its PackageDir is. For python, PYTHONPATH names
+// it too; for javascript, NODE_PATH names its node_modules folder.
+const PackagesVariable = "CODEEXEC_PACKAGES"
+
+// PackageEnv is the environment that lets lang's programs import the
+// packages installed in dir, the path where the run sees its PackageDir.
+func PackageEnv(lang, dir string) []string {
+	env := []string{PackagesVariable + "=" + dir}
+	switch lang {
+	case "python":
+		env = append(env, "PYTHONPATH="+dir)
+	case "javascript":
+		env = append(env, "NODE_PATH="+dir+"/node_modules")
+	}
+	return env
 }
 
 // Limits are the resource limits of one run. A zero value means "no limit of
@@ -154,6 +195,19 @@ type Result struct {
 	// working directory, when the request asked for them (and the run got
 	// as far as its end); nil otherwise.
 	Artifacts *artifacts.Collection
+	// Packages reports the packages the run imported from, when the
+	// request named some (set by sandbox/packages); nil otherwise.
+	Packages *PackagesReport
+}
+
+// PackagesReport says which packages a run had and where they came from.
+type PackagesReport struct {
+	// List is the normalized list (see sandbox/packages.Parse).
+	List []string `json:"list"`
+	// Cached: the list came from the cache; otherwise it was installed
+	// for this run, which took InstallMS.
+	Cached    bool    `json:"cached"`
+	InstallMS float64 `json:"install_ms,omitempty"`
 }
 
 // CheckFiles refuses, with an error wrapping artifacts.ErrInvalidFile, a

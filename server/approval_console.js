@@ -63,6 +63,7 @@
         (a.stdin_bytes ? " · " + a.stdin_bytes + " bytes of stdin" : "") + (a.files && a.files.length ? " · " + a.files.length + (a.files.length === 1 ? " file" : " files") : "") +
         " · timeout " + (a.timeout_ms / 1000) + " s · sha256 " + a.code_sha256.slice(0, 16) + "…"));
       if (a.workspace) li.append(el("p", "meta workspace", "The code can see " + a.workspace + "."));
+      if (a.packages && a.packages.length) li.append(el("p", "meta packages", "Packages installed for it first (their code runs with the program's): " + a.packages.join(", ")));
       if (a.files && a.files.length) {
         const ul = el("ul", "files");
         for (const f of a.files) ul.append(el("li", null, f.path + " (" + f.size + " bytes, sha256 " + f.sha256.slice(0, 16) + "…)"));

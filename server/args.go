@@ -185,6 +185,8 @@ type ExecuteArgs struct {
 	SessionID string
 	// Files are checked and decoded (artifacts.Decode).
 	Files []artifacts.Input
+	// Packages are checked and normalized (packages.Parse).
+	Packages []string
 }
 
 // ArgError is a request the server rejects: its message is one sentence the
@@ -256,6 +258,7 @@ func executeArgs(a *ExecuteArgs, o *Options) argList {
 			a.Files = in
 			return nil
 		}),
+		packagesParam(o, &a.Language, func(specs []string) { a.Packages = specs }),
 	}}
 	if o.Sessions != nil {
 		l.params = append(l.params, sessionIDParam("Run in this session (from session_create): its files and, for python and javascript, its variables persist between calls (optional; without it the run starts from a clean slate).", false, &a.SessionID))

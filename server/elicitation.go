@@ -168,6 +168,13 @@ func elicitation(a approvals.Ask) mcp.ElicitationParams {
 	if a.Workspace != "" {
 		fmt.Fprintf(&b, "The code can see %s.\n\n", a.Workspace)
 	}
+	if len(a.Packages) > 0 {
+		b.WriteString("Packages installed for it first (their code runs with the program's):\n")
+		for _, p := range a.Packages {
+			fmt.Fprintf(&b, "- %s\n", p)
+		}
+		b.WriteString("\n")
+	}
 	if len(a.Files) > 0 {
 		b.WriteString("Files written into its working directory first:\n")
 		for _, f := range a.Files {

@@ -32,6 +32,9 @@ func instructions(o Options) string {
 	} else {
 		s += "Each call starts from a clean slate. "
 	}
+	if o.Packages != nil {
+		s += "Packages named in code_execute's packages argument (pinned, such as \"requests==2.31.0\") are installed from the operator's index first and cached; the program itself has no network. "
+	}
 	return s + "Print what you need to see. Files sent in code_execute's files argument are in the working directory; files the program writes there come back (charts as images, others as resources). " +
 		"Call sandbox_info for the limits and the languages available."
 }
@@ -124,6 +127,12 @@ type Options struct {
 	// result's keep time (the Store's own limits). Zero keeps the ttl the
 	// client asks for.
 	TaskLifetime time.Duration
+
+	// Packages, if not nil, is the packages layer (CODE_EXEC_PACKAGES=true):
+	// code_execute's and session_create's packages argument is accepted
+	// and sandbox_info reports it. Nil refuses the argument with a clear
+	// error.
+	Packages Packages
 
 	// Sessions, if not nil, offers the session tools (session_create,
 	// session_close, session_list) and code_execute's session_id. The

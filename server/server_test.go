@@ -420,11 +420,11 @@ func TestSchemaAndDecoderAgree(t *testing.T) {
 	if err := json.Unmarshal(executeTool(sandbox.Capabilities{}, &Options{}).RawInputSchema, &schema); err != nil {
 		t.Fatal(err)
 	}
-	if schema.Type != "object" || schema.AdditionalProperties == nil || *schema.AdditionalProperties || len(schema.Properties) != 5 {
+	if schema.Type != "object" || schema.AdditionalProperties == nil || *schema.AdditionalProperties || len(schema.Properties) != 6 {
 		t.Fatalf("schema = %+v", schema)
 	}
 	valid := map[string]any{"language": "python", "code": "print(1)", "stdin": "x", "timeout_seconds": 2,
-		"files": []any{map[string]any{"path": "a.txt", "content": "x"}}}
+		"files": []any{map[string]any{"path": "a.txt", "content": "x"}}, "packages": []any{}}
 	wrong := map[string]any{"string": 7, "number": "7", "array": "x"}
 	opts := testOptions()
 	for name, raw := range schema.Properties {
@@ -454,7 +454,7 @@ func TestSchemaAndDecoderAgree(t *testing.T) {
 	}
 	args := maps.Clone(valid)
 	args["network"] = true
-	if _, err := DecodeExecuteArgs(args, opts); err == nil || !strings.Contains(err.Error(), "takes language, code, stdin, timeout_seconds and files") {
+	if _, err := DecodeExecuteArgs(args, opts); err == nil || !strings.Contains(err.Error(), "takes language, code, stdin, timeout_seconds, files and packages") {
 		t.Errorf("a property outside the schema: %v", err)
 	}
 }

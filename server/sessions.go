@@ -50,6 +50,8 @@ func ownerOfSession(id string) string { return "mcp:" + id }
 type SessionCreateArgs struct {
 	Language    string
 	IdleTimeout time.Duration
+	// Packages are checked and normalized (packages.Parse).
+	Packages []string
 }
 
 // sessionCreateArgs declares session_create's arguments.
@@ -75,6 +77,7 @@ func sessionCreateArgs(a *SessionCreateArgs, o *Options) argList {
 				a.IdleTimeout = time.Duration(secs * float64(time.Second))
 				return nil
 			}),
+		packagesParam(o, &a.Language, func(specs []string) { a.Packages = specs }),
 	}}
 }
 
@@ -114,6 +117,8 @@ type SessionOutput struct {
 	IdleTimeoutSeconds float64 `json:"idle_timeout_seconds"`
 	// ExpiresInSeconds is how long the session has left if no call comes.
 	ExpiresInSeconds float64 `json:"expires_in_seconds"`
+	// Packages are the packages installed for the session at its creation.
+	Packages []string `json:"packages,omitempty"`
 }
 
 func sessionOutput(i sessions.Info, now time.Time) SessionOutput {
@@ -123,6 +128,7 @@ func sessionOutput(i sessions.Info, now time.Time) SessionOutput {
 		Calls: i.Calls, Busy: i.Busy,
 		AgeSeconds: round(now.Sub(i.Created)), IdleSeconds: round(now.Sub(i.LastUsed)),
 		IdleTimeoutSeconds: round(i.IdleTimeout), ExpiresInSeconds: round(max(0, i.Expires.Sub(now))),
+		Packages: i.Packages,
 	}
 }
 
@@ -137,7 +143,8 @@ const sessionOutputSchema = `{
     "age_seconds": {"type": "number"},
     "idle_seconds": {"type": "number"},
     "idle_timeout_seconds": {"type": "number"},
-    "expires_in_seconds": {"type": "number", "description": "The session ends after this long without a call."}
+    "expires_in_seconds": {"type": "number", "description": "The session ends after this long without a call."},
+    "packages": {"type": "array", "items": {"type": "string"}, "description": "The packages installed for the session when it was created."}
   },
   "required": ["session_id", "language", "keeps_variables", "idle_timeout_seconds", "expires_in_seconds"]
 }`
@@ -215,7 +222,7 @@ func (s *Server) handleSessionCreate(ctx context.Context, req mcp.CallToolReques
 		return mcp.NewToolResultError(err.Error()), nil
 	}
 	lim := s.opts.Limits
-	info, err := s.opts.Sessions.Create(ctx, s.owner(ctx), sessions.CreateOptions{Language: a.Language, Limits: lim, IdleTimeout: a.IdleTimeout})
+	info, err := s.opts.Sessions.Create(ctx, s.owner(ctx), sessions.CreateOptions{Language: a.Language, Limits: lim, IdleTimeout: a.IdleTimeout, Packages: a.Packages})
 	if err != nil {
 		return mcp.NewToolResultError(sessionErrorMessage(err)), nil
 	}
@@ -264,6 +271,9 @@ func (s *Server) handleSessionList(ctx context.Context, req mcp.CallToolRequest)
 
 // sessionErrorMessage turns a Manager error into one sentence for the model.
 func sessionErrorMessage(err error) string {
+	if msg, ok := packagesErrorMessage(err); ok {
+		return strings.Replace(msg, "so the code did not run", "so the session was not created", 1)
+	}
 	switch {
 	case errors.Is(err, sessions.ErrUnknownSession):
 		return capitalize(err.Error()) + ". Start a new one with session_create (session_list shows yours)."

@@ -18,6 +18,7 @@ import (
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/artifacts"
 	"github.com/codeexec/codeexec/sandbox/egress"
+	"github.com/codeexec/codeexec/sandbox/packages"
 	"github.com/codeexec/codeexec/sandbox/pypolicy"
 	"github.com/codeexec/codeexec/sandbox/sessions"
 )
@@ -84,6 +85,16 @@ var executeOutputSchema = `{
     },
     "session_id": {"type": "string", "description": "The session the code ran in, if any."},
     "state_lost": {"type": "boolean", "description": "In a session: the call stopped the interpreter, so the variables of earlier calls are gone (the files stay)."},
+    "packages": {
+      "type": "object",
+      "description": "The packages the run imported from (the packages argument): the normalized list, and whether it came from the cache or was installed for this call.",
+      "properties": {
+        "list": {"type": "array", "items": {"type": "string"}},
+        "cached": {"type": "boolean"},
+        "install_ms": {"type": "number"}
+      },
+      "required": ["list", "cached"]
+    },
     "artifacts": {
       "type": "array",
       "description": "Files the program created or changed in its working directory. Images also come as image content, small text files as embedded resources, others as resource links; resources/read serves each uri for a while.",
@@ -174,6 +185,32 @@ var infoOutputSchema = `{
         "open": {"type": "integer"}
       }
     },
+    "packages": {
+      "type": "object",
+      "description": "code_execute's packages argument: whether it is accepted (CODE_EXEC_PACKAGES), from which indexes, and the cache of installed lists",
+      "properties": {
+        "enabled": {"type": "boolean"},
+        "pip_index_url": {"type": "string"},
+        "npm_registry": {"type": "string"},
+        "install_allow": {"type": "array", "items": {"type": "string"}, "description": "the destinations the install phase may reach (the index hosts, and CODE_EXEC_PACKAGES_ALLOW)"},
+        "install_timeout_seconds": {"type": "number"},
+        "max_install_bytes": {"type": "integer"},
+        "max_packages": {"type": "integer"},
+        "cache": {
+          "type": "object",
+          "properties": {
+            "dir": {"type": "string"},
+            "entries": {"type": "integer"},
+            "bytes": {"type": "integer"},
+            "max_bytes": {"type": "integer"},
+            "in_use": {"type": "integer"}
+          },
+          "required": ["entries", "bytes", "max_bytes"]
+        },
+        "detail": {"type": "string"}
+      },
+      "required": ["enabled", "detail"]
+    },
     "version": {"type": "string"}
   },
   "required": ["mode", "sandboxed", "languages", "limits", "network", "approval", "protections", "boundaries"]
@@ -196,6 +233,8 @@ type ExecuteOutput struct {
 	Network   *egress.Report `json:"network,omitempty"`
 	SessionID string         `json:"session_id,omitempty"`
 	StateLost bool           `json:"state_lost,omitempty"`
+	// Packages are the packages the run imported from, when it named some.
+	Packages *sandbox.PackagesReport `json:"packages,omitempty"`
 	// Artifacts are the files the run created or changed, ArtifactsOmitted
 	// those it left out, and ArtifactsNote says so in words.
 	Artifacts        []ArtifactOutput     `json:"artifacts,omitempty"`
@@ -220,6 +259,9 @@ func executeTool(caps sandbox.Capabilities, o *Options) mcp.Tool {
 		"Languages: " + languageList(caps.Languages) + ". " + slate +
 		"Print results to stdout. Files given in the files argument are written into its working directory first, and files the program writes there come back (charts as images). " +
 		"Limits (time, memory, output, files) apply; call sandbox_info to see them."
+	if o.Packages != nil {
+		desc += " Packages named in the packages argument (pinned versions from the operator's index) are installed first and cached; the program itself keeps no network access."
+	}
 	return mcp.Tool{
 		Name:            ToolExecute,
 		Title:           "Execute code",
@@ -336,6 +378,7 @@ func (s *Server) execute(ctx context.Context, req mcp.CallToolRequest) *mcp.Call
 		Stdin:    args.Stdin,
 		Limits:   limits,
 		Files:    args.Files,
+		Packages: args.Packages,
 	}
 	if s.opts.Artifacts.MaxArtifacts > 0 {
 		o := s.opts.Artifacts
@@ -347,13 +390,21 @@ func (s *Server) execute(ctx context.Context, req mcp.CallToolRequest) *mcp.Call
 		// reach yet: say so rather than drop them.
 		return mcp.NewToolResultError("files cannot be sent with session_id yet: send them in a call without session_id, or write them from the session's code")
 	}
+	if args.SessionID != "" && len(args.Packages) > 0 {
+		// A session's packages are installed when it starts.
+		return mcp.NewToolResultError("packages cannot be sent with session_id: a session gets its packages when it is created (session_create's packages argument); create a session with the whole list, or run without session_id")
+	}
 	if args.SessionID != "" {
 		// The session must be the caller's before anyone is asked to
 		// approve code for it.
 		owner := s.owner(ctx)
-		if _, err := s.opts.Sessions.Check(owner, args.SessionID); err != nil {
+		info, err := s.opts.Sessions.Check(owner, args.SessionID)
+		if err != nil {
 			return mcp.NewToolResultError(sessionErrorMessage(err))
 		}
+		// The session's packages, for the person approving the call:
+		// the session installed them when it started.
+		runReq.Packages = info.Packages
 		inSession = sessionRunner{m: s.opts.Sessions, owner: owner, id: args.SessionID, caps: s.runner.Capabilities()}
 		if s.opts.SessionSlots != nil {
 			inSession = s.opts.SessionSlots(inSession)
@@ -380,6 +431,8 @@ func (s *Server) execute(ctx context.Context, req mcp.CallToolRequest) *mcp.Call
 		switch {
 		case errors.Is(err, pypolicy.ErrPolicy):
 			s.log.Info("refused by the restricted Python policy", "language", args.Language, "reason", err.Error())
+		case errors.Is(err, packages.ErrInstall), errors.Is(err, packages.ErrTooLarge):
+			s.log.Info("packages not installed", "language", args.Language, "packages", args.Packages, "err", err)
 		case !isApproval:
 			s.log.Warn("run failed", "language", args.Language, "err", err)
 		}
@@ -399,6 +452,7 @@ func (s *Server) execute(ctx context.Context, req mcp.CallToolRequest) *mcp.Call
 		Network:    res.Network,
 		SessionID:  args.SessionID,
 		StateLost:  res.StateLost,
+		Packages:   res.Packages,
 	}
 	var extra []mcp.Content
 	out.Artifacts, extra, out.ArtifactsNote = s.artifactResults(ctx, res.Artifacts)
@@ -419,6 +473,9 @@ func (s *Server) execute(ctx context.Context, req mcp.CallToolRequest) *mcp.Call
 // runErrorMessage turns a runner error into one sentence for the model.
 func runErrorMessage(err error, args ExecuteArgs) string {
 	if msg, ok := approvalErrorMessage(err); ok {
+		return msg
+	}
+	if msg, ok := packagesErrorMessage(err); ok {
 		return msg
 	}
 	switch {
@@ -470,6 +527,13 @@ func RenderText(o ExecuteOutput, timeout time.Duration, outputCap string) string
 		b.WriteString("(no output)\n\n")
 	}
 	section("network", renderNetwork(o.Network))
+	if p := o.Packages; p != nil {
+		how := "from the cache"
+		if !p.Cached {
+			how = "installed in " + fmtMillis(p.InstallMS)
+		}
+		fmt.Fprintf(&b, "Packages: %s (%s).\n\n", strings.Join(p.List, ", "), how)
+	}
 	ran := fmt.Sprintf("after %s in the %s sandbox", fmtMillis(o.DurationMS), o.Sandbox)
 	switch {
 	case o.TimedOut:
@@ -592,7 +656,10 @@ type InfoOutput struct {
 	// Workspace says where runs see the operator's project folder, and
 	// whether they may change it; absent when there is none.
 	Workspace *sandbox.WorkspaceStatus `json:"workspace,omitempty"`
-	Version   string                   `json:"version"`
+	// Packages says whether code_execute's packages argument is accepted,
+	// from which indexes, and how full the cache is.
+	Packages *packages.Info `json:"packages"`
+	Version  string         `json:"version"`
 }
 
 // InfoSessions is what sandbox_info says of sessions.
@@ -676,8 +743,17 @@ func (s *Server) Info() InfoOutput {
 		Approval:      s.approvalDescription(),
 		Protections:   caps.Protections,
 		Workspace:     caps.Workspace,
+		Packages:      s.packagesInfo(),
 		Version:       o.Version,
 	}
+}
+
+// packagesInfo is what sandbox_info says of packages.
+func (s *Server) packagesInfo() *packages.Info {
+	if s.opts.Packages == nil {
+		return &packages.Info{Detail: "off (CODE_EXEC_PACKAGES=false): the packages argument is refused; programs import only what the sandbox has installed"}
+	}
+	return s.opts.Packages.Info()
 }
 
 // artifactTTL is how long the store keeps artifacts (0 without a store).

@@ -202,6 +202,9 @@ $XDG_RUNTIME_DIR/codeexec/admin-HOST-PORT.token, or the same name in
 			fmt.Fprintf(tw, "requester\t%s\n", a.Requester.String())
 			fmt.Fprintf(tw, "denied in\t%s\n", time.Until(a.Deadline).Round(time.Second))
 			fmt.Fprintf(tw, "sha256\t%s\n", a.CodeSHA256)
+			if len(a.Packages) > 0 {
+				fmt.Fprintf(tw, "packages\t%s\n", sanitize(strings.Join(a.Packages, " ")))
+			}
 			if len(a.Reasons) == 0 {
 				fmt.Fprintf(tw, "reasons\t(the risk check flagged nothing)\n")
 			}

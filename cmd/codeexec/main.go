@@ -157,6 +157,21 @@ func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int 
 	sandboxRunner := runner
 	// The sessions' backend is the mode's own (taken before any decorator).
 	backend, _ := runner.(interface{ Sessions() sessions.Backend })
+	pkgs, err := newPackages(ctx, cfg, runner, log)
+	if err != nil {
+		_ = runner.Close()
+		log.Error("cannot start packages", "err", err)
+		fmt.Fprintf(stderr, "codeexec: %v\n", err)
+		return 1
+	}
+	if pkgs != nil {
+		// Next to the sandbox: approval (outside) is asked before the
+		// install phase, which takes a slot of the concurrency limit.
+		runner = pkgs
+		if backend != nil {
+			backend = packagedSessions{pkgs, backend}
+		}
+	}
 	if cfg.RestrictedPython() {
 		// Inside the concurrency limit, next to the sandbox: the check runs
 		// in the run's own interpreter.
@@ -215,6 +230,9 @@ func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int 
 	defer func() { _ = store.Close() }()
 
 	opts := serverOptions(cfg, log, consoleURL)
+	if pkgs != nil {
+		opts.Packages = pkgs
+	}
 	opts.Metrics, opts.Tasks, opts.TaskLifetime = m, store, taskRunTime+cfg.TaskTTL
 	if manager != nil {
 		opts.Sessions, opts.SessionIdleTimeout, opts.SessionSlots = manager, cfg.SessionIdleTimeout, limited.Share
@@ -390,8 +408,12 @@ func newRunner(ctx context.Context, cfg *configs.Config, log *slog.Logger) (sand
 	}
 	switch cfg.Sandbox {
 	case sandbox.ModeDocker:
+		cache, err := packagesCacheDir(cfg)
+		if err != nil {
+			return nil, err
+		}
 		return docker.New(ctx, docker.Config{Image: cfg.DockerImage, Runtime: cfg.DockerRuntime, Languages: cfg.Languages, Logger: log,
-			PoolSize: cfg.DockerPoolSize, PoolLimits: cfg.Limits(cfg.Timeout), Egress: egressProxy, Workspace: cfg.WorkspaceConfig()})
+			PoolSize: cfg.DockerPoolSize, PoolLimits: cfg.Limits(cfg.Timeout), Egress: egressProxy, Workspace: cfg.WorkspaceConfig(), PackagesCache: cache})
 	case sandbox.ModeProcess:
 		disable, err := process.ParseFeatures(cfg.ProcessDisable)
 		if err != nil {

@@ -35,7 +35,9 @@ import (
 //   - The bootstrap is the interpreter itself, already loaded: python3 and
 //     node run a short program that writes one ready byte to stdout, then
 //     blocks reading the header "<code length in bytes> <language> <file
-//     count>\n", exactly that many bytes of code, and that many files from
+//     count>[ <package entry>]\n" (the entry, 32 hex digits, names the
+//     folder of installed packages under PackagesCachePath that the program
+//     imports from), exactly that many bytes of code, and that many files from
 //     the attached stdin (never more: the rest of the stream is the
 //     program's standard input). Each file is a line "<length> <path>\n"
 //     and its bytes; the path is relative to /tmp, checked by the server
@@ -140,6 +142,13 @@ def _codeexec_main():
         fail(b"bad program header")
     if lang != b"python":
         fail(b"this container runs python, not " + lang)
+    if len(fields) > 3:
+        key = fields[3].decode()
+        if len(key) != 32 or key.strip("0123456789abcdef"):
+            fail(b"bad package entry")
+        p = "` + PackagesCachePath + `/" + key
+        sys.path.insert(0, p)
+        os.environ["` + sandbox.PackagesVariable + `"] = os.environ["PYTHONPATH"] = p
     code = exactly(n, b"the program was cut short")
     for _ in range(nfiles):
         size, _, path = line(b"the files were cut short").partition(b" ")
@@ -211,10 +220,17 @@ const javascriptBootstrap = `(function () {
   };
   const count = (s) => (/^[0-9]+$/.test(s) && Number.isSafeInteger(Number(s)) ? Number(s) : -1);
   fs.writeSync(1, '\x16');
-  const [ns, lang, nfs] = line('no program received').split(' ');
+  const [ns, lang, nfs, key] = line('no program received').split(' ');
   const len = count(ns), nfiles = count(nfs);
   if (len < 0 || nfiles < 0) fail('bad program header');
   if (lang !== 'javascript') fail('this container runs javascript, not ' + lang);
+  if (key !== undefined) {
+    if (!/^[0-9a-f]{32}$/.test(key)) fail('bad package entry');
+    const p = '` + PackagesCachePath + `/' + key;
+    process.env.` + sandbox.PackagesVariable + ` = p;
+    process.env.NODE_PATH = p + '/node_modules';
+    Module._initPaths();
+  }
   const code = exactly(len, 'the program was cut short');
   for (let i = 0; i < nfiles; i++) {
     const h = line('the files were cut short');
@@ -262,9 +278,9 @@ exec "$@" /tmp/main.sh
 
 // runCommand is the entrypoint of a run container of lang: the supervisor
 // with the language's bootstrap. It is the same for warm and cold containers.
-func runCommand(lang string, in sandbox.Interpreter, nonce string) []string {
+func runCommand(lang string, in sandbox.Interpreter, nonce string, withPackages bool) []string {
 	spec := sandbox.Languages[lang]
-	interp := append([]string{in.Path}, spec.Args...)
+	interp := append([]string{in.Path}, spec.RunArgs(withPackages)...)
 	var child []string
 	switch lang {
 	case "python":
@@ -278,7 +294,10 @@ func runCommand(lang string, in sandbox.Interpreter, nonce string) []string {
 }
 
 // programHeader is the line that precedes the code on stdin.
-func programHeader(lang string, codeLen, files int) string {
+func programHeader(lang string, codeLen, files int, packages string) string {
+	if packages != "" {
+		return fmt.Sprintf("%d %s %d %s\n", codeLen, lang, files, packages)
+	}
 	return fmt.Sprintf("%d %s %d\n", codeLen, lang, files)
 }
 

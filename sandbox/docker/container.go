@@ -26,6 +26,11 @@ type containerSpec struct {
 	framed   bool      // cmd is the run supervisor (runCommand), whose output is framed
 	nonce    string    // the supervisor's trailer nonce when framed
 	egress   bool      // the container reaches the network through the egress proxy
+	// packages, when not nil, is bound at sandbox.PackagesPath (read-only
+	// for a run, writable for the install phase) and named by the
+	// environment of lang.
+	packages *sandbox.PackageDir
+	lang     string
 }
 
 // session is a started, locked-down container whose stdin, stdout and
@@ -128,6 +133,16 @@ func (r *Runner) configs(spec containerSpec) (*container.Config, *container.Host
 	if spec.egress {
 		cfg.Env = append(slices.Clone(r.containerEnv()), egressEnv()...)
 	}
+	if pd := spec.packages; pd != nil {
+		host.Mounts = append(host.Mounts, mount.Mount{
+			Type:        mount.TypeBind,
+			Source:      pd.HostDir,
+			Target:      sandbox.PackagesPath,
+			ReadOnly:    !pd.Writable,
+			BindOptions: &mount.BindOptions{NonRecursive: true},
+		})
+		cfg.Env = append(slices.Clone(cfg.Env), sandbox.PackageEnv(spec.lang, sandbox.PackagesPath)...)
+	}
 	return cfg, host
 }
 
@@ -156,6 +171,15 @@ func (r *Runner) hostConfig(lim sandbox.Limits) *container.HostConfig {
 			Target:      sandbox.WorkspacePath,
 			ReadOnly:    !w.Writable,
 			BindOptions: &mount.BindOptions{NonRecursive: !w.Writable},
+		})
+	}
+	if c := r.cfg.PackagesCache; c != "" {
+		host.Mounts = append(host.Mounts, mount.Mount{
+			Type:        mount.TypeBind,
+			Source:      c,
+			Target:      PackagesCachePath,
+			ReadOnly:    true,
+			BindOptions: &mount.BindOptions{NonRecursive: true},
 		})
 	}
 	// /dev/shm is writable tmpfs too; keep it no larger than /tmp.
@@ -208,9 +232,9 @@ func gvisorPids(processes int) int64 {
 
 // runSpec is the specification of a run container of lang, warm or cold.
 // Only its role and deadline labels differ between the two.
-func (r *Runner) runSpec(lang string, lim sandbox.Limits, role string, deadline time.Time) containerSpec {
+func (r *Runner) runSpec(lang string, lim sandbox.Limits, role string, deadline time.Time, pd *sandbox.PackageDir) containerSpec {
 	nonce := trailerTag + newNonce()
-	cmd := runCommand(lang, r.interps[lang], nonce)
+	cmd := runCommand(lang, r.interps[lang], nonce, pd != nil)
 	if r.cfg.Egress != nil {
 		// The relay starts, and listens, before the supervisor script.
 		cmd[2] = relayLaunch(r.relayPython) + cmd[2]
@@ -223,6 +247,8 @@ func (r *Runner) runSpec(lang string, lim sandbox.Limits, role string, deadline 
 		framed:   true,
 		nonce:    nonce,
 		egress:   r.cfg.Egress != nil,
+		packages: pd,
+		lang:     lang,
 	}
 }
 

@@ -132,6 +132,13 @@ type Config struct {
 	// the image and an engine on this host (the run's socket is
 	// bind-mounted into its container).
 	Egress *proxy.Proxy
+	// PackagesCache, when set, is the packages layer's cache folder on the
+	// engine's host (CODE_EXEC_PACKAGES=true; see sandbox/packages). Every
+	// run container, warm ones included, sees it read-only at
+	// PackagesCachePath (the folder is searchable, not listable), so that a
+	// run with packages from the cache takes a warm container and names its
+	// entry in the program header.
+	PackagesCache string
 }
 
 // Runner runs each request in a fresh container on a Docker Engine.

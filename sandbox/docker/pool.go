@@ -158,7 +158,7 @@ func (p *pool) create(lang string, lim sandbox.Limits) {
 		p.add(lang, nil, errors.New("closed"))
 		return
 	}
-	s, err := p.r.start(context.Background(), p.r.runSpec(lang, lim, rolePool, time.Now().Add(poolLease)), lang)
+	s, err := p.r.start(context.Background(), p.r.runSpec(lang, lim, rolePool, time.Now().Add(poolLease), nil), lang)
 	if err == nil {
 		t := time.NewTimer(poolReadyTimeout)
 		select {

@@ -80,8 +80,8 @@ func TestWarmAndColdLockedDownAlike(t *testing.T) {
 	r, cli := newRunner(t, poolConfig(1, "python"))
 	lim := sandboxtest.DefaultLimits()
 	now := time.Now()
-	warmSpec := r.runSpec("python", lim, rolePool, now.Add(poolLease))
-	coldSpec := r.runSpec("python", lim, roleRun, runDeadline(now, lim.Timeout))
+	warmSpec := r.runSpec("python", lim, rolePool, now.Add(poolLease), nil)
+	coldSpec := r.runSpec("python", lim, roleRun, runDeadline(now, lim.Timeout), nil)
 	wc, wh := r.configs(warmSpec)
 	cc, ch := r.configs(coldSpec)
 	if !reflect.DeepEqual(wh, ch) {

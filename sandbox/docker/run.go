@@ -69,16 +69,20 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("docker: run not started: %w", err)
 	}
+	entry, err := r.packageEntry(req.PackageDir)
+	if err != nil {
+		return nil, err
+	}
 	input := func() io.Reader {
 		return io.MultiReader(
-			strings.NewReader(programHeader(lang, len(req.Code), len(req.Files))),
+			strings.NewReader(programHeader(lang, len(req.Code), len(req.Files), entry)),
 			strings.NewReader(req.Code),
 			fileRecords(req.Files),
 			strings.NewReader(req.Stdin),
 		)
 	}
 
-	if s := r.pool.take(lang, req.Limits); s != nil {
+	if s := r.poolFor(lang, req, entry); s != nil {
 		r.observe(s.id, true)
 		res, err, fault := r.exchange(ctx, s, input(), req.Limits, req.Observe, art, true)
 		if !fault {
@@ -91,7 +95,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		r.log.Info("a warm container broke before it took the program; running it in a new container", "id", shortID(s.id), "err", err)
 	}
 
-	s, err := r.start(ctx, r.runSpec(lang, req.Limits, roleRun, runDeadline(time.Now(), req.Limits.Timeout)), lang)
+	s, err := r.start(ctx, r.runSpec(lang, req.Limits, roleRun, runDeadline(time.Now(), req.Limits.Timeout), ifEntry(entry, req.PackageDir)), lang)
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			return nil, fmt.Errorf("docker: run cancelled while starting (%v): %w", err, cerr)

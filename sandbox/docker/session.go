@@ -112,6 +112,8 @@ func (b sessionBackend) Start(ctx context.Context, spec sessions.Spec) (sessions
 		cmd:      []string{"/bin/sh", "-c", keeperScript},
 		limits:   containerLimits(spec.Limits),
 		deadline: spec.Deadline.Add(leftoverGrace),
+		packages: spec.PackageDir,
+		lang:     lang,
 	}, lang)
 	if err != nil {
 		return nil, err
@@ -150,7 +152,7 @@ func (s *containerSession) startDriver(ctx context.Context) error {
 	lang := s.spec.Language
 	in := s.r.interps[lang]
 	args, _ := sessions.DriverArgs(lang, "fd:3", "fd:4")
-	cmd := append([]string{"/bin/sh", "-c", driverWrapper, "codeexec-driver", in.Path}, sandbox.Languages[lang].Args...)
+	cmd := append([]string{"/bin/sh", "-c", driverWrapper, "codeexec-driver", in.Path}, sandbox.Languages[lang].RunArgs(s.spec.PackageDir != nil)...)
 	id, att, err := s.execIn(ctx, append(cmd, args...))
 	if err != nil {
 		return err
@@ -288,7 +290,7 @@ func (s *containerSession) execFresh(ctx context.Context, req sandbox.Request) (
 	lang := s.spec.Language
 	nonce := trailerTag + newNonce()
 	in := s.r.interps[lang]
-	child := append([]string{"/bin/sh", "-c", sessionBashBootstrap, "codeexec-bootstrap", in.Path}, sandbox.Languages[lang].Args...)
+	child := append([]string{"/bin/sh", "-c", sessionBashBootstrap, "codeexec-bootstrap", in.Path}, sandbox.Languages[lang].RunArgs(s.spec.PackageDir != nil)...)
 	// "-": no program file to leave out, and no archive of the working
 	// directory (a session's files stay where they are).
 	cmd := append([]string{"/bin/sh", "-c", supervisorScript, "codeexec-supervisor", nonce, "-"}, child...)
@@ -310,7 +312,7 @@ func (s *containerSession) execFresh(ctx context.Context, req sandbox.Request) (
 		close(readC)
 	}()
 	go func() {
-		_, _ = io.Copy(att.Conn, io.MultiReader(strings.NewReader(programHeader(lang, len(req.Code), 0)), strings.NewReader(req.Code), strings.NewReader(req.Stdin)))
+		_, _ = io.Copy(att.Conn, io.MultiReader(strings.NewReader(programHeader(lang, len(req.Code), 0, "")), strings.NewReader(req.Code), strings.NewReader(req.Stdin)))
 		_ = att.CloseWrite()
 	}()
 	var timer <-chan time.Time

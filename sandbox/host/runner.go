@@ -178,12 +178,17 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	if r.workspace != nil {
 		env = append(env, sandbox.WorkspaceVariable+"="+r.workspace.Dir)
 	}
+	if req.PackageDir != nil {
+		// No mount namespace here: the run sees the folder at its own
+		// path, with the server's permissions.
+		env = append(env, sandbox.PackageEnv(req.Language, req.PackageDir.HostDir)...)
+	}
 	if req.Language == "python" && r.python != nil {
 		path, env = r.python.Python, executor.PythonEnv(env, r.python)
 	}
 	err = executor.Spawn(ctx, executor.Spec{
 		Path:      path,
-		Args:      append(append([]string{}, spec.Args...), file),
+		Args:      append(append([]string{}, spec.RunArgs(req.PackageDir != nil)...), file),
 		Env:       env,
 		Dir:       dir,
 		Stdin:     req.Stdin,

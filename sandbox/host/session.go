@@ -33,10 +33,14 @@ func (b sessionBackend) Start(ctx context.Context, spec sessions.Spec) (sessions
 		Begin: r.runs.Begin,
 		Spec: func(lang, dir, path string, args []string, stdin string, lim sandbox.Limits) (executor.Spec, func(), error) {
 			marker := RunIDVariable + "=" + filepath.Base(dir) + "-" + filepath.Base(args[len(args)-1])
+			env := append(os.Environ(), marker)
+			if spec.PackageDir != nil {
+				env = append(env, sandbox.PackageEnv(lang, spec.PackageDir.HostDir)...)
+			}
 			return executor.Spec{
 				Path:      path,
 				Args:      args,
-				Env:       append(os.Environ(), marker),
+				Env:       env,
 				Dir:       dir,
 				Stdin:     stdin,
 				Limits:    sandbox.Limits{Timeout: lim.Timeout, OutputBytes: lim.OutputBytes},

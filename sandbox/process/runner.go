@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -492,6 +493,17 @@ func (r *Runner) runIn(ctx context.Context, s *slot, req sandbox.Request, spec s
 	if r.workspace != nil {
 		env = append(env, sandbox.WorkspaceVariable+"="+iso.Path(*r.workspace))
 	}
+	if pd := req.PackageDir; pd != nil {
+		if pd.Writable && s.owner != nil {
+			// The install phase writes as the run's user.
+			if err := os.Chown(pd.HostDir, s.owner.UID, s.owner.GID); err != nil {
+				return nil, fmt.Errorf("%w: handing the package folder to the sandbox user: %v", sandbox.ErrSandboxUnavailable, err)
+			}
+		}
+		b := executor.Bind{Src: pd.HostDir, Dst: sandbox.PackagesPath, Writable: pd.Writable}
+		iso.Binds = append(slices.Clip(iso.Binds), b)
+		env = append(env, sandbox.PackageEnv(req.Language, iso.Path(b))...)
+	}
 	if req.Language == "python" && r.python != nil {
 		path, env = r.python.Python, executor.PythonEnv(env, r.python)
 	}
@@ -510,7 +522,7 @@ func (r *Runner) runIn(ctx context.Context, s *slot, req sandbox.Request, spec s
 			}
 		}()
 	}
-	args := append(interpreterArgs(req.Language, req.Limits), spec.Args...)
+	args := append(interpreterArgs(req.Language, req.Limits), spec.RunArgs(req.PackageDir != nil)...)
 	// With a mount namespace the run directory is the run's own tmpfs, a
 	// copy of the host's: its supervisor collects the artifacts there.
 	var collect *executor.CollectSpec

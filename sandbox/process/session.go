@@ -3,6 +3,7 @@ package process
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/codeexec/codeexec/sandbox"
@@ -38,7 +39,7 @@ func (b sessionBackend) Start(ctx context.Context, spec sessions.Spec) (sessions
 	if err != nil {
 		return nil, fmt.Errorf("process: %w", err)
 	}
-	sg := &sessionGuard{r: r, g: g}
+	sg := &sessionGuard{r: r, g: g, pd: spec.PackageDir}
 	s, err := sessionproc.Start(ctx, sessionproc.Host{
 		Mode:    sandbox.ModeProcess,
 		Root:    r.root,
@@ -57,8 +58,10 @@ func (b sessionBackend) Start(ctx context.Context, spec sessions.Spec) (sessions
 
 // sessionGuard is the run guard a session holds.
 type sessionGuard struct {
-	r    *Runner
-	g    *runGuard
+	r *Runner
+	g *runGuard
+	// pd is the session's read-only package folder, or nil.
+	pd   *sandbox.PackageDir
 	ooms int
 	once sync.Once
 }
@@ -81,11 +84,17 @@ func (sg *sessionGuard) spec(lang, dir, path string, args []string, stdin string
 	// The session's files outlive each program: its directory is bound,
 	// not copied into a tmpfs of the program's own.
 	iso.BindWork = true
+	env := minimalEnv(dir)
+	if sg.pd != nil {
+		b := executor.Bind{Src: sg.pd.HostDir, Dst: sandbox.PackagesPath}
+		iso.Binds = append(slices.Clip(iso.Binds), b)
+		env = append(env, sandbox.PackageEnv(lang, iso.Path(b))...)
+	}
 	return executor.Spec{
 		Isolation:           iso,
 		Path:                path,
 		Args:                append(interpreterArgs(lang, lim), args...),
-		Env:                 minimalEnv(dir),
+		Env:                 env,
 		Dir:                 dir,
 		Stdin:               stdin,
 		Limits:              lim,

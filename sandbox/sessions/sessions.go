@@ -55,6 +55,13 @@ type Spec struct {
 	// backend may mark its resources with it (so that another server can
 	// tell a leftover) and stop them by itself after it.
 	Deadline time.Time
+	// Packages are the packages the session asked for at its creation
+	// (session_create's packages argument); the packages layer
+	// (sandbox/packages.Sessions) installs them and sets PackageDir.
+	Packages []string
+	// PackageDir, when not nil, is the folder of installed packages that
+	// every call of the session sees read-only (see sandbox.Request).
+	PackageDir *sandbox.PackageDir
 }
 
 // Session is a started session's sandbox.
@@ -116,6 +123,8 @@ type Info struct {
 	// Expires is when the session ends if it stays idle (or reaches its
 	// maximum lifetime, whichever comes first).
 	Expires time.Time `json:"expires"`
+	// Packages are the packages the session was created with.
+	Packages []string `json:"packages,omitempty"`
 }
 
 // Manager keeps the sessions of one server. It is safe for concurrent use.
@@ -138,6 +147,7 @@ type Manager struct {
 // entry is one session of the Manager.
 type entry struct {
 	id, owner, lang string
+	packages        []string
 	created         time.Time
 	idle            time.Duration
 	deadline        time.Time
@@ -186,6 +196,8 @@ type CreateOptions struct {
 	// IdleTimeout, if above 0 and below the Manager's, is the session's
 	// own idle timeout.
 	IdleTimeout time.Duration
+	// Packages are given to the Backend in Spec.Packages.
+	Packages []string
 }
 
 // Create starts a session for owner, the key of the client that asks (its
@@ -215,9 +227,9 @@ func (m *Manager) Create(ctx context.Context, owner string, o CreateOptions) (In
 	if o.IdleTimeout > 0 && o.IdleTimeout < idle {
 		idle = o.IdleTimeout
 	}
-	e := &entry{id: newID(), owner: owner, lang: o.Language, created: now, idle: idle,
+	e := &entry{id: newID(), owner: owner, lang: o.Language, packages: o.Packages, created: now, idle: idle,
 		deadline: now.Add(m.cfg.MaxLifetime), lastUsed: now, turn: make(chan struct{}, 1)}
-	sess, err := m.cfg.Backend.Start(ctx, Spec{ID: e.id, Language: o.Language, Limits: o.Limits, Deadline: e.deadline})
+	sess, err := m.cfg.Backend.Start(ctx, Spec{ID: e.id, Language: o.Language, Limits: o.Limits, Deadline: e.deadline, Packages: o.Packages})
 	if err != nil {
 		release()
 		return Info{}, err
@@ -394,7 +406,7 @@ func (m *Manager) infoLocked(e *entry) Info {
 	if e.deadline.Before(exp) {
 		exp = e.deadline
 	}
-	return Info{ID: e.id, Language: e.lang, Created: e.created, LastUsed: e.lastUsed, Calls: e.calls, Busy: e.busy, IdleTimeout: e.idle, Expires: exp}
+	return Info{ID: e.id, Language: e.lang, Created: e.created, LastUsed: e.lastUsed, Calls: e.calls, Busy: e.busy, IdleTimeout: e.idle, Expires: exp, Packages: e.packages}
 }
 
 // nextCheck is how long the janitor may sleep: until the earliest moment a

@@ -157,7 +157,7 @@ func (s *Session) startInterpreter(ctx context.Context) error {
 	lim := s.spec.Limits
 	lim.Timeout = time.Until(s.spec.Deadline) + time.Minute
 	lim.OutputBytes = driverOutput
-	spec, cleanup, err := s.h.Spec(s.lang.Name, s.dir, s.interp.Path, append(append([]string{}, s.lang.Args...), args...), "", lim)
+	spec, cleanup, err := s.h.Spec(s.lang.Name, s.dir, s.interp.Path, append(s.lang.RunArgs(s.spec.PackageDir != nil), args...), "", lim)
 	if err != nil {
 		return fail("preparing the interpreter", err)
 	}
@@ -270,7 +270,7 @@ func (s *Session) runFresh(ctx context.Context, req sandbox.Request) (*sandbox.R
 	}
 	lim := s.spec.Limits
 	lim.Timeout, lim.OutputBytes = req.Limits.Timeout, req.Limits.OutputBytes
-	spec, cleanup, err := s.h.Spec(s.lang.Name, s.dir, s.interp.Path, append(append([]string{}, s.lang.Args...), file), req.Stdin, lim)
+	spec, cleanup, err := s.h.Spec(s.lang.Name, s.dir, s.interp.Path, append(s.lang.RunArgs(s.spec.PackageDir != nil), file), req.Stdin, lim)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,172 @@
+package e2e
+
+import (
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/codeexec/codeexec/sandbox/packages/packagestest"
+)
+
+// TestPackages drives CODE_EXEC_PACKAGES=true through the real binary with
+// the official MCP client, in process and docker mode, against a package
+// index this test serves on this machine (loopback, or the Docker bridge's
+// own address for docker mode): the packages install and import, the
+// second call comes from the cache (at least 5× faster), the run cannot
+// reach the index, a malicious spec is refused, a failing install says why,
+// a session gets its packages, and sandbox_info reports the cache.
+func TestPackages(t *testing.T) {
+	t.Parallel()
+	packagestest.RequireInstallers(t)
+	for _, mode := range []string{"process", "docker"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			ip := "127.0.0.1"
+			if mode == "docker" {
+				dockerEngine(t)
+				if b := bridgeAddr(); b != "" {
+					ip = b
+				}
+			}
+			checkPackages(t, mode, ip)
+		})
+	}
+}
+
+func checkPackages(t *testing.T, mode, ip string) {
+	ix := packagestest.Serve(t, net.JoinHostPort(ip, "0"), packagestest.Python, packagestest.JavaScript)
+	wd := workDir(t)
+	cacheDir := filepath.Join(wd, "packages")
+	env := serverEnv(t, map[string]string{
+		"CODE_EXEC_WORK_DIR":           wd,
+		"CODE_EXEC_SANDBOX":            mode,
+		"CODE_EXEC_PACKAGES":           "true",
+		"CODE_EXEC_PIP_INDEX_URL":      ix.PipURL,
+		"CODE_EXEC_NPM_REGISTRY":       ix.NpmURL,
+		"CODE_EXEC_PACKAGES_CACHE_DIR": cacheDir,
+		"CODE_EXEC_TIMEOUT":            "30s",
+	})
+	if mode == "process" && os.Getenv("CODE_EXEC_TEST_NO_USERNS") == "1" && os.Geteuid() != 0 {
+		// Without user namespaces an ordinary user's runs have no network
+		// namespace, so nothing could hold the install phase to the index:
+		// the server must refuse to start, saying why.
+		cmd := exec.Command(binPath)
+		cmd.Env = envList(env)
+		cmd.Stdin = strings.NewReader("")
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "the install phase of CODE_EXEC_PACKAGES=true cannot start") {
+			t.Fatalf("without a network namespace the server started or did not say why: %v\n%s", err, out)
+		}
+		return
+	}
+	cs, srv := connect(t, stdio, env, connectOpts{})
+	if !strings.Contains(srv.logTail(), "CODE_EXEC_PACKAGES=true") {
+		t.Errorf("the server did not say loudly that packages are on:\n%s", srv.logTail())
+	}
+
+	args := map[string]any{"language": "python", "code": "import codeexec_demo\nprint(codeexec_demo.VALUE)", "packages": []any{"codeexec-demo==1.0"}}
+	start := time.Now()
+	res, out := execute(t, cs, args)
+	cold := time.Since(start)
+	if res.IsError || strings.TrimSpace(out.Stdout) != "42" {
+		t.Fatalf("first call: isError=%v %q", res.IsError, text(res))
+	}
+	downloads := ix.Downloads.Load()
+	start = time.Now()
+	res, out = execute(t, cs, args)
+	cached := time.Since(start)
+	if res.IsError || strings.TrimSpace(out.Stdout) != "42" {
+		t.Fatalf("second call: isError=%v %q", res.IsError, text(res))
+	}
+	t.Logf("%s: cold %v, cached %v (%.1f×)", mode, cold, cached, float64(cold)/float64(cached))
+	if !strings.Contains(text(res), "Packages: codeexec-demo==1.0 (from the cache).") {
+		t.Errorf("the second call's text does not say the packages came from the cache:\n%s", text(res))
+	}
+	if ix.Downloads.Load() != downloads {
+		t.Error("the second call downloaded the package again")
+	}
+	if cold < 5*cached {
+		t.Errorf("the cached call took %v, the cold one %v: want it at least 5× faster", cached, cold)
+	}
+
+	res, out = execute(t, cs, map[string]any{"language": "javascript", "code": "console.log(require('codeexec-demo').value)", "packages": []any{"codeexec-demo@1.0.0"}})
+	if res.IsError || strings.TrimSpace(out.Stdout) != "42" {
+		t.Fatalf("javascript: isError=%v %q", res.IsError, text(res))
+	}
+
+	before := ix.Requests.Load()
+	port := ix.Addr[strings.LastIndex(ix.Addr, ":")+1:]
+	res, out = execute(t, cs, map[string]any{"language": "python", "packages": []any{"codeexec-demo==1.0"},
+		"code": "import socket\ntry:\n    socket.create_connection(('" + ip + "', " + port + "), timeout=2)\n    print('REACHED')\nexcept OSError as e:\n    print('BLOCKED', e)\n"})
+	if res.IsError || !strings.HasPrefix(out.Stdout, "BLOCKED") || ix.Requests.Load() != before {
+		t.Fatalf("the run reached the index: %q", text(res))
+	}
+
+	for _, bad := range []string{"--index-url=http://evil.example/simple", "pkg @ https://evil.example/pkg.whl", "../../etc/passwd"} {
+		res := call(t, cs, "code_execute", map[string]any{"language": "python", "code": "print(1)", "packages": []any{bad}})
+		if !res.IsError || !strings.Contains(text(res), "is refused") || !strings.Contains(text(res), bad) {
+			t.Errorf("malicious spec %q: isError=%v %q", bad, res.IsError, text(res))
+		}
+	}
+	res = call(t, cs, "code_execute", map[string]any{"language": "python", "code": "print(1)", "packages": []any{"codeexec-demo==9.9"}})
+	if !res.IsError || !strings.Contains(text(res), "could not be installed") || !strings.Contains(text(res), "No matching distribution found for codeexec-demo==9.9") {
+		t.Errorf("failing install: isError=%v %q", res.IsError, text(res))
+	}
+
+	res = call(t, cs, "session_create", map[string]any{"language": "python", "packages": []any{"codeexec-extra==2.0"}})
+	var sess struct {
+		SessionID string   `json:"session_id"`
+		Packages  []string `json:"packages"`
+	}
+	remarshal(t, res.StructuredContent, &sess)
+	if res.IsError || sess.SessionID == "" || strings.Join(sess.Packages, ",") != "codeexec-extra==2.0" {
+		t.Fatalf("session_create with packages: %q", text(res))
+	}
+	res, out = execute(t, cs, map[string]any{"language": "python", "session_id": sess.SessionID, "code": "import codeexec_extra\nprint(codeexec_extra.NAME)"})
+	if res.IsError || strings.TrimSpace(out.Stdout) != "extra" {
+		t.Fatalf("a call in the session: %q", text(res))
+	}
+	res = call(t, cs, "code_execute", map[string]any{"language": "python", "session_id": sess.SessionID, "code": "print(1)", "packages": []any{"codeexec-demo==1.0"}})
+	if !res.IsError || !strings.Contains(text(res), "session_create's packages argument") {
+		t.Errorf("packages with session_id: %q", text(res))
+	}
+
+	res = call(t, cs, "sandbox_info", map[string]any{})
+	var info struct {
+		Packages struct {
+			Enabled      bool     `json:"enabled"`
+			PipIndexURL  string   `json:"pip_index_url"`
+			InstallAllow []string `json:"install_allow"`
+			Cache        struct {
+				Entries  int   `json:"entries"`
+				Bytes    int64 `json:"bytes"`
+				MaxBytes int64 `json:"max_bytes"`
+			} `json:"cache"`
+		} `json:"packages"`
+	}
+	remarshal(t, res.StructuredContent, &info)
+	p := info.Packages
+	if !p.Enabled || p.PipIndexURL != ix.PipURL || strings.Join(p.InstallAllow, ",") != ix.Addr || p.Cache.Entries != 3 || p.Cache.Bytes == 0 || p.Cache.MaxBytes != 2<<30 {
+		t.Errorf("sandbox_info packages: %+v", p)
+	}
+	entries, _ := os.ReadDir(cacheDir)
+	if len(entries) != 3 {
+		t.Errorf("cache folder holds %d entries, want 3", len(entries))
+	}
+}
+
+// TestPackagesOffByDefault: without CODE_EXEC_PACKAGES a call with packages
+// is refused with a clear error and the server keeps serving.
+func TestPackagesOffByDefault(t *testing.T) {
+	t.Parallel()
+	cs, _ := connect(t, stdio, serverEnv(t, map[string]string{"CODE_EXEC_LANGUAGES": "python"}), connectOpts{})
+	res := call(t, cs, "code_execute", map[string]any{"language": "python", "code": "print(1)", "packages": []any{"requests==2.31.0"}})
+	if !res.IsError || !strings.Contains(text(res), "CODE_EXEC_PACKAGES=false") {
+		t.Fatalf("packages while off: isError=%v %q", res.IsError, text(res))
+	}
+	checkExample(t, cs, "process")
+}

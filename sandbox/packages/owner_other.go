@@ -1,0 +1,7 @@
+//go:build !unix
+
+package packages
+
+import "os"
+
+func checkOwned(os.FileInfo, string) error { return nil }
