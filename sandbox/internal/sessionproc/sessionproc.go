@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/artifacts"
 	"github.com/codeexec/codeexec/sandbox/internal/executor"
 	"github.com/codeexec/codeexec/sandbox/sessions"
 )
@@ -205,19 +206,61 @@ func (it *interpreter) kill() {
 }
 
 // Exec runs one call. See sessions.Session.
+//
+// The request's files are written into the session's directory before the
+// call, never through a symbolic link; with req.Artifacts, the Result holds
+// the files that the call created or changed there (those of earlier calls
+// are not reported again).
 func (s *Session) Exec(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, fmt.Errorf("session: %w", sandbox.ErrClosed)
 	}
-	if !sessions.Interpreted(s.lang.Name) {
-		return s.runFresh(ctx, req)
-	}
-	if s.live == nil {
+	if sessions.Interpreted(s.lang.Name) && s.live == nil {
 		if err := s.startInterpreter(ctx); err != nil {
 			return nil, err
 		}
+	}
+	// After the interpreter's start, so that its control channel, unlinked
+	// by then, is never taken for a file of the call.
+	before, err := s.writeFiles(req)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.call(ctx, req)
+	if err == nil && req.Artifacts != nil {
+		res.Artifacts = executor.CollectArtifacts(s.dir, "", before, *req.Artifacts)
+	}
+	return res, err
+}
+
+// writeFiles writes req's files into the session's directory, as the
+// session's user, and returns the snapshot of the directory that the
+// call's artifacts are found against (nothing, without req.Artifacts).
+func (s *Session) writeFiles(req sandbox.Request) (artifacts.Snapshot, error) {
+	var owner *executor.Owner
+	if uid, gid, ok := s.h.Owner(); ok {
+		owner = &executor.Owner{UID: uid, GID: gid}
+	}
+	written, err := executor.WriteFiles(s.dir, req.Files, owner)
+	if err != nil || req.Artifacts == nil {
+		return written, err
+	}
+	// Sizes and times of what is there, and the digests of what was just
+	// written: an input the call rewrites with the same bytes is no artifact.
+	snap, err := artifacts.Take(artifacts.DirSource{Dir: s.dir}, *req.Artifacts)
+	if err != nil {
+		return written, fmt.Errorf("%w: reading the session's directory: %v", sandbox.ErrSandboxUnavailable, err)
+	}
+	return snap.Add(written), nil
+}
+
+// call runs one call's program: in the live interpreter, or as a fresh
+// bash.
+func (s *Session) call(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
+	if !sessions.Interpreted(s.lang.Name) {
+		return s.runFresh(ctx, req)
 	}
 	it := s.live
 	res, outcome := it.conn.Exec(ctx, req.Code, req.Stdin, req.Limits)
