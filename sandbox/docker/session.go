@@ -14,6 +14,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/artifacts"
 	"github.com/codeexec/codeexec/sandbox/sessions"
 )
 
@@ -39,6 +40,10 @@ import (
 //     that reads the program (kept in /dev/shm, not in the working
 //     directory), so that each call ends, as a run does, with every process
 //     it started killed.
+//
+// A call's files are written into /tmp, and the files it created or changed
+// there come back as its artifacts, through a helper process of the session
+// (see session_files.go).
 
 const (
 	roleSession = "session"
@@ -82,6 +87,12 @@ type containerSession struct {
 	mu     sync.Mutex
 	closed bool
 	live   *driverExec
+	// filesHelper writes a call's files and finds its artifacts (see
+	// session_files.go); nil until needed, and after it failed.
+	filesHelper *helperExec
+	// known is what the previous call's artifacts were found with, to
+	// find the next call's against (see collectChanges).
+	known artifacts.Snapshot
 }
 
 // driverExec is a running driver.
@@ -122,6 +133,15 @@ func (b sessionBackend) Start(ctx context.Context, spec sessions.Spec) (sessions
 			r.discard(c)
 			return nil, err
 		}
+	}
+	// The files helper starts now too, so that the first call does not
+	// wait for its exec.
+	if _, err := s.helper(ctx); err != nil {
+		if s.live != nil {
+			s.killAll(s.live)
+		}
+		r.discard(c)
+		return nil, err
 	}
 	r.log.Debug("session container started", "id", shortID(c.id), "session", spec.ID, "language", lang)
 	return s, nil
@@ -213,6 +233,19 @@ func (s *containerSession) Exec(ctx context.Context, req sandbox.Request) (*sand
 	if s.c.broken() {
 		return nil, fmt.Errorf("docker: %w: the session's container %s has stopped (for example by a restart of the Docker Engine); close the session and create another", sandbox.ErrSandboxUnavailable, shortID(s.c.id))
 	}
+	if err := s.writeFiles(ctx, req.Files); err != nil {
+		return nil, err
+	}
+	res, err := s.call(ctx, req)
+	if err == nil && req.Artifacts != nil {
+		// The files written now are compared by content, as a run's are.
+		res.Artifacts, s.known = s.collectChanges(s.known.Add(artifacts.SnapshotOf(req.Files)), *req.Artifacts)
+	}
+	return res, err
+}
+
+// call runs one call's program, in the live driver or as a fresh bash.
+func (s *containerSession) call(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
 	if !sessions.Interpreted(s.spec.Language) {
 		return s.execFresh(ctx, req)
 	}
@@ -374,6 +407,10 @@ func (s *containerSession) Close() error {
 		_ = d.conn.Close()
 		d.att.Close()
 		s.live = nil
+	}
+	if h := s.filesHelper; h != nil {
+		h.att.Close()
+		s.filesHelper = nil
 	}
 	s.c.attach.Close()
 	s.c.stop()
