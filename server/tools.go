@@ -342,11 +342,6 @@ func (s *Server) execute(ctx context.Context, req mcp.CallToolRequest) *mcp.Call
 		runReq.Artifacts = &o
 	}
 	var inSession sandbox.Runner
-	if args.SessionID != "" && len(args.Files) > 0 {
-		// A session's calls run in its own directory, which files do not
-		// reach yet: say so rather than drop them.
-		return mcp.NewToolResultError("files cannot be sent with session_id yet: send them in a call without session_id, or write them from the session's code")
-	}
 	if args.SessionID != "" {
 		// The session must be the caller's before anyone is asked to
 		// approve code for it.
