@@ -88,6 +88,18 @@ func TestEgressIsAdviceOnly(t *testing.T) {
 	if res.Network == nil || len(res.Network.Reached) == 0 || len(res.Network.Refused) == 0 {
 		t.Fatalf("network report = %+v", res.Network)
 	}
+	// A session's calls are pointed at the proxy too (not at the server's
+	// own), each with a report of its own.
+	s := sandboxtest.StartSession(t, r.Sessions(), "python")
+	for i := range 2 {
+		res := sandboxtest.SessionCall(t, s, "python", e.Program())
+		if got := sandboxtest.Line(res.Stdout, "http"); got != "200 plain-ok" {
+			t.Fatalf("session call %d: http: %q\n%s%s", i, got, res.Stdout, res.Stderr)
+		}
+		if res.Network == nil || len(res.Network.Reached) == 0 || res.Network.Reached[0].Connections != 1 {
+			t.Fatalf("session call %d: network report = %+v", i, res.Network)
+		}
+	}
 }
 
 func TestSessionSuite(t *testing.T) {

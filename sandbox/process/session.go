@@ -3,9 +3,11 @@ package process
 import (
 	"context"
 	"fmt"
+	"net"
 	"sync"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/egress"
 	"github.com/codeexec/codeexec/sandbox/internal/executor"
 	"github.com/codeexec/codeexec/sandbox/internal/sessionproc"
 	"github.com/codeexec/codeexec/sandbox/sessions"
@@ -44,6 +46,7 @@ func (b sessionBackend) Start(ctx context.Context, spec sessions.Spec) (sessions
 		Root:    r.root,
 		Begin:   r.runs.Begin,
 		Spec:    sg.spec,
+		Egress:  r.egress,
 		Owner:   g.owner,
 		Finish:  sg.finish,
 		Release: sg.release,
@@ -65,7 +68,7 @@ type sessionGuard struct {
 
 // spec is the Spec of one program of a session: a run's, in the session's
 // directory, as the session's user and in its cgroups.
-func (sg *sessionGuard) spec(lang, dir, path string, args []string, stdin string, lim sandbox.Limits) (executor.Spec, func(), error) {
+func (sg *sessionGuard) spec(lang, dir, path string, args []string, stdin string, lim sandbox.Limits, serve func(net.Listener)) (executor.Spec, func(), error) {
 	r, g := sg.r, sg.g
 	iso := g.iso
 	cleanup := func() {}
@@ -81,11 +84,20 @@ func (sg *sessionGuard) spec(lang, dir, path string, args []string, stdin string
 	// The session's files outlive each program: its directory is bound,
 	// not copied into a tmpfs of the program's own.
 	iso.BindWork = true
+	env := minimalEnv(dir)
+	var egressAddr string
+	if serve != nil {
+		// As a run: the program's network namespace has one way out, a
+		// listener on EgressAddr handed over to the proxy.
+		env, egressAddr = append(env, egress.ProxyEnv(EgressAddr)...), EgressAddr
+	}
 	return executor.Spec{
+		EgressAddr:          egressAddr,
+		EgressServe:         serve,
 		Isolation:           iso,
 		Path:                path,
 		Args:                append(interpreterArgs(lang, lim), args...),
-		Env:                 minimalEnv(dir),
+		Env:                 env,
 		Dir:                 dir,
 		Stdin:               stdin,
 		Limits:              lim,
