@@ -93,6 +93,8 @@ type containerSession struct {
 	// known is what the previous call's artifacts were found with, to
 	// find the next call's against (see collectChanges).
 	known artifacts.Snapshot
+	// relayDown: the egress relay was killed with the rest (killAll).
+	relayDown bool
 }
 
 // driverExec is a running driver.
@@ -118,11 +120,18 @@ func (b sessionBackend) Start(ctx context.Context, spec sessions.Spec) (sessions
 		return nil, err
 	}
 	defer r.runs.Done()
+	keeper := keeperScript
+	if r.cfg.Egress != nil {
+		// As in a run container: the relay to the egress proxy listens
+		// before anything else starts.
+		keeper = relayLaunch(r.relayPython) + keeper
+	}
 	c, err := r.start(ctx, containerSpec{
 		role:     roleSession,
-		cmd:      []string{"/bin/sh", "-c", keeperScript},
+		cmd:      []string{"/bin/sh", "-c", keeper},
 		limits:   containerLimits(spec.Limits),
 		deadline: spec.Deadline.Add(leftoverGrace),
+		egress:   r.cfg.Egress != nil,
 	}, lang)
 	if err != nil {
 		return nil, err
@@ -197,10 +206,12 @@ func (s *containerSession) startDriver(ctx context.Context) error {
 }
 
 // killAll kills every process of the session's container but its keeper,
-// and waits for driver d (if any) to be gone.
+// and waits for driver d (if any) to be gone. The egress relay goes too:
+// the next call starts it again.
 func (s *containerSession) killAll(d *driverExec) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
+	s.relayDown = s.c.egress != nil
 	if _, att, err := s.execIn(ctx, []string{"/bin/sh", "-c", killAllScript}); err != nil {
 		s.r.log.Warn("could not stop the processes of a session", "id", shortID(s.c.id), "err", err)
 	} else {
@@ -236,7 +247,14 @@ func (s *containerSession) Exec(ctx context.Context, req sandbox.Request) (*sand
 	if err := s.writeFiles(ctx, req.Files); err != nil {
 		return nil, err
 	}
+	if s.relayDown {
+		s.relaunchRelay(ctx)
+	}
 	res, err := s.call(ctx, req)
+	if res != nil && s.c.egress != nil {
+		// What this call reached, and no connection of it beyond it.
+		res.Network = s.c.egress.session.Cut()
+	}
 	if err == nil && req.Artifacts != nil {
 		// The files written now are compared by content, as a run's are.
 		res.Artifacts, s.known = s.collectChanges(s.known.Add(artifacts.SnapshotOf(req.Files)), *req.Artifacts)
@@ -293,6 +311,26 @@ func (s *containerSession) call(ctx context.Context, req sandbox.Request) (*sand
 		return res, fmt.Errorf("docker: call cancelled: %w", ctx.Err())
 	}
 	return res, nil
+}
+
+// relaunchRelay starts the egress relay again after killAll, and waits
+// until it listens (or failed: the calls then have no network, which
+// their reports show). A relay still running makes the new one fail to
+// listen, harmlessly.
+func (s *containerSession) relaunchRelay(ctx context.Context) {
+	s.relayDown = false
+	ctx, cancel := context.WithTimeout(ctx, engineTimeout)
+	defer cancel()
+	_, att, err := s.execIn(ctx, []string{"/bin/sh", "-c", relayLaunch(s.r.relayPython)})
+	if err != nil {
+		s.r.log.Warn("could not start a session's egress relay again", "id", shortID(s.c.id), "err", err)
+		return
+	}
+	defer att.Close()
+	_ = att.CloseWrite()
+	stop := context.AfterFunc(ctx, func() { att.Close() })
+	defer stop()
+	_, _ = io.Copy(io.Discard, att.Reader)
 }
 
 // driverExit reads the exit status of a driver that ended.
