@@ -29,7 +29,8 @@ import (
 //   - "files <n>" and n file records (fileRecords): it writes each file into
 //     /tmp, refusing a path whose folders are links or files (as
 //     artifacts.Write does on the host), and answers "ok", or
-//     "refused <index> folder <path>" or "refused <index> dir".
+//     "refused <index> folder <path>", "refused <index> dir" or
+//     "refused <index> cannot <why>" (a folder the code made read-only).
 //   - "changes": it answers with the size of a tar stream, then the stream:
 //     the files of /tmp whose status changed since its mark in /dev/shm (all
 //     of them the first time), the mark then set to a second before it
@@ -47,12 +48,12 @@ place() {
     for c in ${2%/*}; do
       p=$p/$c
       if [ -L "$p" ] || { [ -e "$p" ] && [ ! -d "$p" ]; }; then unset IFS; r="refused $1 folder ${p#./}"; return 1; fi
-      [ -d "$p" ] || mkdir "$p" || { unset IFS; r="error making a folder"; return 1; }
+      [ -d "$p" ] || mkdir "$p" 2>/dev/null || { unset IFS; r="refused $1 cannot the folder ${p#./} could not be made"; return 1; }
     done
     unset IFS;;
   esac
   if [ -d "./$2" ] && [ ! -L "./$2" ]; then r="refused $1 dir"; return 1; fi
-  rm -f "./$2" || { r="error replacing a file"; return 1; }
+  rm -f "./$2" 2>/dev/null && true 2>/dev/null > "./$2" || { r="refused $1 cannot it could not be written there"; return 1; }
 }
 while IFS=' ' read -r cmd nf; do
   case "$cmd" in
@@ -222,8 +223,12 @@ func filesReply(reply string, files []artifacts.Input) error {
 		f := strings.SplitN(rest, " ", 3)
 		if i, err := strconv.Atoi(f[0]); err == nil && i >= 0 && i < len(files) && len(f) >= 2 {
 			reason := "is a folder in the working directory already; give the path of a file"
-			if f[1] == "folder" && len(f) == 3 {
+			switch {
+			case f[1] == "folder" && len(f) == 3:
 				reason = fmt.Sprintf("needs %q to be a folder, but the working directory has a symbolic link or a file there", f[2])
+			case f[1] == "cannot" && len(f) == 3:
+				// The session's code took the permission away.
+				reason = "was not written: " + f[2] + " (the session's code may have made the folder read-only)"
 			}
 			return &artifacts.FileError{Index: i, Path: files[i].Path, Reason: reason}
 		}

@@ -2,7 +2,9 @@ package docker
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,5 +140,16 @@ func TestSessionArtifactsAfterAKill(t *testing.T) {
 	res = call("print(open('in2.txt').read()); open('b.txt', 'w').write('b')", 0, artifacts.Input{Path: "in2.txt", Data: []byte("in2")})
 	if got := paths(res); res.Stdout != "in2\n" || !slices.Equal(got, []string{"b.txt"}) {
 		t.Fatalf("after the kill: stdout %q artifacts %v (note %q); want in2 and b.txt", res.Stdout, got, res.Artifacts.Note())
+	}
+	// A folder the code made read-only refuses the file, in a sentence;
+	// the helper goes on with the next call's files.
+	call("import os; os.mkdir('ro'); os.chmod('ro', 0o555)", 0)
+	req := sandboxtest.Req("python", "print('ran')")
+	req.Files = []artifacts.Input{{Path: "ro/x.txt", Data: []byte("x")}, {Path: "later.txt", Data: []byte("y")}}
+	if _, err := s.Exec(context.Background(), req); !errors.Is(err, artifacts.ErrInvalidFile) || !strings.Contains(err.Error(), "files[0]") || !strings.Contains(err.Error(), "was not written") {
+		t.Fatalf("a file in a read-only folder: %v", err)
+	}
+	if res := call("print(open('c.txt').read())", 0, artifacts.Input{Path: "c.txt", Data: []byte("c")}); res.Stdout != "c\n" {
+		t.Fatalf("the call after a refused file: stdout %q stderr %q", res.Stdout, res.Stderr)
 	}
 }

@@ -187,6 +187,20 @@ func RunSessionSuite(t *testing.T, b sessions.Backend, opts SessionOptions) {
 		}
 		res := SessionCall(t, s, "python", "import os; print(os.path.exists('/tmp/planted.txt'))")
 		expect(t, res, 0, "False\n")
+		// A folder the code made read-only: the file is refused (or, for a
+		// server that may write anyway, written), never a sandbox failure.
+		SessionCall(t, s, "python", "import os; os.mkdir('ro'); os.chmod('ro', 0o555)")
+		req.Files = inputs(t, artifacts.File{Path: "ro/x.txt", Content: "x"})
+		if _, err := s.Exec(context.Background(), req); err != nil && !errors.Is(err, artifacts.ErrInvalidFile) {
+			t.Fatalf("a file in a read-only folder: err = %v, want artifacts.ErrInvalidFile or none", err)
+		}
+		req.Files = inputs(t, artifacts.File{Path: "after.txt", Content: "fine"})
+		req.Code = "print(open('after.txt').read())"
+		res, err := s.Exec(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		expect(t, res, 0, "fine\n")
 	})
 
 	t.Run("an exception keeps the state", func(t *testing.T) {
