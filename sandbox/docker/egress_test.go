@@ -76,7 +76,18 @@ func TestEgressAllowlist(t *testing.T) {
 			if tc.allowPrivate {
 				// A timeout kills the relay with the rest; the next
 				// call has it again.
+				sockets := func() int {
+					entries, err := os.ReadDir(r.egressDir)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return len(entries)
+				}
+				before := sockets()
 				s := sandboxtest.StartSession(t, r.Sessions(), "python")
+				if sockets() != before+1 {
+					t.Fatalf("the session has no socket directory of its own")
+				}
 				req := sandboxtest.Req("python", "while True: pass")
 				req.Limits.Timeout = 500 * time.Millisecond
 				if res, err := s.Exec(context.Background(), req); err != nil || !res.TimedOut {
@@ -88,6 +99,9 @@ func TestEgressAllowlist(t *testing.T) {
 				}
 				if err := s.Close(); err != nil {
 					t.Fatal(err)
+				}
+				if n := sockets(); n != before {
+					t.Fatalf("%d socket directories after the session closed, want %d", n, before)
 				}
 			}
 			dir := r.egressDir

@@ -452,7 +452,12 @@ func (s *containerSession) Close() error {
 	}
 	s.c.attach.Close()
 	s.c.stop()
-	return s.r.remove(s.c.id)
+	err := s.r.remove(s.c.id)
+	if s.c.egress != nil {
+		// Its proxy session and socket directory.
+		s.c.egress.close()
+	}
+	return err
 }
 
 // isClosed reports whether Close has begun.
