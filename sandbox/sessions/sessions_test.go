@@ -363,3 +363,22 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A session is idle from when it is ready: a start slower than the idle
+// timeout does not end it before its first call.
+func TestIdleCountsFromTheStart(t *testing.T) {
+	t.Parallel()
+	b := &fakeBackend{start: func(Spec) error {
+		time.Sleep(300 * time.Millisecond)
+		return nil
+	}}
+	m := newManager(t, b, func(c *Config) { c.IdleTimeout = 200 * time.Millisecond })
+	info, err := m.Create(context.Background(), "a", CreateOptions{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the client's round trip
+	if _, err := m.Exec(context.Background(), "a", info.ID, py("x")); err != nil {
+		t.Fatalf("the first call, soon after a slow start: %v", err)
+	}
+}
