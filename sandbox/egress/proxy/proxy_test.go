@@ -165,21 +165,32 @@ func TestTunnelsTLSWithoutInterception(t *testing.T) {
 // connect sends a raw CONNECT and returns the proxy's status code.
 func connect(t *testing.T, proxyAddr, target string) int {
 	t.Helper()
+	c, _, code := tunnel(t, proxyAddr, target)
+	c.Close()
+	return code
+}
+
+// tunnel sends a CONNECT for target to the proxy and returns the
+// connection, its reader past the response, and the response's status.
+func tunnel(t *testing.T, proxyAddr, target string) (net.Conn, *bufio.Reader, int) {
+	t.Helper()
 	c, err := net.Dial("tcp", proxyAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
 	req := &http.Request{Method: http.MethodConnect, URL: &url.URL{Opaque: target}, Host: target, Header: http.Header{}}
 	if err := req.Write(c); err != nil {
+		c.Close()
 		t.Fatal(err)
 	}
-	resp, err := http.ReadResponse(bufio.NewReader(c), req)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, req)
 	if err != nil {
+		c.Close()
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	return resp.StatusCode
+	return c, br, resp.StatusCode
 }
 
 func TestRefusals(t *testing.T) {
@@ -507,19 +518,10 @@ func TestCutGivesEachRunItsReportAndCaps(t *testing.T) {
 	}
 	// The cap of one connection counts afresh; the tunnel stays open
 	// until the cut.
-	c, err := net.Dial("tcp", f.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, br, code := tunnel(t, f.addr, target)
 	defer c.Close()
-	req := &http.Request{Method: http.MethodConnect, URL: &url.URL{Opaque: target}, Host: target, Header: http.Header{}}
-	if err := req.Write(c); err != nil {
-		t.Fatal(err)
-	}
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, req)
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("second part: CONNECT = %v %v, want 200 (the cap counts afresh)", resp, err)
+	if code != 200 {
+		t.Fatalf("second part: CONNECT = %d, want 200 (the cap counts afresh)", code)
 	}
 	rep = f.session.Cut()
 	if len(rep.Reached) != 1 || rep.Reached[0].Connections != 1 || len(rep.Refused) != 0 {

@@ -123,30 +123,25 @@ func newEgressPart(p *proxy.Proxy, id string) (*egressPart, func(net.Listener)) 
 }
 
 // cut returns what the program reached since the last cut.
-func (e *egressPart) cut() *egress.Report {
-	if e == nil {
-		return nil
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.s == nil {
-		return nil
-	}
-	return e.s.Cut()
-}
+func (e *egressPart) cut() *egress.Report { return e.report(false) }
 
 // close ends the proxy session and returns what the program reached since
 // the last cut.
-func (e *egressPart) close() *egress.Report {
+func (e *egressPart) close() *egress.Report { return e.report(true) }
+
+func (e *egressPart) report(closing bool) *egress.Report {
 	if e == nil {
 		return nil
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.s == nil {
+	switch {
+	case e.s == nil:
 		return nil
+	case closing:
+		return e.s.Close()
 	}
-	return e.s.Close()
+	return e.s.Cut()
 }
 
 // Start makes the session's directory; the interpreter starts with the
