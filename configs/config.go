@@ -172,6 +172,10 @@ type Config struct {
 	ProcessStrict   bool     `env:"PROCESS_STRICT" envDefault:"false" accepted:"true or false" help:"process mode: refuse to start unless every kernel isolation feature is active on this host (namespaces, Landlock, the seccomp filter, the runs' cgroups and, as root, their own users)"`
 	ProcessUIDRange UIDRange `env:"PROCESS_UID_RANGE" envDefault:"200000-200063" accepted:"FIRST-LAST, host user ids from 1 to 4294967294 without 65534, for example 200000-200063" help:"process mode, when the server is root: host user ids that runs take, one per run in flight (more runs at once wait for a free one); nothing else should use them"`
 
+	// ProcessPoolSize defaults to 1: the next run is prepared while the
+	// model thinks, for a sequential agent loop.
+	ProcessPoolSize int `env:"PROCESS_POOL_SIZE" envDefault:"1" accepted:"a whole number from 0 to 16" help:"process mode, on Linux: runs prepared ahead of demand (their host user, cgroups and directories taken, their supervisor started in the run's namespaces and waiting); each serves one request; 0 prepares every run on demand"`
+
 	DockerImage   string `env:"DOCKER_IMAGE" envDefault:"codeexec-sandbox:latest" accepted:"an image reference" help:"sandbox image of docker mode (build it with docker/build-sandbox-image.sh)"`
 	DockerRuntime string `env:"DOCKER_RUNTIME" accepted:"a runtime the engine knows, such as runsc" help:"OCI runtime for docker mode containers (for example gVisor's runsc); empty means the engine's default"`
 	// DockerPoolSize defaults to 2: one warm container serves a sequential
@@ -302,6 +306,7 @@ func (c *Config) Validate() error {
 	check(c.SessionIdleTimeout >= time.Second && c.SessionIdleTimeout <= 24*time.Hour, "SessionIdleTimeout", c.SessionIdleTimeout, "it is out of range")
 	check(c.SessionMaxLifetime >= time.Second && c.SessionMaxLifetime <= 168*time.Hour, "SessionMaxLifetime", c.SessionMaxLifetime, "it is out of range")
 	check(c.DockerPoolSize >= 0 && c.DockerPoolSize <= 64, "DockerPoolSize", c.DockerPoolSize, "it is out of range")
+	check(c.ProcessPoolSize >= 0 && c.ProcessPoolSize <= 16, "ProcessPoolSize", c.ProcessPoolSize, "it is out of range")
 	check(c.MaxFiles >= 0 && c.MaxFiles <= 1000, "MaxFiles", c.MaxFiles, "it is out of range")
 	check(c.MaxFilesBytes >= 0 && c.MaxFilesBytes <= c.FileSize, "MaxFilesBytes", c.MaxFilesBytes, "the files must fit in a run's working directory, whose size CODE_EXEC_FILE_SIZE caps")
 	check(c.MaxArtifacts >= 0 && c.MaxArtifacts <= 1000, "MaxArtifacts", c.MaxArtifacts, "it is out of range")

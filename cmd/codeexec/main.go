@@ -398,7 +398,7 @@ func newRunner(ctx context.Context, cfg *configs.Config, log *slog.Logger) (sand
 			return nil, err
 		}
 		return process.New(ctx, process.Config{Languages: cfg.Languages, WorkRoot: cfg.WorkDir, Logger: log, Disable: disable, Strict: cfg.ProcessStrict,
-			UIDRange: process.UIDRange{First: cfg.ProcessUIDRange.First, Last: cfg.ProcessUIDRange.Last}, Egress: egressProxy, Workspace: cfg.WorkspaceConfig()})
+			UIDRange: process.UIDRange{First: cfg.ProcessUIDRange.First, Last: cfg.ProcessUIDRange.Last}, PoolSize: cfg.ProcessPoolSize, Egress: egressProxy, Workspace: cfg.WorkspaceConfig()})
 	case sandbox.ModeNone:
 		return host.New(ctx, host.Config{Languages: cfg.Languages, WorkRoot: cfg.WorkDir, Logger: log, Egress: egressProxy, Workspace: cfg.WorkspaceConfig()})
 	}

@@ -3,6 +3,8 @@ package docker
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -36,13 +38,33 @@ func TestSessionSuite(t *testing.T) {
 			t.Errorf("%d session containers left after the suite", n)
 		}
 	})
-	sandboxtest.RunSessionSuite(t, r.Sessions(), sandboxtest.SessionOptions{
+	opts := sandboxtest.SessionOptions{
 		Mode: sandbox.ModeDocker, ScrubsEnv: true,
 		// Every test of the suite holds a session of its own while the
 		// close test runs: only a count of zero at the end would say
 		// more, and newRunner's cleanup checks that.
 		Gone: func(t *testing.T, dir string) bool { return dir == "/tmp" },
-	})
+	}
+	if testRuntime() == "runsc" {
+		// gVisor's processes are not the host's: look inside the
+		// session containers instead (none left: nothing alive).
+		opts.Alive = func(t *testing.T, marker string) bool {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			list, err := cli.ContainerList(ctx, client.ContainerListOptions{Filters: make(client.Filters).
+				Add("label", LabelInstance+"="+r.instance).Add("label", LabelRole+"="+roleSession)})
+			if err != nil {
+				t.Fatalf("listing containers: %v", err)
+			}
+			for _, c := range list.Items {
+				if inContainerProcesses(t, cli, c.ID, marker) {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	sandboxtest.RunSessionSuite(t, r.Sessions(), opts)
 }
 
 // A session's container is a run's: the same lockdown, with the role
@@ -65,7 +87,19 @@ func TestSessionContainerLockdown(t *testing.T) {
 	if role := got.Container.Config.Labels[LabelRole]; role != roleSession {
 		t.Errorf("role label %q, want %q", role, roleSession)
 	}
-	res := sandboxtest.SessionCall(t, s, "python", "import os, socket\nprint(os.getuid() != 0)\ntry:\n    socket.create_connection(('1.1.1.1', 53), timeout=1)\n    print('net')\nexcept OSError:\n    print('no net')")
+	// The target is a listener of this test, on the Docker bridge's own
+	// address when there is one (reachable from a container on a bridge
+	// network), never an address off this machine.
+	ip := bridgeIP()
+	if ip == "" {
+		ip = "127.0.0.1"
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	res := sandboxtest.SessionCall(t, s, "python", fmt.Sprintf("import os, socket\nprint(os.getuid() != 0)\ntry:\n    socket.create_connection((%q, %d), timeout=1)\n    print('net')\nexcept OSError:\n    print('no net')", ip, l.Addr().(*net.TCPAddr).Port))
 	if res.Stdout != "True\nno net\n" {
 		t.Fatalf("stdout %q, want a non-root user without network", res.Stdout)
 	}
@@ -79,6 +113,9 @@ func TestSessionContainerLockdown(t *testing.T) {
 
 // A driver killed by the memory limit loses the state; the files stay.
 func TestSessionOOM(t *testing.T) {
+	if testRuntime() == "runsc" {
+		t.Skip("not checked under gVisor (Debian's runsc 0.0~20221219): the host's OOM killer kills gVisor's kernel along with the interpreter and Docker 20.10 records the OOM kill only sometimes, so the call ends as oom_killed or with the container stopped; see docs/modes.md#runtimes")
+	}
 	r, _ := newRunner(t, Config{Languages: []string{"python"}})
 	lim := sandboxtest.DefaultLimits()
 	lim.MemoryBytes = 64 << 20

@@ -23,3 +23,6 @@ func (m *cgroupManager) describe() string { return "" }
 func (m *cgroupManager) close()           {}
 func (c *runCgroup) oomKills() int        { return 0 }
 func (c *runCgroup) remove()              {}
+func (c *runCgroup) setLimits(sandbox.Limits) error {
+	return errors.New("cgroups need Linux")
+}

@@ -29,13 +29,27 @@ type runGuard struct {
 	cg   *runCgroup
 }
 
-// guard takes a host user and makes the cgroups for a run.
+// guard takes a host user and makes the cgroups for a run, waiting for a
+// free host user.
 func (r *Runner) guard(ctx context.Context, lim sandbox.Limits) (*runGuard, error) {
+	return r.guardFor(ctx, lim, true)
+}
+
+// guardFor takes a host user and makes the cgroups for a run. Without
+// wait it returns nil, nil when no host user is free.
+func (r *Runner) guardFor(ctx context.Context, lim sandbox.Limits, wait bool) (*runGuard, error) {
 	g := &runGuard{r: r, iso: r.iso, cred: r.cred}
 	if r.uids != nil {
-		lease, err := r.uids.acquire(ctx)
-		if err != nil {
-			return nil, err
+		var lease *uidLease
+		if wait {
+			var err error
+			if lease, err = r.uids.acquire(ctx); err != nil {
+				return nil, err
+			}
+		} else if lease = r.uids.tryAcquire(); lease == nil {
+			return nil, nil
+		} else {
+			sweepUser(lease.uid)
 		}
 		g.uid = lease
 		uid := lease.uid

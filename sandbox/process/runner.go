@@ -6,6 +6,7 @@ package process
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -51,6 +52,11 @@ type Config struct {
 	// (CODE_EXEC_WORKSPACE); nil for none. With a mount namespace runs see
 	// it at sandbox.WorkspacePath, without one at its own path.
 	Workspace *sandbox.Workspace
+	// PoolSize is how many runs are prepared ahead of demand
+	// (CODE_EXEC_PROCESS_POOL_SIZE): their host user, cgroups and
+	// directories taken and their supervisor started, waiting. 0 prepares
+	// none; Linux only.
+	PoolSize int
 }
 
 // EgressAddr is where a run's programs find the egress proxy, inside the
@@ -85,6 +91,8 @@ type Runner struct {
 	python *datascience.Env
 	// workspace is the operator's project folder, or nil.
 	workspace *executor.Bind
+	// pool holds runs prepared ahead of demand (nil: none).
+	pool *warmPool
 }
 
 var _ sandbox.Runner = (*Runner)(nil)
@@ -188,6 +196,9 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		r.closeCgroups()
 		_ = wr.Remove()
 		return nil, err
+	}
+	if cfg.PoolSize > 0 && runtime.GOOS == "linux" {
+		r.pool = newWarmPool(r, cfg.PoolSize)
 	}
 	return r, nil
 }
@@ -446,36 +457,36 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		return nil, err
 	}
 	defer end()
-	g, err := r.guard(ctx, req.Limits)
+	s, err := r.takeSlot(ctx, req.Limits)
 	if err != nil {
 		return nil, err
 	}
-	clean := false
-	defer func() { g.end(clean) }()
-	rd, err := executor.NewRunDir(r.root, spec.FileName, req.Code, 0o644, r.log)
-	if err != nil {
-		return nil, err
-	}
-	defer rd.Remove()
-	dir, file := rd.Dir, rd.File
-	var owner *executor.Owner
-	if uid, gid, ok := g.owner(); ok {
-		if err := os.Chown(dir, uid, gid); err != nil {
-			return nil, fmt.Errorf("%w: handing the run directory to the sandbox user: %v", sandbox.ErrSandboxUnavailable, err)
-		}
-		owner = &executor.Owner{UID: uid, GID: gid}
-	}
-	before, err := executor.WriteFiles(dir, req.Files, owner)
-	if err != nil {
-		return nil, err
-	}
-	iso := g.iso
-	if iso.Mount {
-		if iso.RootDir, err = r.makeRootDir(iso); err != nil {
+	res, err := r.runIn(ctx, s, req, spec, in)
+	if errors.Is(err, executor.ErrNotBegun) {
+		// Its supervisor was killed while it waited for this request:
+		// start one on demand.
+		if s, err = r.newSlot(ctx, req.Limits, true); err != nil {
 			return nil, err
 		}
-		defer func() { _ = executor.RemoveAll(iso.RootDir) }()
+		res, err = r.runIn(ctx, s, req, spec, in)
 	}
+	return res, err
+}
+
+// runIn runs req in slot s, and gives s back.
+func (r *Runner) runIn(ctx context.Context, s *slot, req sandbox.Request, spec sandbox.LanguageSpec, in sandbox.Interpreter) (*sandbox.Result, error) {
+	clean := false
+	defer func() { s.end(clean) }()
+	file, err := s.writeProgram(spec.FileName, req.Code)
+	if err != nil {
+		return nil, err
+	}
+	dir, g := s.dir, s.g
+	before, err := executor.WriteFiles(dir, req.Files, s.owner)
+	if err != nil {
+		return nil, err
+	}
+	iso := s.isolation()
 	iso.TmpBytes = req.Limits.FileSizeBytes
 	path, env := in.Path, append(minimalEnv(dir), executor.ThreadEnv(req.Limits.CPUs)...)
 	if r.workspace != nil {
@@ -506,7 +517,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	if req.Artifacts != nil && iso.Mount {
 		collect = executor.NewCollectSpec(spec.FileName, *req.Artifacts)
 	}
-	err = executor.Spawn(ctx, executor.Spec{
+	run := executor.Spec{
 		EgressAddr:          egressAddr,
 		EgressServe:         egressServe,
 		Isolation:           iso,
@@ -524,7 +535,12 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		NoNewPrivs:          true,
 		CgroupProcs:         g.cgroupProcs(),
 		Collect:             collect,
-	}, res)
+	}
+	if s.prep != nil {
+		err = executor.SpawnPrepared(ctx, s.prep, run, res)
+	} else {
+		err = executor.Spawn(ctx, run, res)
+	}
 	g.finish(res)
 	clean = err == nil
 	if err != nil {
@@ -534,6 +550,23 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		res.Artifacts = executor.CollectArtifacts(dir, spec.FileName, before, *req.Artifacts)
 	}
 	return res, nil
+}
+
+// takeSlot returns a prepared run when one is ready, with the request's
+// limits set on its cgroups, or makes a slot on demand.
+func (r *Runner) takeSlot(ctx context.Context, lim sandbox.Limits) (*slot, error) {
+	if r.pool != nil {
+		if s := r.pool.take(); s != nil {
+			if s.g.cg == nil {
+				return s, nil
+			}
+			if err := s.g.cg.setLimits(lim); err == nil {
+				return s, nil
+			}
+			s.end(true)
+		}
+	}
+	return r.newSlot(ctx, lim, true)
 }
 
 // makeRootDir makes the empty directory on which a run's minimal root is
@@ -588,6 +621,9 @@ func MaybeRunHelper() { executor.MaybeRunHelper() }
 func (r *Runner) Close() error {
 	if !r.runs.Close() {
 		return nil
+	}
+	if r.pool != nil {
+		r.pool.close()
 	}
 	r.closeCgroups()
 	return r.workRoot.Remove()

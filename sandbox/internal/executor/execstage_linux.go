@@ -28,7 +28,11 @@ func execMain() int {
 	}
 	_ = cfg.Close()
 	// The supervisor moved this process into the run's cgroups before it
-	// sent the Spec: everything the program starts is counted there.
+	// sent the Spec: everything the program starts is counted there. It
+	// started this process before the run's root and directory were ready.
+	if err := os.Chdir(spec.Dir); err != nil {
+		return execFail("changing into the run directory", err)
+	}
 	_ = CloseInheritedOnExec()
 	argv := append([]string{spec.Path}, spec.Args...)
 	if c := spec.Credential; c != nil {

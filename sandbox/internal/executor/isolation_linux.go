@@ -60,39 +60,30 @@ func applyCloneAttrs(a *syscall.SysProcAttr, iso Isolation) {
 
 // enterIsolation runs in the supervisor, inside its new namespaces: it gives
 // the run its hostname, brings up the isolated loopback, bounds shared memory
-// in its IPC namespace and assembles the minimal root. With a user namespace
-// it returns the namespace limits to apply once the exec stage runs.
-func enterIsolation(spec Spec) (*nsLimits, error) {
+// in its IPC namespace and assembles the minimal root.
+func enterIsolation(spec Spec) error {
 	iso := spec.Isolation
 	if iso.UTS {
 		if err := unix.Sethostname([]byte("codeexec")); err != nil {
-			return nil, fmt.Errorf("setting the hostname: %w", err)
+			return fmt.Errorf("setting the hostname: %w", err)
 		}
 	}
 	if iso.Network {
 		if err := loopbackUp(); err != nil {
-			return nil, fmt.Errorf("bringing up the isolated loopback: %w", err)
+			return fmt.Errorf("bringing up the isolated loopback: %w", err)
 		}
 	}
 	if iso.IPC {
 		if err := setIPCLimits(spec.Limits.MemoryBytes); err != nil {
-			return nil, fmt.Errorf("bounding shared memory: %w", err)
-		}
-	}
-	var limits *nsLimits
-	if iso.User {
-		var err error
-		if limits, err = openNamespaceLimits(); err != nil {
-			return nil, err
+			return fmt.Errorf("bounding shared memory: %w", err)
 		}
 	}
 	if iso.Mount {
 		if err := buildRoot(spec); err != nil {
-			limits.close()
-			return nil, fmt.Errorf("building the minimal root: %w", err)
+			return fmt.Errorf("building the minimal root: %w", err)
 		}
 	}
-	return limits, nil
+	return nil
 }
 
 // loopbackUp sets the flag IFF_UP on lo, the only interface of a new

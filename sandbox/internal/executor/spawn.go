@@ -15,6 +15,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -120,11 +121,17 @@ type supervised struct {
 	status func() status
 }
 
+// received is the byte the supervisor writes on its status pipe once it
+// has read its run, before the JSON status.
+const received = '+'
+
 // readStatus decodes the supervisor's report from r.
 func readStatus(r io.ReadCloser) status {
 	var st status
 	b, _ := io.ReadAll(r)
 	_ = r.Close()
+	b, begun := bytes.CutPrefix(b, []byte{received})
+	st.notBegun = !begun
 	if len(bytes.TrimSpace(b)) == 0 {
 		st.Error = "the supervisor ended without a status"
 	} else if err := json.Unmarshal(b, &st); err != nil {
@@ -139,6 +146,8 @@ type status struct {
 	ExitCode int    `json:"exit_code"`
 	Signal   string `json:"signal,omitempty"`
 	Error    string `json:"error,omitempty"`
+	// notBegun: the supervisor never said it read its run.
+	notBegun bool
 	// Artifacts are what Spec.Collect asked for.
 	Artifacts *wireCollection `json:"artifacts,omitempty"`
 }
@@ -153,12 +162,16 @@ const stopGrace = 5 * time.Second
 // outcome with the output filled into res. An error means the program could
 // not be run (or ctx was cancelled, in which case it wraps ctx.Err()).
 func Spawn(ctx context.Context, spec Spec, res *sandbox.Result) error {
+	return spawn(ctx, spec, res, func(out *sandbox.Output) (*supervised, error) { return startRun(spec, out) })
+}
+
+func spawn(ctx context.Context, spec Spec, res *sandbox.Result, startSup func(*sandbox.Output) (*supervised, error)) error {
 	stopCh := make(chan struct{})
 	var stopOnce sync.Once
 	stop := func() { stopOnce.Do(func() { close(stopCh) }) }
 	out := sandbox.NewOutput(spec.Limits.OutputBytes, stop).Observe(spec.Observe)
 
-	sup, err := startRun(spec, out)
+	sup, err := startSup(out)
 	if err != nil {
 		return fmt.Errorf("%w: starting the supervisor: %w", sandbox.ErrSandboxUnavailable, err)
 	}
@@ -196,6 +209,8 @@ func Spawn(ctx context.Context, spec Spec, res *sandbox.Result) error {
 	switch {
 	case cancelled:
 		return fmt.Errorf("run cancelled: %w", ctx.Err())
+	case st.Error != "" && !st.Started && st.notBegun && !killed:
+		return fmt.Errorf("%w: %w: %s", sandbox.ErrSandboxUnavailable, ErrNotBegun, st.Error)
 	case st.Error != "" && !st.Started:
 		return fmt.Errorf("%w: %s", sandbox.ErrSandboxUnavailable, st.Error)
 	case st.Error != "" && !killed:
@@ -304,3 +319,60 @@ func untrack(pid int) {
 // MinimalPath is the PATH of the supervisor, and of the programs of process
 // mode, which looks for interpreters there.
 const MinimalPath = "/usr/local/bin:/usr/bin:/bin"
+
+// ErrNotBegun says that the supervisor was gone before it read its run
+// (a prepared one killed while it waited): nothing of the run happened, and
+// it may start afresh.
+var ErrNotBegun = errors.New("the supervisor was gone before the run began")
+
+// SpawnPrepared runs spec, like Spawn, on a supervisor started ahead by
+// Prepare with the same Isolation, Dir and cgroups.
+func SpawnPrepared(ctx context.Context, p *Prepared, spec Spec, res *sandbox.Result) error {
+	return spawn(ctx, spec, res, func(out *sandbox.Output) (*supervised, error) { return p.handOver(spec, out) })
+}
+
+// lateWriter passes writes on to a writer set later, and drops them until
+// then: a prepared supervisor's output before its run.
+type lateWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lateWriter) set(w io.Writer) {
+	l.mu.Lock()
+	l.w = w
+	l.mu.Unlock()
+}
+
+func (l *lateWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	w := l.w
+	l.mu.Unlock()
+	if w == nil {
+		return len(p), nil
+	}
+	return w.Write(p)
+}
+
+// lateReader is a run's standard input, known only at the hand-over: reads
+// wait for it.
+type lateReader struct {
+	once  sync.Once
+	ready chan struct{}
+	r     *strings.Reader
+}
+
+func newLateReader() *lateReader { return &lateReader{ready: make(chan struct{})} }
+
+// set gives the input; only the first call counts.
+func (l *lateReader) set(s string) {
+	l.once.Do(func() {
+		l.r = strings.NewReader(s)
+		close(l.ready)
+	})
+}
+
+func (l *lateReader) Read(p []byte) (int, error) {
+	<-l.ready
+	return l.r.Read(p)
+}

@@ -6,14 +6,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -59,67 +60,108 @@ func MaybeRunHelper() {
 }
 
 // startRun starts the supervisor (or, for a direct Spec, the program
-// itself) with the program's stdio attached
-// and hands it the Spec.
+// itself) with the program's stdio attached and hands it the Spec.
 func startRun(spec Spec, out *sandbox.Output) (*supervised, error) {
 	if spec.Direct {
 		return startDirect(spec, out, func(pid int) { sweepOrphans(spec.RunMarker) })
 	}
+	p, err := prepare(spec)
+	if err != nil {
+		return nil, err
+	}
+	return p.handOver(spec, out)
+}
+
+// Prepared is a supervisor started ahead of its run, in the run's
+// namespaces, with the exec stage started and in the run's cgroups: what is
+// left for the run is its own work (the minimal root, the program). A
+// Prepared serves one run (SpawnPrepared) or is discarded (Close).
+type Prepared struct {
+	cmd                 *exec.Cmd
+	cfgW, statusR, ctlW *os.File
+	egressConn          *net.UnixConn
+	stdout, stderr      *lateWriter
+	stdin               *lateReader
+	egressFD            int
+	closeOnce, handOnce sync.Once
+	base                Spec
+}
+
+// Prepare starts a supervisor for a run whose Spec is not known yet. base
+// holds what must not change between it and the run's Spec: Isolation, Dir,
+// CgroupProcs, Rlimits, Credential, NoNewPrivs and EgressAddr (the rest is
+// ignored until the run's Spec comes).
+func Prepare(base Spec) (*Prepared, error) {
+	if base.Direct {
+		return nil, errors.New("a direct run has no supervisor to prepare")
+	}
+	return prepare(base)
+}
+
+// The supervisor's name (its comm, as ps shows it) says whether it waits
+// for its run or runs one, so that tools, and the tests that check that
+// nothing of a run outlives it, can tell a supervisor prepared ahead of
+// demand from a run's.
+const (
+	nameWaiting = "codeexec-ready"
+	nameRunning = "codeexec-run"
+)
+
+func prepare(base Spec) (*Prepared, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("finding the codeexec binary: %w", err)
 	}
-	cfgR, cfgW, err := os.Pipe()
-	if err != nil {
+	var opened []*os.File
+	fail := func(err error) (*Prepared, error) {
+		for _, f := range opened {
+			f.Close()
+		}
 		return nil, err
 	}
-	statusR, statusW, err := os.Pipe()
+	pipe := func() (r, w *os.File, err error) {
+		if r, w, err = os.Pipe(); err == nil {
+			opened = append(opened, r, w)
+		}
+		return r, w, err
+	}
+	cfgR, cfgW, err := pipe()
 	if err != nil {
-		cfgR.Close()
-		cfgW.Close()
-		return nil, err
+		return fail(err)
+	}
+	statusR, statusW, err := pipe()
+	if err != nil {
+		return fail(err)
 	}
 	// The control pipe: closing its write end (or the server dying) tells
 	// the supervisor to stop the run. Signals are not used for that, because
 	// the program can send them to its PID namespace's init.
-	ctlR, ctlW, err := os.Pipe()
+	ctlR, ctlW, err := pipe()
 	if err != nil {
-		cfgR.Close()
-		cfgW.Close()
-		statusR.Close()
-		statusW.Close()
-		return nil, err
+		return fail(err)
 	}
-	var egressConn *net.UnixConn
+	p := &Prepared{cfgW: cfgW, statusR: statusR, ctlW: ctlW, base: base,
+		stdout: &lateWriter{}, stderr: &lateWriter{}, stdin: newLateReader()}
 	var egressFile *os.File
-	if spec.EgressServe != nil {
-		if !spec.Isolation.Network {
-			for _, f := range []*os.File{cfgR, cfgW, statusR, statusW, ctlR, ctlW} {
-				f.Close()
-			}
-			return nil, errors.New("egress needs the run's own network namespace")
+	if base.EgressAddr != "" {
+		if !base.Isolation.Network {
+			return fail(errors.New("egress needs the run's own network namespace"))
 		}
-		if egressConn, egressFile, err = egressPair(); err != nil {
-			for _, f := range []*os.File{cfgR, cfgW, statusR, statusW, ctlR, ctlW} {
-				f.Close()
-			}
-			return nil, err
+		if p.egressConn, egressFile, err = egressPair(); err != nil {
+			return fail(err)
 		}
 		defer egressFile.Close()
 	}
 	cmd := exec.Command(exe, supervisorArg)
 	var exeFile *os.File
-	if spec.Isolation.Namespaces() {
+	if base.Isolation.Namespaces() {
 		// In its namespaces the supervisor may run as a user who cannot
 		// reach the binary's path; it re-executes the open file instead.
 		if exeFile, err = os.Open(exe); err != nil {
-			for _, f := range []*os.File{cfgR, cfgW, statusR, statusW, ctlR, ctlW} {
-				f.Close()
+			if p.egressConn != nil {
+				p.egressConn.Close()
 			}
-			if egressConn != nil {
-				egressConn.Close()
-			}
-			return nil, fmt.Errorf("opening the codeexec binary: %w", err)
+			return fail(fmt.Errorf("opening the codeexec binary: %w", err))
 		}
 		defer exeFile.Close()
 		cmd.Path = "/proc/self/fd/" + strconv.Itoa(exeFD)
@@ -127,61 +169,128 @@ func startRun(spec Spec, out *sandbox.Output) (*supervised, error) {
 	// GORACE matters only to race-detector builds (tests), whose runtime
 	// otherwise sleeps a second at exit.
 	cmd.Env = []string{"PATH=" + MinimalPath, "GORACE=atexit_sleep_ms=0"}
-	cmd.Dir = spec.Dir
-	if spec.Stdin != "" {
-		cmd.Stdin = strings.NewReader(spec.Stdin)
-	}
-	cmd.Stdout = out.Stdout()
-	cmd.Stderr = out.Stderr()
+	cmd.Dir = base.Dir
+	// The run's stdio is known only at the hand-over: until then nothing
+	// comes in, and what the supervisor might write is dropped.
+	cmd.Stdin = p.stdin
+	cmd.Stdout = p.stdout
+	cmd.Stderr = p.stderr
 	cmd.ExtraFiles = []*os.File{cfgR, statusW, ctlR} // fds 3, 4, 5 = ctlFD
-	if exeFile != nil || len(spec.CgroupProcs) > 0 {
+	if exeFile != nil || len(base.CgroupProcs) > 0 {
 		cmd.ExtraFiles = append(cmd.ExtraFiles, exeFile) // fd 6 = exeFD (nil: closed)
 	}
 	// fds 7... = cgroupFD...: the run's cgroup.procs files.
-	cmd.ExtraFiles = append(cmd.ExtraFiles, spec.CgroupProcs...)
-	spec.CgroupFDs = len(spec.CgroupProcs)
+	cmd.ExtraFiles = append(cmd.ExtraFiles, base.CgroupProcs...)
+	base.CgroupFDs = len(base.CgroupProcs)
 	if egressFile != nil {
 		// After every other descriptor the supervisor gets.
-		spec.EgressFD = 3 + len(cmd.ExtraFiles)
+		base.EgressFD = 3 + len(cmd.ExtraFiles)
 		cmd.ExtraFiles = append(cmd.ExtraFiles, egressFile)
 	}
+	p.egressFD = base.EgressFD
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	applyCloneAttrs(cmd.SysProcAttr, spec.Isolation)
+	applyCloneAttrs(cmd.SysProcAttr, base.Isolation)
 	// Pipes held open by a stray process must not hold up Wait forever.
 	cmd.WaitDelay = stopGrace
 	err = startTracked(cmd)
 	cfgR.Close()
 	statusW.Close()
 	ctlR.Close()
-	if egressFile != nil {
-		egressFile.Close()
-	}
 	if err != nil {
 		cfgW.Close()
 		statusR.Close()
 		ctlW.Close()
-		if egressConn != nil {
-			egressConn.Close()
+		if p.egressConn != nil {
+			p.egressConn.Close()
 		}
 		return nil, err
 	}
-	var stopOnce sync.Once
-	stop := func() { stopOnce.Do(func() { ctlW.Close() }) }
-	// The spec is small (stdin travels on its own pipe) and fits the pipe
-	// buffer; a supervisor that dies early makes the write fail, not hang.
-	if err := json.NewEncoder(cfgW).Encode(spec); err != nil {
-		stop()
+	p.cmd = cmd
+	// The first half of the Spec (see supervisorMain): small, it fits the
+	// pipe's buffer.
+	if err := json.NewEncoder(cfgW).Encode(base); err != nil {
+		p.Close()
+		return nil, fmt.Errorf("starting the supervisor: %w", err)
 	}
-	cfgW.Close()
+	return p, nil
+}
+
+// Close discards a Prepared that will not serve a run: its supervisor
+// stops and is waited for. It is safe to call more than once, and after
+// SpawnPrepared (it does nothing then).
+func (p *Prepared) Close() {
+	handed := true
+	p.handOnce.Do(func() { handed = false })
+	if handed {
+		return
+	}
+	p.closeOnce.Do(func() {
+		p.ctlW.Close()
+		p.cfgW.Close()
+		p.stdin.set("")
+		if p.egressConn != nil {
+			p.egressConn.Close()
+		}
+		_, _ = io.Copy(io.Discard, p.statusR)
+		p.statusR.Close()
+		_ = p.cmd.Wait()
+		untrack(p.cmd.Process.Pid)
+	})
+}
+
+// PID is the prepared supervisor's process id.
+func (p *Prepared) PID() int { return p.cmd.Process.Pid }
+
+// Alive reports whether the prepared supervisor is still waiting for its
+// run (it may have been killed since it was started).
+func (p *Prepared) Alive() bool {
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_PID, p.cmd.Process.Pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+	return err == nil && info.Signo == 0
+}
+
+// handOver gives the Prepared its run: the program's stdio and the Spec.
+func (p *Prepared) handOver(spec Spec, out *sandbox.Output) (*supervised, error) {
+	taken := false
+	p.handOnce.Do(func() { taken = true })
+	if !taken {
+		return nil, errors.New("this prepared supervisor was already used or closed")
+	}
+	cmd := p.cmd
 	pid := cmd.Process.Pid
-	if egressConn != nil {
+	p.stdout.set(out.Stdout())
+	p.stderr.set(out.Stderr())
+	p.stdin.set(spec.Stdin)
+	spec.CgroupFDs = p.base.CgroupFDs
+	spec.EgressFD = p.egressFD
+	var stopOnce sync.Once
+	stop := func() { stopOnce.Do(func() { p.ctlW.Close() }) }
+	// The second half of the Spec: the whole run. A supervisor that died
+	// while it waited has closed its end: the run has not begun.
+	err := json.NewEncoder(p.cfgW).Encode(spec)
+	p.cfgW.Close()
+	if err != nil {
+		stop()
+		_, _ = io.Copy(io.Discard, p.statusR)
+		p.statusR.Close()
+		_ = cmd.Wait()
+		untrack(pid)
+		if p.egressConn != nil {
+			p.egressConn.Close()
+		}
+		return nil, fmt.Errorf("%w: %v", ErrNotBegun, err)
+	}
+	if p.egressConn != nil {
 		// The supervisor sends the listener before it starts the
 		// program; if it fails first, its end closes and this returns.
-		l, err := receiveEgressListener(egressConn)
-		egressConn.Close()
-		if err == nil {
+		l, err := receiveEgressListener(p.egressConn)
+		p.egressConn.Close()
+		if err == nil && spec.EgressServe != nil {
 			spec.EgressServe(l)
 		} else {
+			if err == nil {
+				l.Close()
+			}
 			// The supervisor reports why on its status pipe.
 			stop()
 		}
@@ -190,7 +299,7 @@ func startRun(spec Spec, out *sandbox.Output) (*supervised, error) {
 	// larger than the pipe's buffer, and a supervisor blocked writing it
 	// would never exit.
 	stCh := make(chan status, 1)
-	go func() { stCh <- readStatus(statusR) }()
+	go func() { stCh <- readStatus(p.statusR) }()
 	return &supervised{
 		cmd:  cmd,
 		stop: stop,
@@ -202,6 +311,13 @@ func startRun(spec Spec, out *sandbox.Output) (*supervised, error) {
 	}, nil
 }
 
+// setName sets the calling thread's name (the process's, on the main
+// thread).
+func setName(name string) {
+	b := append([]byte(name), 0)
+	_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&b[0])), 0, 0, 0)
+}
+
 func killGroup(pid int) { _ = syscall.Kill(-pid, syscall.SIGKILL) }
 
 // supervisorMain runs in the re-executed binary. It reads the Spec on fd 3,
@@ -209,6 +325,9 @@ func killGroup(pid int) { _ = syscall.Kill(-pid, syscall.SIGKILL) }
 // the end of the control pipe), kills every descendant, and writes the status on
 // fd 4.
 func supervisorMain() int {
+	// Package initialisation, and so this function, runs on the main
+	// thread, whose name is the process's.
+	setName(nameWaiting)
 	cfg := os.NewFile(3, "spec")
 	statusF := os.NewFile(4, "status")
 	ctl := os.NewFile(ctlFD, "control")
@@ -234,23 +353,67 @@ func supervisorMain() int {
 	// run ends and reports as usual.
 	ignoreAllSignals()
 
-	var spec Spec
-	if err := json.NewDecoder(cfg).Decode(&spec); err != nil {
+	// The Spec comes twice on fd 3: first the part that decides how the
+	// exec stage starts (the isolation, the cgroups, what must be applied
+	// to the program), then the whole run. The exec stage is started, and
+	// moved into the run's cgroups, before the rest of the run is known, so
+	// that both overlap with the work that needs it (the move waits for an
+	// RCU grace period on cgroup v1).
+	dec := json.NewDecoder(cfg)
+	var base Spec
+	if err := dec.Decode(&base); err != nil {
 		return report(status{Error: "reading the run spec: " + err.Error()})
 	}
-	_ = cfg.Close()
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return report(status{Error: "becoming a child subreaper: " + err.Error()})
 	}
 	var limits *nsLimits
-	if spec.Isolation.Namespaces() {
+	if base.Isolation.User {
+		// Opened now, while the supervisor still sees the host's /proc.
 		var err error
-		if limits, err = enterIsolation(spec); err != nil {
+		if limits, err = openNamespaceLimits(); err != nil {
+			return report(status{Error: err.Error()})
+		}
+	}
+	stage, err := forkExecStage(base, func() error {
+		// The exec stage runs, and its user namespace is mapped: now no
+		// more namespaces may be created in the run's, and nothing of the
+		// run may trace or read this process.
+		if err := limits.apply(); err != nil {
+			return err
+		}
+		return unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	})
+	if err != nil {
+		limits.close()
+		return report(status{Error: err.Error()})
+	}
+	specCh := make(chan error, 1)
+	var spec Spec
+	go func() { specCh <- dec.Decode(&spec) }()
+	select {
+	case err := <-specCh:
+		if err != nil {
+			stage.abort()
+			return report(status{Error: "reading the run spec: " + err.Error()})
+		}
+		// Tell the server the run has begun (see readStatus).
+		_, _ = statusF.Write([]byte{received})
+		setName(nameRunning)
+	case <-stopReq:
+		stage.abort()
+		return report(status{Error: "stopped before the run began"})
+	}
+	_ = cfg.Close()
+	if spec.Isolation.Namespaces() {
+		if err := enterIsolation(spec); err != nil {
+			stage.abort()
 			return report(status{Error: err.Error()})
 		}
 	}
 	if spec.EgressAddr != "" {
 		if err := sendEgressListener(spec.EgressAddr, spec.EgressFD); err != nil {
+			stage.abort()
 			return report(status{Error: err.Error()})
 		}
 	}
@@ -261,16 +424,7 @@ func supervisorMain() int {
 	if collect {
 		before, _ = artifacts.TakeContents(artifacts.DirSource{Dir: spec.Dir}, spec.Collect.options())
 	}
-
-	child, err := startExecStage(spec, func() error {
-		// The exec stage runs, and its user namespace is mapped: now no
-		// more namespaces may be created in the run's, and nothing of the
-		// run may trace or read this process.
-		if err := limits.apply(); err != nil {
-			return err
-		}
-		return unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
-	})
+	child, err := stage.start(spec)
 	if err != nil {
 		return report(status{Error: err.Error()})
 	}
@@ -308,14 +462,69 @@ func supervisorMain() int {
 	return report(st)
 }
 
-// startExecStage starts the exec stage in a new process group (and, with a
+// execStage is the exec stage, started before the run's Spec is known and
+// waiting for it on its fd 3; or, when nothing must be applied to the
+// program (direct), the program itself, started when the Spec comes.
+type execStage struct {
+	pid     int
+	w       *os.File
+	joined  chan error
+	direct  bool
+	started func() error
+}
+
+// forkExecStage starts the exec stage in a new process group (and, with a
 // user namespace, a nested one where the program is ProgramUID), calls
-// started, moves it into the run's cgroups, and then hands it the Spec on
-// its fd 3. It returns the stage's pid.
-func startExecStage(spec Spec, started func() error) (int, error) {
-	if !spec.needsExecStage() {
-		// Nothing to apply before the program starts (mode none): start it
-		// directly and spare a second start of this binary.
+// started, and moves it into the run's cgroups in the background. base
+// holds what decides how it starts (see supervisorMain).
+func forkExecStage(base Spec, started func() error) (*execStage, error) {
+	if !base.needsExecStage() {
+		// Nothing to apply before the program starts (mode none): the
+		// program starts directly, sparing a second start of this binary.
+		return &execStage{direct: true, started: started}, nil
+	}
+	exe := "/proc/self/fd/" + strconv.Itoa(exeFD)
+	if !base.Isolation.Namespaces() {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("finding the codeexec binary: %w", err)
+		}
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	sys := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if base.Isolation.User {
+		programUserNamespace(sys)
+	}
+	// With a mount namespace the stage starts in the host's root, which
+	// pivot_root then turns into the run's minimal root for it too; it
+	// changes into the run directory once the Spec has come.
+	dir := base.Dir
+	if base.Isolation.Mount {
+		dir = "/"
+	}
+	attr := &syscall.ProcAttr{Dir: dir, Env: []string{"GORACE=atexit_sleep_ms=0"}, Files: []uintptr{0, 1, 2, r.Fd()}, Sys: sys}
+	pid, err := syscall.ForkExec(exe, []string{exe, execArg}, attr)
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("starting the program: %w", err)
+	}
+	s := &execStage{pid: pid, w: w, joined: make(chan error, 1)}
+	if err := started(); err != nil {
+		s.abort()
+		return nil, err
+	}
+	go func() { s.joined <- joinCgroups(pid, base.CgroupFDs) }()
+	return s, nil
+}
+
+// start hands the Spec to the exec stage (once it is in the run's cgroups),
+// or starts the program directly, and returns the program's pid.
+func (s *execStage) start(spec Spec) (int, error) {
+	if s.direct {
 		attr := &syscall.ProcAttr{
 			Dir:   spec.Dir,
 			Env:   spec.Env,
@@ -326,48 +535,34 @@ func startExecStage(spec Spec, started func() error) (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("starting %s: %w", spec.Path, err)
 		}
-		return pid, started()
+		return pid, s.started()
 	}
-	exe := "/proc/self/fd/" + strconv.Itoa(exeFD)
-	if !spec.Isolation.Namespaces() {
-		var err error
-		if exe, err = os.Executable(); err != nil {
-			return 0, fmt.Errorf("finding the codeexec binary: %w", err)
-		}
-	}
-	r, w, err := os.Pipe()
-	if err != nil {
-		return 0, err
-	}
-	defer r.Close()
-	files := []uintptr{0, 1, 2, r.Fd()}
-	sys := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if spec.Isolation.User {
-		programUserNamespace(sys)
-	}
-	attr := &syscall.ProcAttr{Dir: spec.Dir, Env: spec.Env, Files: files, Sys: sys}
-	pid, err := syscall.ForkExec(exe, []string{exe, execArg}, attr)
-	if err != nil {
-		w.Close()
-		return 0, fmt.Errorf("starting the program: %w", err)
-	}
-	if err := started(); err != nil {
-		w.Close()
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		return 0, err
-	}
-	if err := joinCgroups(pid, spec.CgroupFDs); err != nil {
-		w.Close()
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
+	if err := <-s.joined; err != nil {
+		s.abort()
 		return 0, fmt.Errorf("moving the program into its cgroup: %w", err)
 	}
-	err = json.NewEncoder(w).Encode(spec)
-	w.Close()
+	err := json.NewEncoder(s.w).Encode(spec)
+	s.w.Close()
 	if err != nil {
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		return pid, nil
+		s.abort()
+		return 0, fmt.Errorf("handing the run to the exec stage: %w", err)
 	}
-	return pid, nil
+	return s.pid, nil
+}
+
+// abort kills the exec stage before it started the program.
+func (s *execStage) abort() {
+	if s.direct {
+		return
+	}
+	_ = s.w.Close()
+	_ = syscall.Kill(-s.pid, syscall.SIGKILL)
+	var ws syscall.WaitStatus
+	for {
+		if _, err := syscall.Wait4(s.pid, &ws, 0, nil); err != syscall.EINTR {
+			return
+		}
+	}
 }
 
 // killDescendants kills the program's process group and every process the
