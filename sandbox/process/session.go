@@ -84,7 +84,15 @@ func (sg *sessionGuard) spec(lang, dir, path string, args []string, stdin string
 	// The session's files outlive each program: its directory is bound,
 	// not copied into a tmpfs of the program's own.
 	iso.BindWork = true
-	env := minimalEnv(dir)
+	// The environment of a run: thread pools sized to the CPU limit,
+	// WORKSPACE, and python's figure hook (plt.show() saves the figures).
+	env := append(minimalEnv(dir), executor.ThreadEnv(lim.CPUs)...)
+	if r.workspace != nil {
+		env = append(env, sandbox.WorkspaceVariable+"="+iso.Path(*r.workspace))
+	}
+	if lang == "python" && r.python != nil {
+		path, env = r.python.Python, executor.PythonEnv(env, r.python)
+	}
 	var egressAddr string
 	if serve != nil {
 		// As a run: the program's network namespace has one way out, a
@@ -103,6 +111,7 @@ func (sg *sessionGuard) spec(lang, dir, path string, args []string, stdin string
 		Limits:              lim,
 		Rlimits:             true,
 		NoAddressSpaceLimit: g.cg != nil || lang == "javascript",
+		AddressSpaceExtra:   addressSpaceExtra(lang),
 		Credential:          g.cred,
 		NoNewPrivs:          true,
 		CgroupProcs:         g.cgroupProcs(),
