@@ -86,6 +86,39 @@ print("scipy", round(float(scipy.stats.norm.cdf(0)), 2))
 	}
 }
 
+// In a session of the data-science image, a chart that a call shows comes
+// back from that call; the data an earlier call loaded is still there.
+func TestDataScienceSession(t *testing.T) {
+	t.Parallel()
+	cli := engine(t)
+	img := testDataScienceImage()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := cli.ImageInspect(ctx, img); err != nil {
+		skipOrFail(t, "the data-science image %s is missing (build it with %s --profile datascience): %v", img, BuildCommand, err)
+	}
+	r, _ := newRunner(t, Config{Image: img, Languages: []string{"python"}})
+	s := sandboxtest.StartSession(t, r.Sessions(), "python")
+	in, err := artifacts.Decode([]artifacts.File{{Path: "temps.csv", Content: "city,temp\nOslo,3\nRome,18\nCairo,30\n"}}, artifacts.InputLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := sandboxtest.Req("python", "import pandas as pd\ndf = pd.read_csv('temps.csv')")
+	req.Files, req.Artifacts = in, &artifacts.Options{}
+	if res, err := s.Exec(context.Background(), req); err != nil || res.ExitCode != 0 || len(res.Artifacts.Artifacts) != 0 {
+		t.Fatalf("loading: %+v %v", res, err)
+	}
+	req = sandboxtest.Req("python", "import matplotlib.pyplot as plt\ndf.plot.bar(x='city', y='temp')\nplt.show()")
+	req.Artifacts = &artifacts.Options{}
+	res, err := s.Exec(context.Background(), req)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("plotting: %+v %v", res, err)
+	}
+	if len(res.Artifacts.Artifacts) != 1 || res.Artifacts.Artifacts[0].Path != "figure_1.png" || res.Artifacts.Artifacts[0].Kind != artifacts.KindImage {
+		t.Fatalf("artifacts %+v (stderr %q), want figure_1.png as an image", res.Artifacts, res.Stderr)
+	}
+}
+
 // The workspace is at /workspace, named by WORKSPACE; read-only really is
 // read-only (a mount below it is not carried over), and read-write can be
 // written.
@@ -117,6 +150,11 @@ func TestWorkspace(t *testing.T) {
 			}
 			if !writable && !strings.Contains(res.Stderr, "Read-only file system") {
 				t.Errorf("stderr %q, want a read-only file system error", res.Stderr)
+			}
+			// A session sees it where a run does.
+			s := sandboxtest.StartSession(t, r.Sessions(), "bash")
+			if res := sandboxtest.SessionCall(t, s, "bash", `echo "$WORKSPACE"; cat "$WORKSPACE/readme.txt"`); res.Stdout != "/workspace\nproject notes" {
+				t.Errorf("in a session: stdout %q stderr %q", res.Stdout, res.Stderr)
 			}
 		})
 	}
