@@ -47,6 +47,13 @@ func (b sessionBackend) Start(ctx context.Context, spec sessions.Spec) (sessions
 				serve(l)
 				env = append(withoutProxyEnv(env), egress.ProxyEnv(l.Addr().String())...)
 			}
+			// And as a run: WORKSPACE, and python's figure hook.
+			if r.workspace != nil {
+				env = append(env, sandbox.WorkspaceVariable+"="+r.workspace.Dir)
+			}
+			if lang == "python" && r.python != nil {
+				path, env = r.python.Python, executor.PythonEnv(env, r.python)
+			}
 			return executor.Spec{
 				Path:      path,
 				Args:      args,
