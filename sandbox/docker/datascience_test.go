@@ -26,13 +26,10 @@ func testDataScienceImage() string {
 	return dataScienceImage
 }
 
-// The data-science image runs pandas and matplotlib in the usual locked-down
-// container (read-only root, /tmp only): a CSV in, a summary out, and the
-// figure that the program shows comes back as a PNG image without the
-// program saving it; plain python does not load matplotlib; sandbox_info
-// lists the packages.
-func TestDataScienceImage(t *testing.T) {
-	t.Parallel()
+// requireDataScienceImage returns the data-science image, skipping (or
+// failing, with CODE_EXEC_REQUIRE_DOCKER=1) when it is missing.
+func requireDataScienceImage(t *testing.T) string {
+	t.Helper()
 	cli := engine(t)
 	img := testDataScienceImage()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -40,7 +37,17 @@ func TestDataScienceImage(t *testing.T) {
 	if _, err := cli.ImageInspect(ctx, img); err != nil {
 		skipOrFail(t, "the data-science image %s is missing (build it with %s --profile datascience): %v", img, BuildCommand, err)
 	}
-	r, _ := newRunner(t, Config{Image: img, Languages: []string{"python"}})
+	return img
+}
+
+// The data-science image runs pandas and matplotlib in the usual locked-down
+// container (read-only root, /tmp only): a CSV in, a summary out, and the
+// figure that the program shows comes back as a PNG image without the
+// program saving it; plain python does not load matplotlib; sandbox_info
+// lists the packages.
+func TestDataScienceImage(t *testing.T) {
+	t.Parallel()
+	r, _ := newRunner(t, Config{Image: requireDataScienceImage(t), Languages: []string{"python"}})
 	st, _ := r.Capabilities().Language("python")
 	var listed []string
 	for _, p := range st.Packages {
@@ -90,33 +97,8 @@ print("scipy", round(float(scipy.stats.norm.cdf(0)), 2))
 // back from that call; the data an earlier call loaded is still there.
 func TestDataScienceSession(t *testing.T) {
 	t.Parallel()
-	cli := engine(t)
-	img := testDataScienceImage()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := cli.ImageInspect(ctx, img); err != nil {
-		skipOrFail(t, "the data-science image %s is missing (build it with %s --profile datascience): %v", img, BuildCommand, err)
-	}
-	r, _ := newRunner(t, Config{Image: img, Languages: []string{"python"}})
-	s := sandboxtest.StartSession(t, r.Sessions(), "python")
-	in, err := artifacts.Decode([]artifacts.File{{Path: "temps.csv", Content: "city,temp\nOslo,3\nRome,18\nCairo,30\n"}}, artifacts.InputLimits{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := sandboxtest.Req("python", "import pandas as pd\ndf = pd.read_csv('temps.csv')")
-	req.Files, req.Artifacts = in, &artifacts.Options{}
-	if res, err := s.Exec(context.Background(), req); err != nil || res.ExitCode != 0 || len(res.Artifacts.Artifacts) != 0 {
-		t.Fatalf("loading: %+v %v", res, err)
-	}
-	req = sandboxtest.Req("python", "import matplotlib.pyplot as plt\ndf.plot.bar(x='city', y='temp')\nplt.show()")
-	req.Artifacts = &artifacts.Options{}
-	res, err := s.Exec(context.Background(), req)
-	if err != nil || res.ExitCode != 0 {
-		t.Fatalf("plotting: %+v %v", res, err)
-	}
-	if len(res.Artifacts.Artifacts) != 1 || res.Artifacts.Artifacts[0].Path != "figure_1.png" || res.Artifacts.Artifacts[0].Kind != artifacts.KindImage {
-		t.Fatalf("artifacts %+v (stderr %q), want figure_1.png as an image", res.Artifacts, res.Stderr)
-	}
+	r, _ := newRunner(t, Config{Image: requireDataScienceImage(t), Languages: []string{"python"}})
+	sandboxtest.CheckSessionChart(t, r.Sessions())
 }
 
 // The workspace is at /workspace, named by WORKSPACE; read-only really is

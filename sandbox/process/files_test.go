@@ -96,25 +96,7 @@ plt.show()
 func TestChartsInASession(t *testing.T) {
 	r := newRunner(t)
 	requirePackages(t, r)
-	s := sandboxtest.StartSession(t, r.Sessions(), "python")
-	in, err := artifacts.Decode([]artifacts.File{{Path: "temps.csv", Content: "city,temp\nOslo,3\nRome,18\nCairo,30\n"}}, artifacts.InputLimits{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := sandboxtest.Req("python", "import pandas as pd\ndf = pd.read_csv('temps.csv')")
-	req.Files, req.Artifacts = in, &artifacts.Options{}
-	if res, err := s.Exec(context.Background(), req); err != nil || res.ExitCode != 0 || len(res.Artifacts.Artifacts) != 0 {
-		t.Fatalf("loading: %+v %v", res, err)
-	}
-	req = sandboxtest.Req("python", "import matplotlib.pyplot as plt\ndf.plot(x='city', y='temp', kind='bar')\nplt.show()")
-	req.Artifacts = &artifacts.Options{}
-	res, err := s.Exec(context.Background(), req)
-	if err != nil || res.ExitCode != 0 {
-		t.Fatalf("plotting: %+v %v", res, err)
-	}
-	if len(res.Artifacts.Artifacts) != 1 || res.Artifacts.Artifacts[0].Path != "figure_1.png" || res.Artifacts.Artifacts[0].Kind != artifacts.KindImage {
-		t.Fatalf("artifacts %+v (stderr %q), want figure_1.png as an image", res.Artifacts, res.Stderr)
-	}
+	sandboxtest.CheckSessionChart(t, r.Sessions())
 }
 
 // workspaceDir makes a workspace that the sandbox user can read (and, when

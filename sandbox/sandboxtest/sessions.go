@@ -55,6 +55,29 @@ func SessionCall(t *testing.T, s sessions.Session, lang, code string) *sandbox.R
 	return res
 }
 
+// CheckSessionChart checks, in a python session of b whose python has
+// pandas and matplotlib: a CSV sent with one call is loaded; the chart that
+// a later call shows comes back from that call as figure_1.png, an image.
+func CheckSessionChart(t *testing.T, b sessions.Backend) {
+	t.Helper()
+	s := StartSession(t, b, "python")
+	req := Req("python", "import pandas as pd\ndf = pd.read_csv('temps.csv')")
+	req.Files = inputs(t, artifacts.File{Path: "temps.csv", Content: "city,temp\nOslo,3\nRome,18\nCairo,30\n"})
+	req.Artifacts = &artifacts.Options{}
+	if res, err := s.Exec(context.Background(), req); err != nil || res.ExitCode != 0 || len(res.Artifacts.Artifacts) != 0 {
+		t.Fatalf("loading: %+v %v", res, err)
+	}
+	req = Req("python", "import matplotlib.pyplot as plt\ndf.plot.bar(x='city', y='temp')\nplt.show()")
+	req.Artifacts = &artifacts.Options{}
+	res, err := s.Exec(context.Background(), req)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("plotting: %+v %v", res, err)
+	}
+	if got := artifactPaths(res); len(got) != 1 || got[0] != "figure_1.png" || res.Artifacts.Artifacts[0].Kind != artifacts.KindImage {
+		t.Fatalf("artifacts %+v (stderr %q), want figure_1.png as an image", res.Artifacts, res.Stderr)
+	}
+}
+
 // RunSessionSuite runs the shared session suite against b, a backend of a
 // mode whose every language is available.
 func RunSessionSuite(t *testing.T, b sessions.Backend, opts SessionOptions) {
