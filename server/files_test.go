@@ -19,7 +19,9 @@ import (
 	"github.com/codeexec/codeexec/approvals"
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/artifacts"
+	"github.com/codeexec/codeexec/sandbox/host"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
+	"github.com/codeexec/codeexec/sandbox/sessions"
 )
 
 func pngOf(t *testing.T) []byte {
@@ -210,17 +212,51 @@ func TestElicitationNamesFilesAndWorkspace(t *testing.T) {
 	}
 }
 
-func TestFilesInASessionAreRefused(t *testing.T) {
-	s := newSessionServer(t)
+// In a session, files go into the session's directory before the call,
+// and a call's artifacts are the files that call made or changed.
+func TestFilesAndArtifactsInASession(t *testing.T) {
+	r, err := host.New(context.Background(), host.Config{Languages: []string{"python"}, WorkRoot: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	m := sessions.New(sessions.Config{Backend: r.Sessions(), MaxSessions: 1, IdleTimeout: time.Minute, MaxLifetime: time.Hour})
+	t.Cleanup(func() { _ = m.Shutdown() })
+	opts := testOptions()
+	opts.Sessions, opts.SessionIdleTimeout = m, time.Minute
+	opts.Artifacts = artifacts.Options{MaxArtifacts: 5}
+	opts.Store = artifacts.NewStore(time.Minute, 1<<20)
+	s := New(r, opts)
 	alice := s.mcp.WithContext(context.Background(), fakeSession{id: "alice"})
 	res, _ := s.handleSessionCreate(alice, toolCall(ToolSessionCreate, map[string]any{}))
 	if res.IsError {
 		t.Fatalf("session_create: %s", resultText(res))
 	}
 	id := res.StructuredContent.(SessionOutput).SessionID
-	res, _ = s.handleExecute(alice, call(map[string]any{"language": "python", "code": "x = 1", "session_id": id,
-		"files": []any{map[string]any{"path": "a.csv", "content": "1"}}}))
-	if !res.IsError || !strings.Contains(resultText(res), "files cannot be sent with session_id yet") {
-		t.Errorf("files with session_id: %v %q", res.IsError, resultText(res))
+	exec := func(code string, files ...any) ExecuteOutput {
+		t.Helper()
+		args := map[string]any{"language": "python", "code": code, "session_id": id}
+		if files != nil {
+			args["files"] = files
+		}
+		res, _ := s.handleExecute(alice, call(args))
+		if res.IsError {
+			t.Fatalf("%q: %s", code, resultText(res))
+		}
+		return res.StructuredContent.(ExecuteOutput)
+	}
+	out := exec("print(open('data.csv').read().split()[1]); open('sum.txt', 'w').write('3')",
+		map[string]any{"path": "data.csv", "content": "a,b\n1,2\n"})
+	if out.Stdout != "1,2\n" || len(out.Artifacts) != 1 || out.Artifacts[0].Path != "sum.txt" || out.Artifacts[0].URI == "" {
+		t.Fatalf("call with files: stdout %q artifacts %+v", out.Stdout, out.Artifacts)
+	}
+	if out := exec("print(open('sum.txt').read())"); out.Stdout != "3\n" || len(out.Artifacts) != 0 {
+		t.Fatalf("a call that wrote nothing: stdout %q artifacts %+v", out.Stdout, out.Artifacts)
+	}
+	// A bad path is refused with the files' own sentence.
+	res, _ = s.handleExecute(alice, call(map[string]any{"language": "python", "code": "1", "session_id": id,
+		"files": []any{map[string]any{"path": "../x", "content": "1"}}}))
+	if !res.IsError || !strings.Contains(resultText(res), "files[0]") {
+		t.Errorf("a bad path in a session: %v %q", res.IsError, resultText(res))
 	}
 }

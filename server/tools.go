@@ -385,11 +385,6 @@ func (s *Server) execute(ctx context.Context, req mcp.CallToolRequest) *mcp.Call
 		runReq.Artifacts = &o
 	}
 	var inSession sandbox.Runner
-	if args.SessionID != "" && len(args.Files) > 0 {
-		// A session's calls run in its own directory, which files do not
-		// reach yet: say so rather than drop them.
-		return mcp.NewToolResultError("files cannot be sent with session_id yet: send them in a call without session_id, or write them from the session's code")
-	}
 	if args.SessionID != "" && len(args.Packages) > 0 {
 		// A session's packages are installed when it starts.
 		return mcp.NewToolResultError("packages cannot be sent with session_id: a session gets its packages when it is created (session_create's packages argument); create a session with the whole list, or run without session_id")

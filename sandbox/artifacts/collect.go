@@ -291,8 +291,29 @@ func TakeContents(src Source, opts Options) (Snapshot, error) {
 // An error means the walk itself failed; a file that cannot be read is
 // listed in Omitted.
 func Collect(src Source, before Snapshot, opts Options) (*Collection, error) {
+	return collect(src, before, opts, nil)
+}
+
+// CollectNext is Collect that also returns the Snapshot to find the next
+// changes against: the regular files it saw whose content it knows, each
+// with its digest (those it brought back, and those it found unchanged
+// from before). A source that may list again a file that has not changed
+// since (a session's listing by change time, with a margin) gives it as
+// before next time, so that such a file is not reported twice.
+func CollectNext(src Source, before Snapshot, opts Options) (*Collection, Snapshot, error) {
+	seen := Snapshot{entries: map[string]snapEntry{}}
+	c, err := collect(src, before, opts, &seen)
+	return c, seen, err
+}
+
+func collect(src Source, before Snapshot, opts Options, seen *Snapshot) (*Collection, error) {
 	opts = opts.withDefaults()
 	c := &Collection{}
+	keep := func(p string, e snapEntry) {
+		if seen != nil {
+			seen.entries[p] = e
+		}
+	}
 	var used int64
 	n := 0
 	omit := func(p string, size int64, reason string) {
@@ -328,6 +349,7 @@ func Collect(src Source, before Snapshot, opts Options) (*Collection, error) {
 			return nil
 		}
 		if existed && prev.typ == TypeRegular && prev.size == e.Size && !prev.hashed && prev.mtime.Equal(e.ModTime) {
+			keep(e.Path, prev)
 			return nil // unchanged by size and time; contents were not recorded
 		}
 		var data []byte
@@ -339,6 +361,7 @@ func Collect(src Source, before Snapshot, opts Options) (*Collection, error) {
 				return nil
 			}
 			if sha256.Sum256(d) == prev.sum {
+				keep(e.Path, prev)
 				return nil // same content
 			}
 			data = d
@@ -361,6 +384,7 @@ func Collect(src Source, before Snapshot, opts Options) (*Collection, error) {
 		}
 		used += int64(len(data))
 		c.Artifacts = append(c.Artifacts, newArtifact(e.Path, data, opts))
+		keep(e.Path, snapEntry{typ: TypeRegular, size: int64(len(data)), mtime: e.ModTime, sum: sha256.Sum256(data), hashed: true})
 		return nil
 	})
 	if errors.Is(err, errStop) {

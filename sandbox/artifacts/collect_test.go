@@ -8,8 +8,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -451,5 +453,43 @@ func TestTakeContents(t *testing.T) {
 	c, err := artifacts.Collect(artifacts.DirSource{Dir: dir}, before, artifacts.Options{})
 	if err != nil || fmt.Sprint(paths(c)) != "[edited.txt]" {
 		t.Errorf("artifacts %v, %v; want [edited.txt]", paths(c), err)
+	}
+}
+
+func TestCollectNextReportsAFileOnce(t *testing.T) {
+	t.Parallel()
+	listing := func(files map[string]string) *bytes.Buffer {
+		var b bytes.Buffer
+		tw := newTar(&b)
+		for _, p := range slices.Sorted(maps.Keys(files)) {
+			tw.file(p, files[p])
+		}
+		tw.close()
+		return &b
+	}
+	in := decode(t, artifacts.File{Path: "in.csv", Content: "a\n"})
+	// Call 1: the input (unchanged) and a new file.
+	c, next, err := artifacts.CollectNext(artifacts.TarSource{R: listing(map[string]string{"in.csv": "a\n", "out.txt": "1"})}, artifacts.SnapshotOf(in), artifacts.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(paths(c)); got != "[out.txt]" {
+		t.Fatalf("call 1: %s", got)
+	}
+	// Call 2 lists both again, unchanged, and a new one.
+	c, next, err = artifacts.CollectNext(artifacts.TarSource{R: listing(map[string]string{"in.csv": "a\n", "out.txt": "1", "new.txt": "n"})}, next, artifacts.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(paths(c)); got != "[new.txt]" {
+		t.Fatalf("call 2: %s", got)
+	}
+	// Call 3: all listed again, out.txt changed.
+	c, _, err = artifacts.CollectNext(artifacts.TarSource{R: listing(map[string]string{"in.csv": "a\n", "out.txt": "2", "new.txt": "n"})}, next, artifacts.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(paths(c)); got != "[out.txt]" {
+		t.Fatalf("call 3: %s", got)
 	}
 }

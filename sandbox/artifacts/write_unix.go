@@ -30,7 +30,8 @@ type WriteOptions struct {
 // parent with O_NOFOLLOW, so a link already in dir (in a session's
 // directory, say) ends the write with an error wrapping ErrInvalidFile
 // instead of leading outside. An existing file of the same name is replaced;
-// an existing folder of that name is an error wrapping ErrInvalidFile.
+// an existing folder of that name is an error wrapping ErrInvalidFile, and
+// so is a folder that refuses the write (EACCES).
 func Write(dir string, inputs []Input, opts WriteOptions) (Snapshot, error) {
 	snap := Snapshot{entries: make(map[string]snapEntry, len(inputs))}
 	if len(inputs) == 0 {
@@ -43,6 +44,11 @@ func Write(dir string, inputs []Input, opts WriteOptions) (Snapshot, error) {
 	defer unix.Close(top)
 	for i, in := range inputs {
 		mtime, err := writeOne(top, in, opts)
+		if errors.Is(err, unix.EACCES) {
+			// Only a session's directory can refuse: its code took the
+			// permission away.
+			err = &FileError{Path: in.Path, Reason: "was not written: " + err.Error() + " (code run earlier in the session may have made its folder read-only)"}
+		}
 		if err != nil {
 			var fe *FileError
 			if errors.As(err, &fe) {

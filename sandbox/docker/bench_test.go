@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/artifacts"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 )
 
@@ -129,19 +130,30 @@ func BenchmarkSessionVsWarm(b *testing.B) {
 				benchRun(b, r, req, p.want)
 			}
 		})
-		b.Run("session/"+p.lang, func(b *testing.B) {
-			s, err := r.Sessions().Start(b.Context(), sessionSpec(p.lang, sandboxtest.DefaultLimits()))
-			if err != nil {
-				b.Fatal(err)
+		for _, collect := range []bool{false, true} {
+			name := "session/" + p.lang
+			if collect {
+				// As the server calls it: the changes of each call are
+				// collected (one exec more).
+				name = "session+artifacts/" + p.lang
 			}
-			defer s.Close()
-			req := sandboxtest.Req(p.lang, p.code)
-			for b.Loop() {
-				res, err := s.Exec(b.Context(), req)
-				if err != nil || res.Stdout != p.want {
-					b.Fatalf("%+v %v", res, err)
+			b.Run(name, func(b *testing.B) {
+				s, err := r.Sessions().Start(b.Context(), sessionSpec(p.lang, sandboxtest.DefaultLimits()))
+				if err != nil {
+					b.Fatal(err)
 				}
-			}
-		})
+				defer s.Close()
+				req := sandboxtest.Req(p.lang, p.code)
+				if collect {
+					req.Artifacts = &artifacts.Options{}
+				}
+				for b.Loop() {
+					res, err := s.Exec(b.Context(), req)
+					if err != nil || res.Stdout != p.want {
+						b.Fatalf("%+v %v", res, err)
+					}
+				}
+			})
+		}
 	}
 }

@@ -26,13 +26,10 @@ func testDataScienceImage() string {
 	return dataScienceImage
 }
 
-// The data-science image runs pandas and matplotlib in the usual locked-down
-// container (read-only root, /tmp only): a CSV in, a summary out, and the
-// figure that the program shows comes back as a PNG image without the
-// program saving it; plain python does not load matplotlib; sandbox_info
-// lists the packages.
-func TestDataScienceImage(t *testing.T) {
-	t.Parallel()
+// requireDataScienceImage returns the data-science image, skipping (or
+// failing, with CODE_EXEC_REQUIRE_DOCKER=1) when it is missing.
+func requireDataScienceImage(t *testing.T) string {
+	t.Helper()
 	cli := engine(t)
 	img := testDataScienceImage()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -40,7 +37,17 @@ func TestDataScienceImage(t *testing.T) {
 	if _, err := cli.ImageInspect(ctx, img); err != nil {
 		skipOrFail(t, "the data-science image %s is missing (build it with %s --profile datascience): %v", img, BuildCommand, err)
 	}
-	r, _ := newRunner(t, Config{Image: img, Languages: []string{"python"}})
+	return img
+}
+
+// The data-science image runs pandas and matplotlib in the usual locked-down
+// container (read-only root, /tmp only): a CSV in, a summary out, and the
+// figure that the program shows comes back as a PNG image without the
+// program saving it; plain python does not load matplotlib; sandbox_info
+// lists the packages.
+func TestDataScienceImage(t *testing.T) {
+	t.Parallel()
+	r, _ := newRunner(t, Config{Image: requireDataScienceImage(t), Languages: []string{"python"}})
 	st, _ := r.Capabilities().Language("python")
 	var listed []string
 	for _, p := range st.Packages {
@@ -86,6 +93,14 @@ print("scipy", round(float(scipy.stats.norm.cdf(0)), 2))
 	}
 }
 
+// In a session of the data-science image, a chart that a call shows comes
+// back from that call; the data an earlier call loaded is still there.
+func TestDataScienceSession(t *testing.T) {
+	t.Parallel()
+	r, _ := newRunner(t, Config{Image: requireDataScienceImage(t), Languages: []string{"python"}})
+	sandboxtest.CheckSessionChart(t, r.Sessions())
+}
+
 // The workspace is at /workspace, named by WORKSPACE; read-only really is
 // read-only (a mount below it is not carried over), and read-write can be
 // written.
@@ -117,6 +132,11 @@ func TestWorkspace(t *testing.T) {
 			}
 			if !writable && !strings.Contains(res.Stderr, "Read-only file system") {
 				t.Errorf("stderr %q, want a read-only file system error", res.Stderr)
+			}
+			// A session sees it where a run does.
+			s := sandboxtest.StartSession(t, r.Sessions(), "bash")
+			if res := sandboxtest.SessionCall(t, s, "bash", `echo "$WORKSPACE"; cat "$WORKSPACE/readme.txt"`); res.Stdout != "/workspace\nproject notes" {
+				t.Errorf("in a session: stdout %q stderr %q", res.Stdout, res.Stderr)
 			}
 		})
 	}

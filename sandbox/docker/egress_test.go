@@ -1,6 +1,7 @@
 package docker
 
 import (
+	"context"
 	"net"
 	"os"
 	"slices"
@@ -50,7 +51,7 @@ func TestEgressAllowlist(t *testing.T) {
 			if testRuntime() == "runsc" {
 				t.Skip("not checked under gVisor: Debian's runsc (0.0~20221219, even with --host-uds=open) cannot connect to the egress relay's bind-mounted unix socket, so New refuses CODE_EXEC_NETWORK=allowlist there; see docs/modes.md#runtimes")
 			}
-			r, _ := newRunner(t, Config{Languages: []string{"python"}, PoolSize: tc.pool, Egress: proxy.New(e.Policy(t, tc.allowPrivate), nil)})
+			r, _ := newRunner(t, Config{Languages: []string{"python", "bash"}, PoolSize: tc.pool, Egress: proxy.New(e.Policy(t, tc.allowPrivate), nil)})
 			if !r.Capabilities().Active("network") {
 				t.Fatal("the network protection is not active")
 			}
@@ -68,6 +69,40 @@ func TestEgressAllowlist(t *testing.T) {
 			}
 			if rec := servedOf(r); tc.pool > 0 && !slices.Contains(rec.warm, true) {
 				t.Fatalf("no run took a warm container: %v", rec.warm)
+			}
+			// A session's container reaches what a run's does, call
+			// after call, each call with a report of its own.
+			e.CheckSessionEgress(t, r.Sessions(), tc.allowPrivate, raws...)
+			if tc.allowPrivate {
+				// A timeout kills the relay with the rest; the next
+				// call has it again.
+				sockets := func() int {
+					entries, err := os.ReadDir(r.egressDir)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return len(entries)
+				}
+				before := sockets()
+				s := sandboxtest.StartSession(t, r.Sessions(), "python")
+				if sockets() != before+1 {
+					t.Fatalf("the session has no socket directory of its own")
+				}
+				req := sandboxtest.Req("python", "while True: pass")
+				req.Limits.Timeout = 500 * time.Millisecond
+				if res, err := s.Exec(context.Background(), req); err != nil || !res.TimedOut {
+					t.Fatalf("a timeout: %+v %v", res, err)
+				}
+				res := sandboxtest.SessionCall(t, s, "python", e.Program())
+				if got := sandboxtest.Line(res.Stdout, "http"); got != "200 plain-ok" {
+					t.Fatalf("after a timeout: http: %q\n%s%s", got, res.Stdout, res.Stderr)
+				}
+				if err := s.Close(); err != nil {
+					t.Fatal(err)
+				}
+				if n := sockets(); n != before {
+					t.Fatalf("%d socket directories after the session closed, want %d", n, before)
+				}
 			}
 			dir := r.egressDir
 			if err := r.Close(); err != nil {

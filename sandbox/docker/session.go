@@ -14,6 +14,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/artifacts"
 	"github.com/codeexec/codeexec/sandbox/sessions"
 )
 
@@ -39,6 +40,10 @@ import (
 //     that reads the program (kept in /dev/shm, not in the working
 //     directory), so that each call ends, as a run does, with every process
 //     it started killed.
+//
+// A call's files are written into /tmp, and the files it created or changed
+// there come back as its artifacts, through a helper process of the session
+// (see session_files.go).
 
 const (
 	roleSession = "session"
@@ -82,6 +87,14 @@ type containerSession struct {
 	mu     sync.Mutex
 	closed bool
 	live   *driverExec
+	// filesHelper writes a call's files and finds its artifacts (see
+	// session_files.go); nil until needed, and after it failed.
+	filesHelper *helperExec
+	// known is what the previous call's artifacts were found with, to
+	// find the next call's against (see collectChanges).
+	known artifacts.Snapshot
+	// relayDown: the egress relay was killed with the rest (killAll).
+	relayDown bool
 }
 
 // driverExec is a running driver.
@@ -107,13 +120,20 @@ func (b sessionBackend) Start(ctx context.Context, spec sessions.Spec) (sessions
 		return nil, err
 	}
 	defer r.runs.Done()
+	keeper := keeperScript
+	if r.cfg.Egress != nil {
+		// As in a run container: the relay to the egress proxy listens
+		// before anything else starts.
+		keeper = relayLaunch(r.relayPython) + keeper
+	}
 	c, err := r.start(ctx, containerSpec{
 		role:     roleSession,
-		cmd:      []string{"/bin/sh", "-c", keeperScript},
+		cmd:      []string{"/bin/sh", "-c", keeper},
 		limits:   containerLimits(spec.Limits),
 		deadline: spec.Deadline.Add(leftoverGrace),
 		packages: spec.PackageDir,
 		lang:     lang,
+		egress:   r.cfg.Egress != nil,
 	}, lang)
 	if err != nil {
 		return nil, err
@@ -124,6 +144,15 @@ func (b sessionBackend) Start(ctx context.Context, spec sessions.Spec) (sessions
 			r.discard(c)
 			return nil, err
 		}
+	}
+	// The files helper starts now too, so that the first call does not
+	// wait for its exec.
+	if _, err := s.helper(ctx); err != nil {
+		if s.live != nil {
+			s.killAll(s.live)
+		}
+		r.discard(c)
+		return nil, err
 	}
 	r.log.Debug("session container started", "id", shortID(c.id), "session", spec.ID, "language", lang)
 	return s, nil
@@ -179,10 +208,12 @@ func (s *containerSession) startDriver(ctx context.Context) error {
 }
 
 // killAll kills every process of the session's container but its keeper,
-// and waits for driver d (if any) to be gone.
+// and waits for driver d (if any) to be gone. The egress relay goes too:
+// the next call starts it again.
 func (s *containerSession) killAll(d *driverExec) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
+	s.relayDown = s.c.egress != nil
 	if _, att, err := s.execIn(ctx, []string{"/bin/sh", "-c", killAllScript}); err != nil {
 		s.r.log.Warn("could not stop the processes of a session", "id", shortID(s.c.id), "err", err)
 	} else {
@@ -215,6 +246,26 @@ func (s *containerSession) Exec(ctx context.Context, req sandbox.Request) (*sand
 	if s.c.broken() {
 		return nil, fmt.Errorf("docker: %w: the session's container %s has stopped (for example by a restart of the Docker Engine); close the session and create another", sandbox.ErrSandboxUnavailable, shortID(s.c.id))
 	}
+	if err := s.writeFiles(ctx, req.Files); err != nil {
+		return nil, err
+	}
+	if s.relayDown {
+		s.relaunchRelay(ctx)
+	}
+	res, err := s.call(ctx, req)
+	if res != nil && s.c.egress != nil {
+		// What this call reached, and no connection of it beyond it.
+		res.Network = s.c.egress.session.Cut()
+	}
+	if err == nil && req.Artifacts != nil {
+		// The files written now are compared by content, as a run's are.
+		res.Artifacts, s.known = s.collectChanges(s.known.Add(artifacts.SnapshotOf(req.Files)), *req.Artifacts)
+	}
+	return res, err
+}
+
+// call runs one call's program, in the live driver or as a fresh bash.
+func (s *containerSession) call(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
 	if !sessions.Interpreted(s.spec.Language) {
 		return s.execFresh(ctx, req)
 	}
@@ -262,6 +313,26 @@ func (s *containerSession) Exec(ctx context.Context, req sandbox.Request) (*sand
 		return res, fmt.Errorf("docker: call cancelled: %w", ctx.Err())
 	}
 	return res, nil
+}
+
+// relaunchRelay starts the egress relay again after killAll, and waits
+// until it listens (or failed: the calls then have no network, which
+// their reports show). A relay still running makes the new one fail to
+// listen, harmlessly.
+func (s *containerSession) relaunchRelay(ctx context.Context) {
+	s.relayDown = false
+	ctx, cancel := context.WithTimeout(ctx, engineTimeout)
+	defer cancel()
+	_, att, err := s.execIn(ctx, []string{"/bin/sh", "-c", relayLaunch(s.r.relayPython)})
+	if err != nil {
+		s.r.log.Warn("could not start a session's egress relay again", "id", shortID(s.c.id), "err", err)
+		return
+	}
+	defer att.Close()
+	_ = att.CloseWrite()
+	stop := context.AfterFunc(ctx, func() { att.Close() })
+	defer stop()
+	_, _ = io.Copy(io.Discard, att.Reader)
 }
 
 // driverExit reads the exit status of a driver that ended.
@@ -377,9 +448,18 @@ func (s *containerSession) Close() error {
 		d.att.Close()
 		s.live = nil
 	}
+	if h := s.filesHelper; h != nil {
+		h.att.Close()
+		s.filesHelper = nil
+	}
 	s.c.attach.Close()
 	s.c.stop()
-	return s.r.remove(s.c.id)
+	err := s.r.remove(s.c.id)
+	if s.c.egress != nil {
+		// Its proxy session and socket directory.
+		s.c.egress.close()
+	}
+	return err
 }
 
 // isClosed reports whether Close has begun.

@@ -2,14 +2,18 @@ package docker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/moby/moby/client"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/artifacts"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 	"github.com/codeexec/codeexec/sandbox/sessions"
 )
@@ -132,4 +136,57 @@ func TestSessionOOM(t *testing.T) {
 
 func sessionSpec(lang string, lim sandbox.Limits) sessions.Spec {
 	return sessions.Spec{ID: "ses_test", Language: lang, Limits: lim, Deadline: time.Now().Add(time.Hour)}
+}
+
+// A call that times out has every process of the container killed, the
+// files helper too: the next call's files and artifacts go through a new one,
+// and what earlier calls made is not reported again.
+func TestSessionArtifactsAfterAKill(t *testing.T) {
+	r, _ := newRunner(t, Config{Languages: []string{"python"}})
+	s := sandboxtest.StartSession(t, r.Sessions(), "python")
+	call := func(code string, timeout time.Duration, files ...artifacts.Input) *sandbox.Result {
+		t.Helper()
+		req := sandboxtest.Req("python", code)
+		req.Files, req.Artifacts = files, &artifacts.Options{}
+		if timeout > 0 {
+			req.Limits.Timeout = timeout
+		}
+		res, err := s.Exec(context.Background(), req)
+		if err != nil {
+			t.Fatalf("call %q: %v", code, err)
+		}
+		return res
+	}
+	paths := func(res *sandbox.Result) []string {
+		var out []string
+		for _, a := range res.Artifacts.Artifacts {
+			out = append(out, a.Path)
+		}
+		return out
+	}
+	if got := paths(call("open('a.txt', 'w').write('a')", 0, artifacts.Input{Path: "in.txt", Data: []byte("in")})); !slices.Equal(got, []string{"a.txt"}) {
+		t.Fatalf("first call: %v", got)
+	}
+	res := call("while True: pass", 500*time.Millisecond)
+	if !res.TimedOut || !res.StateLost {
+		t.Fatalf("a timeout: timed out %v, state lost %v", res.TimedOut, res.StateLost)
+	}
+	if got := paths(res); len(got) != 0 {
+		t.Fatalf("a call that wrote nothing: %v", got)
+	}
+	res = call("print(open('in2.txt').read()); open('b.txt', 'w').write('b')", 0, artifacts.Input{Path: "in2.txt", Data: []byte("in2")})
+	if got := paths(res); res.Stdout != "in2\n" || !slices.Equal(got, []string{"b.txt"}) {
+		t.Fatalf("after the kill: stdout %q artifacts %v (note %q); want in2 and b.txt", res.Stdout, got, res.Artifacts.Note())
+	}
+	// A folder the code made read-only refuses the file, in a sentence;
+	// the helper goes on with the next call's files.
+	call("import os; os.mkdir('ro'); os.chmod('ro', 0o555)", 0)
+	req := sandboxtest.Req("python", "print('ran')")
+	req.Files = []artifacts.Input{{Path: "ro/x.txt", Data: []byte("x")}, {Path: "later.txt", Data: []byte("y")}}
+	if _, err := s.Exec(context.Background(), req); !errors.Is(err, artifacts.ErrInvalidFile) || !strings.Contains(err.Error(), "files[0]") || !strings.Contains(err.Error(), "was not written") {
+		t.Fatalf("a file in a read-only folder: %v", err)
+	}
+	if res := call("print(open('c.txt').read())", 0, artifacts.Input{Path: "c.txt", Data: []byte("c")}); res.Stdout != "c\n" {
+		t.Fatalf("the call after a refused file: stdout %q stderr %q", res.Stdout, res.Stderr)
+	}
 }

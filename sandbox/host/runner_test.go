@@ -3,10 +3,12 @@ package host_test
 import (
 	"context"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/artifacts"
 	"github.com/codeexec/codeexec/sandbox/egress/proxy"
 	"github.com/codeexec/codeexec/sandbox/host"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
@@ -88,6 +90,18 @@ func TestEgressIsAdviceOnly(t *testing.T) {
 	if res.Network == nil || len(res.Network.Reached) == 0 || len(res.Network.Refused) == 0 {
 		t.Fatalf("network report = %+v", res.Network)
 	}
+	// A session's calls are pointed at the proxy too (not at the server's
+	// own), each with a report of its own.
+	s := sandboxtest.StartSession(t, r.Sessions(), "python")
+	for i := range 2 {
+		res := sandboxtest.SessionCall(t, s, "python", e.Program())
+		if got := sandboxtest.Line(res.Stdout, "http"); got != "200 plain-ok" {
+			t.Fatalf("session call %d: http: %q\n%s%s", i, got, res.Stdout, res.Stderr)
+		}
+		if res.Network == nil || len(res.Network.Reached) == 0 || res.Network.Reached[0].Connections != 1 {
+			t.Fatalf("session call %d: network report = %+v", i, res.Network)
+		}
+	}
 }
 
 func TestSessionSuite(t *testing.T) {
@@ -95,4 +109,33 @@ func TestSessionSuite(t *testing.T) {
 		Mode: sandbox.ModeNone,
 		Gone: func(t *testing.T, dir string) bool { _, err := os.Stat(dir); return os.IsNotExist(err) },
 	})
+}
+
+// A session's programs get a run's environment: WORKSPACE, and python's
+// figure hook where the host's python has matplotlib.
+func TestSessionEnvironmentIsARuns(t *testing.T) {
+	ws := t.TempDir()
+	r, err := host.New(context.Background(), host.Config{Languages: []string{"python", "bash"}, WorkRoot: t.TempDir(), Workspace: &sandbox.Workspace{Dir: ws}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	sh := sandboxtest.StartSession(t, r.Sessions(), "bash")
+	if res := sandboxtest.SessionCall(t, sh, "bash", `echo "$WORKSPACE"`); res.Stdout != ws+"\n" {
+		t.Errorf("WORKSPACE in a session: %q", res.Stdout)
+	}
+	st, _ := r.Capabilities().Language("python")
+	if !slices.ContainsFunc(st.Packages, func(p sandbox.Package) bool { return p.Name == "matplotlib" && p.Available }) {
+		t.Skip("the host's python has no matplotlib")
+	}
+	py := sandboxtest.StartSession(t, r.Sessions(), "python")
+	req := sandboxtest.Req("python", "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()")
+	req.Artifacts = &artifacts.Options{}
+	res, err := py.Exec(context.Background(), req)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if len(res.Artifacts.Artifacts) != 1 || res.Artifacts.Artifacts[0].Path != "figure_1.png" {
+		t.Fatalf("artifacts %+v (stderr %q), want figure_1.png", res.Artifacts, res.Stderr)
+	}
 }

@@ -3,10 +3,12 @@ package host
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/egress"
 	"github.com/codeexec/codeexec/sandbox/internal/executor"
 	"github.com/codeexec/codeexec/sandbox/internal/sessionproc"
 	"github.com/codeexec/codeexec/sandbox/sessions"
@@ -28,14 +30,32 @@ func (b sessionBackend) Start(ctx context.Context, spec sessions.Spec) (sessions
 		return nil, err
 	}
 	s, err := sessionproc.Start(ctx, sessionproc.Host{
-		Mode:  sandbox.ModeNone,
-		Root:  r.root,
-		Begin: r.runs.Begin,
-		Spec: func(lang, dir, path string, args []string, stdin string, lim sandbox.Limits) (executor.Spec, func(), error) {
+		Mode:   sandbox.ModeNone,
+		Root:   r.root,
+		Begin:  r.runs.Begin,
+		Egress: r.egress,
+		Spec: func(lang, dir, path string, args []string, stdin string, lim sandbox.Limits, serve func(net.Listener)) (executor.Spec, func(), error) {
 			marker := RunIDVariable + "=" + filepath.Base(dir) + "-" + filepath.Base(args[len(args)-1])
 			env := append(os.Environ(), marker)
 			if spec.PackageDir != nil {
 				env = append(env, sandbox.PackageEnv(lang, spec.PackageDir.HostDir)...)
+			}
+			if serve != nil {
+				// As a run: the program is pointed at a listener of its own
+				// (not enforced in mode none; see EgressWarning).
+				l, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					return executor.Spec{}, nil, fmt.Errorf("%w: egress listener: %v", sandbox.ErrSandboxUnavailable, err)
+				}
+				serve(l)
+				env = append(withoutProxyEnv(env), egress.ProxyEnv(l.Addr().String())...)
+			}
+			// And as a run: WORKSPACE, and python's figure hook.
+			if r.workspace != nil {
+				env = append(env, sandbox.WorkspaceVariable+"="+r.workspace.Dir)
+			}
+			if lang == "python" && r.python != nil {
+				path, env = r.python.Python, executor.PythonEnv(env, r.python)
 			}
 			return executor.Spec{
 				Path:      path,

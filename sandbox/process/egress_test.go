@@ -25,13 +25,16 @@ func TestEgressAllowlist(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			proxy := proxy.New(e.Policy(t, allowPrivate), nil)
-			r, err := process.New(context.Background(), process.Config{Languages: []string{"python"}, WorkRoot: WorkRoot(t), Egress: proxy})
+			r, err := process.New(context.Background(), process.Config{Languages: []string{"python", "bash"}, WorkRoot: WorkRoot(t), Egress: proxy})
 			if err != nil {
 				t.Fatalf("process.New: %v", err)
 			}
 			t.Cleanup(func() { _ = r.Close() })
 			// 127.0.0.1 inside the run is the run's own loopback.
 			e.CheckEgress(t, r, allowPrivate, "127.0.0.1")
+			// A session's calls reach what a run reaches, each with a
+			// report of its own.
+			e.CheckSessionEgress(t, r.Sessions(), allowPrivate, "127.0.0.1")
 		})
 	}
 }

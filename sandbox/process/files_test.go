@@ -91,6 +91,14 @@ plt.show()
 	}
 }
 
+// In a session, a chart that a call shows comes back from that call, as a
+// run's does; the data loaded by an earlier call is still there.
+func TestChartsInASession(t *testing.T) {
+	r := newRunner(t)
+	requirePackages(t, r)
+	sandboxtest.CheckSessionChart(t, r.Sessions())
+}
+
 // workspaceDir makes a workspace that the sandbox user can read (and, when
 // writable, write), holding readme.txt.
 func workspaceDir(t *testing.T, writable bool) string {
@@ -161,6 +169,11 @@ func TestWorkspace(t *testing.T) {
 					t.Errorf("a writable workspace was not written: %v, stdout %q stderr %q", statErr, res.Stdout, res.Stderr)
 				case !writable && c.enforced && (statErr == nil || strings.Contains(res.Stdout, "wrote")):
 					t.Errorf("a read-only workspace was written (stdout %q)", res.Stdout)
+				}
+				// A session sees it where a run does.
+				s := sandboxtest.StartSession(t, r.Sessions(), "bash")
+				if res := sandboxtest.SessionCall(t, s, "bash", `echo "$WORKSPACE"; cat "$WORKSPACE/readme.txt"`); res.Stdout != at+"\nproject notes" {
+					t.Errorf("in a session: stdout %q stderr %q", res.Stdout, res.Stderr)
 				}
 			})
 		}

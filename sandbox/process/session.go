@@ -3,10 +3,12 @@ package process
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
 	"sync"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/egress"
 	"github.com/codeexec/codeexec/sandbox/internal/executor"
 	"github.com/codeexec/codeexec/sandbox/internal/sessionproc"
 	"github.com/codeexec/codeexec/sandbox/sessions"
@@ -45,6 +47,7 @@ func (b sessionBackend) Start(ctx context.Context, spec sessions.Spec) (sessions
 		Root:    r.root,
 		Begin:   r.runs.Begin,
 		Spec:    sg.spec,
+		Egress:  r.egress,
 		Owner:   g.owner,
 		Finish:  sg.finish,
 		Release: sg.release,
@@ -68,7 +71,7 @@ type sessionGuard struct {
 
 // spec is the Spec of one program of a session: a run's, in the session's
 // directory, as the session's user and in its cgroups.
-func (sg *sessionGuard) spec(lang, dir, path string, args []string, stdin string, lim sandbox.Limits) (executor.Spec, func(), error) {
+func (sg *sessionGuard) spec(lang, dir, path string, args []string, stdin string, lim sandbox.Limits, serve func(net.Listener)) (executor.Spec, func(), error) {
 	r, g := sg.r, sg.g
 	iso := g.iso
 	cleanup := func() {}
@@ -84,13 +87,29 @@ func (sg *sessionGuard) spec(lang, dir, path string, args []string, stdin string
 	// The session's files outlive each program: its directory is bound,
 	// not copied into a tmpfs of the program's own.
 	iso.BindWork = true
-	env := minimalEnv(dir)
+	// The environment of a run: thread pools sized to the CPU limit,
+	// WORKSPACE, and python's figure hook (plt.show() saves the figures).
+	env := append(minimalEnv(dir), executor.ThreadEnv(lim.CPUs)...)
+	if r.workspace != nil {
+		env = append(env, sandbox.WorkspaceVariable+"="+iso.Path(*r.workspace))
+	}
+	if lang == "python" && r.python != nil {
+		path, env = r.python.Python, executor.PythonEnv(env, r.python)
+	}
+	var egressAddr string
+	if serve != nil {
+		// As a run: the program's network namespace has one way out, a
+		// listener on EgressAddr handed over to the proxy.
+		env, egressAddr = append(env, egress.ProxyEnv(EgressAddr)...), EgressAddr
+	}
 	if sg.pd != nil {
 		b := executor.Bind{Src: sg.pd.HostDir, Dst: sandbox.PackagesPath}
 		iso.Binds = append(slices.Clip(iso.Binds), b)
 		env = append(env, sandbox.PackageEnv(lang, iso.Path(b))...)
 	}
 	return executor.Spec{
+		EgressAddr:          egressAddr,
+		EgressServe:         serve,
 		Isolation:           iso,
 		Path:                path,
 		Args:                append(interpreterArgs(lang, lim), args...),
@@ -100,6 +119,7 @@ func (sg *sessionGuard) spec(lang, dir, path string, args []string, stdin string
 		Limits:              lim,
 		Rlimits:             true,
 		NoAddressSpaceLimit: g.cg != nil || lang == "javascript",
+		AddressSpaceExtra:   addressSpaceExtra(lang),
 		Credential:          g.cred,
 		NoNewPrivs:          true,
 		CgroupProcs:         g.cgroupProcs(),

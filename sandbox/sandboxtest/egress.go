@@ -13,6 +13,7 @@ import (
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/egress"
+	"github.com/codeexec/codeexec/sandbox/sessions"
 )
 
 // Egress is the shared test of CODE_EXEC_NETWORK=allowlist: listeners that
@@ -148,9 +149,52 @@ func Line(stdout, name string) string {
 // must fail.
 func (e *Egress) CheckEgress(t *testing.T, r sandbox.Runner, allowPrivate bool, rawIPs ...string) *sandbox.Result {
 	t.Helper()
+	return e.check(t, r.Run, "python", allowPrivate, rawIPs...)
+}
+
+// CheckSessionEgress is CheckEgress for the sessions of b, whose programs
+// go through a proxy with e.Policy(t, allowPrivate): in a python session,
+// the program reaches what a run reaches, call after call, and each call's
+// report is its own (a call in between that reaches nothing reports
+// nothing); in a bash session, a call that runs the program with python3
+// does too.
+func (e *Egress) CheckSessionEgress(t *testing.T, b sessions.Backend, allowPrivate bool, rawIPs ...string) {
+	t.Helper()
+	s := StartSession(t, b, "python")
+	for i := range 2 {
+		res := e.check(t, s.Exec, "python", allowPrivate, rawIPs...)
+		for _, r := range res.Network.Reached {
+			if r.Connections != 1 {
+				t.Errorf("call %d: %d connections to %s:%d, want 1 (a report of its own)", 2*i+1, r.Connections, r.Host, r.Port)
+			}
+		}
+		for _, r := range res.Network.Refused {
+			if r.Count != 1 {
+				t.Errorf("call %d: %d refusals of %s:%d, want 1 (a report of its own)", 2*i+1, r.Count, r.Host, r.Port)
+			}
+		}
+		if i == 0 {
+			res := SessionCall(t, s, "python", "x = 1")
+			if res.Network == nil || !res.Network.Empty() {
+				t.Errorf("a call that reached nothing: network report %+v, want an empty one", res.Network)
+			}
+		}
+	}
+	bs := StartSession(t, b, "bash")
+	e.check(t, bs.Exec, "bash", allowPrivate, rawIPs...)
+}
+
+// check runs the program with run (as python, or through python3 from
+// bash) and checks what it saw and its report.
+func (e *Egress) check(t *testing.T, run func(context.Context, sandbox.Request) (*sandbox.Result, error), lang string, allowPrivate bool, rawIPs ...string) *sandbox.Result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	res, err := r.Run(ctx, Req("python", e.Program(rawIPs...)))
+	code := e.Program(rawIPs...)
+	if lang == "bash" {
+		code = "python3 - <<'CODEEXEC_EOF'\n" + code + "CODEEXEC_EOF\n"
+	}
+	res, err := run(ctx, Req(lang, code))
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}

@@ -3,11 +3,13 @@ package sandboxtest
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/artifacts"
 	"github.com/codeexec/codeexec/sandbox/sessions"
 )
 
@@ -51,6 +53,29 @@ func SessionCall(t *testing.T, s sessions.Session, lang, code string) *sandbox.R
 		t.Fatalf("call %q: %v", code, err)
 	}
 	return res
+}
+
+// CheckSessionChart checks, in a python session of b whose python has
+// pandas and matplotlib: a CSV sent with one call is loaded; the chart that
+// a later call shows comes back from that call as figure_1.png, an image.
+func CheckSessionChart(t *testing.T, b sessions.Backend) {
+	t.Helper()
+	s := StartSession(t, b, "python")
+	req := Req("python", "import pandas as pd\ndf = pd.read_csv('temps.csv')")
+	req.Files = inputs(t, artifacts.File{Path: "temps.csv", Content: "city,temp\nOslo,3\nRome,18\nCairo,30\n"})
+	req.Artifacts = &artifacts.Options{}
+	if res, err := s.Exec(context.Background(), req); err != nil || res.ExitCode != 0 || len(res.Artifacts.Artifacts) != 0 {
+		t.Fatalf("loading: %+v %v", res, err)
+	}
+	req = Req("python", "import matplotlib.pyplot as plt\ndf.plot.bar(x='city', y='temp')\nplt.show()")
+	req.Artifacts = &artifacts.Options{}
+	res, err := s.Exec(context.Background(), req)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("plotting: %+v %v", res, err)
+	}
+	if got := artifactPaths(res); len(got) != 1 || got[0] != "figure_1.png" || res.Artifacts.Artifacts[0].Kind != artifacts.KindImage {
+		t.Fatalf("artifacts %+v (stderr %q), want figure_1.png as an image", res.Artifacts, res.Stderr)
+	}
 }
 
 // RunSessionSuite runs the shared session suite against b, a backend of a
@@ -102,6 +127,103 @@ func RunSessionSuite(t *testing.T, b sessions.Backend, opts SessionOptions) {
 				expect(t, SessionCall(t, s, lang, calls[1]), 0, want)
 			})
 		}
+	})
+
+	t.Run("files in and artifacts out, call by call", func(t *testing.T) {
+		t.Parallel()
+		for lang, calls := range map[string][4]string{
+			"python": {"x = 1",
+				"print(open('in/data.csv').read().splitlines()[1]); open('out.txt', 'w').write('made'); open('in/data.csv', 'a').write('3,4\\n')",
+				"print(open('out.txt').read())",
+				"open('out.txt', 'w').write('made'); open('late.svg', 'w').write('<svg xmlns=\"http://www.w3.org/2000/svg\"/>')"},
+			"javascript": {"let x = 1",
+				"const fs = require('fs'); console.log(fs.readFileSync('in/data.csv', 'utf8').split('\\n')[1]); fs.writeFileSync('out.txt', 'made'); fs.appendFileSync('in/data.csv', '3,4\\n')",
+				"console.log(require('fs').readFileSync('out.txt', 'utf8'))",
+				"require('fs').writeFileSync('out.txt', 'made'); require('fs').writeFileSync('late.svg', '<svg xmlns=\"http://www.w3.org/2000/svg\"/>')"},
+			"bash": {"x=1",
+				"sed -n 2p in/data.csv; printf made > out.txt; echo 3,4 >> in/data.csv",
+				"cat out.txt; echo",
+				"printf made > out.txt; echo '<svg xmlns=\"http://www.w3.org/2000/svg\"/>' > late.svg"},
+		} {
+			t.Run(lang, func(t *testing.T) {
+				t.Parallel()
+				s := StartSession(t, b, lang)
+				call := func(code string, files ...artifacts.File) *sandbox.Result {
+					t.Helper()
+					req := Req(lang, code)
+					req.Files = inputs(t, files...)
+					req.Artifacts = &artifacts.Options{}
+					res, err := s.Exec(context.Background(), req)
+					if err != nil {
+						t.Fatalf("call %q: %v", code, err)
+					}
+					if res.Artifacts == nil {
+						t.Fatalf("call %q: no collection", code)
+					}
+					return res
+				}
+				// Nothing written: no artifacts.
+				if res := call(calls[0]); len(res.Artifacts.Artifacts) != 0 || res.ExitCode != 0 {
+					t.Fatalf("first call: exit %d artifacts %v; want 0, none", res.ExitCode, artifactPaths(res))
+				}
+				// Files in; what the call made or changed comes back, the
+				// files it only read do not.
+				res := call(calls[1], artifacts.File{Path: "in/data.csv", Content: "a,b\n1,2\n"}, artifacts.File{Path: "unread.txt", Content: "x"})
+				expect(t, res, 0, "1,2\n")
+				if got := artifactPaths(res); !slices.Equal(got, []string{"in/data.csv", "out.txt"}) && !slices.Equal(got, []string{"out.txt", "in/data.csv"}) {
+					t.Fatalf("second call's artifacts %v; want in/data.csv and out.txt", got)
+				}
+				for _, a := range res.Artifacts.Artifacts {
+					if a.Path == "out.txt" && (string(a.Data) != "made" || a.Kind != artifacts.KindText) {
+						t.Errorf("out.txt: %q %s", a.Data, a.Kind)
+					}
+				}
+				// A call that only reads returns nothing: the files of
+				// earlier calls are not reported again.
+				res = call(calls[2])
+				expect(t, res, 0, "made\n")
+				if got := artifactPaths(res); len(got) != 0 {
+					t.Fatalf("a call that wrote nothing returned %v", got)
+				}
+				// A new image comes back as an image.
+				res = call(calls[3])
+				if got := artifactPaths(res); !slices.Contains(got, "late.svg") || slices.Contains(got, "in/data.csv") {
+					t.Fatalf("fourth call's artifacts %v; want late.svg, and not in/data.csv", got)
+				}
+				for _, a := range res.Artifacts.Artifacts {
+					if a.Path == "late.svg" && a.Kind != artifacts.KindImage {
+						t.Errorf("late.svg came back as %s, want an image", a.Kind)
+					}
+				}
+			})
+		}
+	})
+
+	t.Run("files are never written through a link", func(t *testing.T) {
+		t.Parallel()
+		s := StartSession(t, b, "python")
+		SessionCall(t, s, "python", "import os; os.symlink('/tmp', 'link')")
+		req := Req("python", "print('ran')")
+		req.Files = inputs(t, artifacts.File{Path: "link/planted.txt", Content: "x"})
+		if _, err := s.Exec(context.Background(), req); !errors.Is(err, artifacts.ErrInvalidFile) {
+			t.Fatalf("a file below a link: err = %v, want artifacts.ErrInvalidFile", err)
+		}
+		res := SessionCall(t, s, "python", "import os; print(os.path.exists('/tmp/planted.txt'))")
+		expect(t, res, 0, "False\n")
+		// A folder the code made read-only: the file is refused (or, for a
+		// server that may write anyway, written), never a sandbox failure.
+		SessionCall(t, s, "python", "import os; os.mkdir('ro'); os.chmod('ro', 0o555)")
+		req.Files = inputs(t, artifacts.File{Path: "ro/x.txt", Content: "x"})
+		if _, err := s.Exec(context.Background(), req); err != nil && !errors.Is(err, artifacts.ErrInvalidFile) {
+			t.Fatalf("a file in a read-only folder: err = %v, want artifacts.ErrInvalidFile or none", err)
+		}
+		req.Files = inputs(t, artifacts.File{Path: "after.txt", Content: "fine"})
+		req.Code = "print(open('after.txt').read())"
+		res, err := s.Exec(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		expect(t, res, 0, "fine\n")
 	})
 
 	t.Run("an exception keeps the state", func(t *testing.T) {

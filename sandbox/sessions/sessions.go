@@ -236,6 +236,9 @@ func (m *Manager) Create(ctx context.Context, owner string, o CreateOptions) (In
 	}
 	e.sess = sess
 	m.mu.Lock()
+	// Idle from when it is ready: a start slower than the idle timeout
+	// (a busy engine) must not end the session before its first call.
+	e.lastUsed = m.now()
 	m.starting--
 	if m.closed {
 		m.mu.Unlock()

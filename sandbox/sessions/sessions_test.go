@@ -277,6 +277,11 @@ func TestMaxLifetimeEndsABusySession(t *testing.T) {
 	if !errors.Is(err, ErrUnknownSession) || !strings.Contains(err.Error(), "ended during the call") {
 		t.Fatalf("err = %v, want the session's end", err)
 	}
+	// The janitor closes the sandbox after it stopped the call, so the
+	// call may return first.
+	for deadline := time.Now().Add(5 * time.Second); b.open() != 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if b.open() != 0 {
 		t.Errorf("the session's sandbox was not closed")
 	}
@@ -356,5 +361,24 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A session is idle from when it is ready: a start slower than the idle
+// timeout does not end it before its first call.
+func TestIdleCountsFromTheStart(t *testing.T) {
+	t.Parallel()
+	b := &fakeBackend{start: func(Spec) error {
+		time.Sleep(300 * time.Millisecond)
+		return nil
+	}}
+	m := newManager(t, b, func(c *Config) { c.IdleTimeout = 200 * time.Millisecond })
+	info, err := m.Create(context.Background(), "a", CreateOptions{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the client's round trip
+	if _, err := m.Exec(context.Background(), "a", info.ID, py("x")); err != nil {
+		t.Fatalf("the first call, soon after a slow start: %v", err)
 	}
 }

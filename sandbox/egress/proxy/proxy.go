@@ -152,6 +152,34 @@ func (s *Session) Close() *egress.Report {
 	return s.report
 }
 
+// Cut ends the part of the session that one run had, for a session that
+// serves several runs in turn (the calls of a codeexec session, whose
+// sandbox, and so its listener, lives across them): it closes every
+// connection still open, so that none outlives the run that opened it,
+// returns the report of what was reached and refused since Serve or the
+// last Cut, and counts the caps on connections and bytes afresh. After
+// Close it returns an empty report.
+func (s *Session) Cut() *egress.Report {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return &egress.Report{Reached: []egress.Reached{}, Refused: []egress.Refused{}}
+	}
+	conns := make([]net.Conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.dials = 0
+	s.mu.Unlock()
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	s.transport.CloseIdleConnections()
+	rep := s.rec.cut()
+	s.bytes.Store(0)
+	return rep
+}
+
 // begin registers a unit of work; it fails once the session is closed.
 func (s *Session) begin() bool {
 	s.mu.Lock()

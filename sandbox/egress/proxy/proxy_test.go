@@ -165,21 +165,32 @@ func TestTunnelsTLSWithoutInterception(t *testing.T) {
 // connect sends a raw CONNECT and returns the proxy's status code.
 func connect(t *testing.T, proxyAddr, target string) int {
 	t.Helper()
+	c, _, code := tunnel(t, proxyAddr, target)
+	c.Close()
+	return code
+}
+
+// tunnel sends a CONNECT for target to the proxy and returns the
+// connection, its reader past the response, and the response's status.
+func tunnel(t *testing.T, proxyAddr, target string) (net.Conn, *bufio.Reader, int) {
+	t.Helper()
 	c, err := net.Dial("tcp", proxyAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
 	req := &http.Request{Method: http.MethodConnect, URL: &url.URL{Opaque: target}, Host: target, Header: http.Header{}}
 	if err := req.Write(c); err != nil {
+		c.Close()
 		t.Fatal(err)
 	}
-	resp, err := http.ReadResponse(bufio.NewReader(c), req)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, req)
 	if err != nil {
+		c.Close()
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	return resp.StatusCode
+	return c, br, resp.StatusCode
 }
 
 func TestRefusals(t *testing.T) {
@@ -486,4 +497,47 @@ type resolverFunc func(ctx context.Context, network, host string) ([]netip.Addr,
 
 func (f resolverFunc) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
 	return f(ctx, network, host)
+}
+
+// A session that serves several runs in turn (the calls of a codeexec
+// session) cuts between them: each part has its own report and its own
+// caps, and no connection outlives the part that opened it.
+func TestCutGivesEachRunItsReportAndCaps(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, func(p *egress.Policy, f *fixture) { p.Caps.Connections = 1 })
+	target := "allowed.test:" + strconv.Itoa(f.hport)
+	if codes := []int{connect(t, f.addr, target), connect(t, f.addr, "notlisted.test:80")}; codes[0] != 200 || codes[1] == 200 {
+		t.Fatalf("first part: CONNECT codes = %v", codes)
+	}
+	rep := f.session.Cut()
+	if len(rep.Reached) != 1 || rep.Reached[0].Connections != 1 {
+		t.Fatalf("first part reached = %+v", rep.Reached)
+	}
+	if len(rep.Refused) != 1 || rep.Refused[0].Host != "notlisted.test" || rep.Refused[0].Reason != egress.ReasonNotAllowed {
+		t.Fatalf("first part refused = %+v", rep.Refused)
+	}
+	// The cap of one connection counts afresh; the tunnel stays open
+	// until the cut.
+	c, br, code := tunnel(t, f.addr, target)
+	defer c.Close()
+	if code != 200 {
+		t.Fatalf("second part: CONNECT = %d, want 200 (the cap counts afresh)", code)
+	}
+	rep = f.session.Cut()
+	if len(rep.Reached) != 1 || rep.Reached[0].Connections != 1 || len(rep.Refused) != 0 {
+		t.Fatalf("second part = %+v", rep)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !strings.Contains(fmt.Sprint(err), "reset") {
+		t.Fatalf("the tunnel outlived the cut: read err = %v", err)
+	}
+	if rep := f.session.Cut(); !rep.Empty() {
+		t.Fatalf("a part with nothing = %+v", rep)
+	}
+	if rep := f.session.Close(); !rep.Empty() {
+		t.Fatalf("after the cuts, Close = %+v", rep)
+	}
+	if rep := f.session.Cut(); rep == nil || !rep.Empty() {
+		t.Fatalf("Cut after Close = %+v", rep)
+	}
 }

@@ -34,7 +34,8 @@ func WriteFiles(dir string, files []artifacts.Input, owner *Owner) (artifacts.Sn
 }
 
 // CollectArtifacts returns what the run created or changed in dir since
-// before, within opts' caps, leaving out the program file. A walk that
+// before, within opts' caps, leaving out the program file (none when
+// programFile is "", as in a session's directory). A walk that
 // fails is reported in the Collection (Incomplete), not as an error: the
 // run itself happened.
 func CollectArtifacts(dir, programFile string, before artifacts.Snapshot, opts artifacts.Options) *artifacts.Collection {

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -24,6 +25,9 @@ import (
 	"time"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/artifacts"
+	"github.com/codeexec/codeexec/sandbox/egress"
+	"github.com/codeexec/codeexec/sandbox/egress/proxy"
 	"github.com/codeexec/codeexec/sandbox/internal/executor"
 	"github.com/codeexec/codeexec/sandbox/sessions"
 )
@@ -38,8 +42,18 @@ type Host struct {
 	// the Runner stops the session); see executor.RunGroup.Begin.
 	Begin func(ctx context.Context) (context.Context, func(), error)
 	// Spec returns the Spec of one program of lang in dir, and what to
-	// clean up after it ran.
-	Spec func(lang, dir, path string, args []string, stdin string, lim sandbox.Limits) (executor.Spec, func(), error)
+	// clean up after it ran. With serve set (Egress is), the program
+	// reaches the network only through the egress proxy, as a run of the
+	// mode does: the mode hands the listener that the program's
+	// HTTP_PROXY and HTTPS_PROXY point at to serve, before the program
+	// starts.
+	Spec func(lang, dir, path string, args []string, stdin string, lim sandbox.Limits, serve func(net.Listener)) (executor.Spec, func(), error)
+	// Egress, if set, is the proxy through which the session's programs
+	// reach the network (CODE_EXEC_NETWORK=allowlist). The interpreter's
+	// proxy session lives as long as the interpreter and is cut after each
+	// call (proxy.Session.Cut), so that each call's Result reports what that
+	// call reached, within a run's caps; a bash call has one of its own.
+	Egress *proxy.Proxy
 	// Owner is the host user that owns the session's directory and
 	// files, when it is not the server's own.
 	Owner func() (uid, gid int, ok bool)
@@ -80,6 +94,54 @@ type interpreter struct {
 	done   chan struct{} // closed when the run has ended and is cleaned up
 	res    sandbox.Result
 	err    error
+	// egress is the interpreter's part of the egress proxy (nil without
+	// one); network is its last report, once the interpreter has ended.
+	egress  *egressPart
+	network *egress.Report
+}
+
+// egressPart is the proxy session of one program of a session (its
+// interpreter, or a bash call), once the program's listener is handed
+// over. A nil *egressPart reports nothing.
+type egressPart struct {
+	mu sync.Mutex
+	s  *proxy.Session
+}
+
+// newEgressPart returns a part for a program, and the function that the
+// mode hands the program's listener to; nil ones without a proxy.
+func newEgressPart(p *proxy.Proxy, id string) (*egressPart, func(net.Listener)) {
+	if p == nil {
+		return nil, nil
+	}
+	e := &egressPart{}
+	return e, func(l net.Listener) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		e.s = p.Serve(id, l)
+	}
+}
+
+// cut returns what the program reached since the last cut.
+func (e *egressPart) cut() *egress.Report { return e.report(false) }
+
+// close ends the proxy session and returns what the program reached since
+// the last cut.
+func (e *egressPart) close() *egress.Report { return e.report(true) }
+
+func (e *egressPart) report(closing bool) *egress.Report {
+	if e == nil {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case e.s == nil:
+		return nil
+	case closing:
+		return e.s.Close()
+	}
+	return e.s.Cut()
 }
 
 // Start makes the session's directory; the interpreter starts with the
@@ -157,8 +219,10 @@ func (s *Session) startInterpreter(ctx context.Context) error {
 	lim := s.spec.Limits
 	lim.Timeout = time.Until(s.spec.Deadline) + time.Minute
 	lim.OutputBytes = driverOutput
-	spec, cleanup, err := s.h.Spec(s.lang.Name, s.dir, s.interp.Path, append(s.lang.RunArgs(s.spec.PackageDir != nil), args...), "", lim)
+	part, serve := newEgressPart(s.h.Egress, s.spec.ID)
+	spec, cleanup, err := s.h.Spec(s.lang.Name, s.dir, s.interp.Path, append(s.lang.RunArgs(s.spec.PackageDir != nil), args...), "", lim, serve)
 	if err != nil {
+		_ = part.close()
 		return fail("preparing the interpreter", err)
 	}
 	runCtx, end, err := s.h.Begin(context.Background())
@@ -167,15 +231,17 @@ func (s *Session) startInterpreter(ctx context.Context) error {
 		for _, f := range files {
 			_ = f.Close()
 		}
+		_ = part.close()
 		return err
 	}
 	runCtx, cancel := context.WithCancel(runCtx)
-	it := &interpreter{conn: sessions.NewConn(files[0], files[1]), cancel: cancel, done: make(chan struct{})}
+	it := &interpreter{conn: sessions.NewConn(files[0], files[1]), cancel: cancel, done: make(chan struct{}), egress: part}
 	go func() {
 		defer close(it.done)
 		defer end()
 		defer cleanup()
 		it.err = executor.Spawn(runCtx, spec, &it.res)
+		it.network = part.close()
 		// The interpreter is gone: its FIFOs can give nothing more.
 		_ = it.conn.Close()
 		_ = os.Remove(inPath)
@@ -205,24 +271,67 @@ func (it *interpreter) kill() {
 }
 
 // Exec runs one call. See sessions.Session.
+//
+// The request's files are written into the session's directory before the
+// call, never through a symbolic link; with req.Artifacts, the Result holds
+// the files that the call created or changed there (those of earlier calls
+// are not reported again).
 func (s *Session) Exec(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, fmt.Errorf("session: %w", sandbox.ErrClosed)
 	}
-	if !sessions.Interpreted(s.lang.Name) {
-		return s.runFresh(ctx, req)
-	}
-	if s.live == nil {
+	if sessions.Interpreted(s.lang.Name) && s.live == nil {
 		if err := s.startInterpreter(ctx); err != nil {
 			return nil, err
 		}
+	}
+	// After the interpreter's start, so that its control channel, unlinked
+	// by then, is never taken for a file of the call.
+	before, err := s.writeFiles(req)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.call(ctx, req)
+	if err == nil && req.Artifacts != nil {
+		res.Artifacts = executor.CollectArtifacts(s.dir, "", before, *req.Artifacts)
+	}
+	return res, err
+}
+
+// writeFiles writes req's files into the session's directory, as the
+// session's user, and returns the snapshot of the directory that the
+// call's artifacts are found against (nothing, without req.Artifacts).
+func (s *Session) writeFiles(req sandbox.Request) (artifacts.Snapshot, error) {
+	var owner *executor.Owner
+	if uid, gid, ok := s.h.Owner(); ok {
+		owner = &executor.Owner{UID: uid, GID: gid}
+	}
+	written, err := executor.WriteFiles(s.dir, req.Files, owner)
+	if err != nil || req.Artifacts == nil {
+		return written, err
+	}
+	// Sizes and times of what is there, and the digests of what was just
+	// written: an input the call rewrites with the same bytes is no artifact.
+	snap, err := artifacts.Take(artifacts.DirSource{Dir: s.dir}, *req.Artifacts)
+	if err != nil {
+		return written, fmt.Errorf("%w: reading the session's directory: %v", sandbox.ErrSandboxUnavailable, err)
+	}
+	return snap.Add(written), nil
+}
+
+// call runs one call's program: in the live interpreter, or as a fresh
+// bash.
+func (s *Session) call(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
+	if !sessions.Interpreted(s.lang.Name) {
+		return s.runFresh(ctx, req)
 	}
 	it := s.live
 	res, outcome := it.conn.Exec(ctx, req.Code, req.Stdin, req.Limits)
 	res.Sandbox = s.h.Mode
 	if outcome == sessions.Completed {
+		res.Network = it.egress.cut()
 		s.finish(res)
 		return res, nil
 	}
@@ -230,6 +339,7 @@ func (s *Session) Exec(ctx context.Context, req sandbox.Request) (*sandbox.Resul
 	s.live = nil
 	it.kill()
 	res.StateLost = true
+	res.Network = it.network
 	if outcome == sessions.Died {
 		// The interpreter ended by itself: a crash, a signal, or a
 		// resource limit the kernel enforced.
@@ -270,13 +380,16 @@ func (s *Session) runFresh(ctx context.Context, req sandbox.Request) (*sandbox.R
 	}
 	lim := s.spec.Limits
 	lim.Timeout, lim.OutputBytes = req.Limits.Timeout, req.Limits.OutputBytes
-	spec, cleanup, err := s.h.Spec(s.lang.Name, s.dir, s.interp.Path, append(s.lang.RunArgs(s.spec.PackageDir != nil), file), req.Stdin, lim)
+	part, serve := newEgressPart(s.h.Egress, s.spec.ID)
+	spec, cleanup, err := s.h.Spec(s.lang.Name, s.dir, s.interp.Path, append(s.lang.RunArgs(s.spec.PackageDir != nil), file), req.Stdin, lim, serve)
 	if err != nil {
+		_ = part.close()
 		return nil, err
 	}
 	defer cleanup()
 	res := &sandbox.Result{Sandbox: s.h.Mode}
 	err = executor.Spawn(ctx, spec, res)
+	res.Network = part.close()
 	s.finish(res)
 	return res, err
 }
