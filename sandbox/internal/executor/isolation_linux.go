@@ -86,6 +86,19 @@ func enterIsolation(spec Spec) error {
 	return nil
 }
 
+// mountOwnProc mounts a /proc of the supervisor's PID namespace over the
+// host's, in its own mount namespace (made private first, so that nothing
+// propagates back to the host).
+func mountOwnProc() error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("making mounts private: %w", err)
+	}
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mounting the run's /proc: %w", err)
+	}
+	return nil
+}
+
 // loopbackUp sets the flag IFF_UP on lo, the only interface of a new
 // network namespace.
 func loopbackUp() error {

@@ -367,6 +367,14 @@ func supervisorMain() int {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return report(status{Error: "becoming a child subreaper: " + err.Error()})
 	}
+	if base.Isolation.PID && base.Isolation.Mount {
+		// The exec stage starts before the run's root is built: give this
+		// mount namespace a /proc of the run's PID namespace first, where
+		// the stage's pid (in which Go writes its uid map) is its own.
+		if err := mountOwnProc(); err != nil {
+			return report(status{Error: err.Error()})
+		}
+	}
 	var limits *nsLimits
 	if base.Isolation.User {
 		// Opened now, while the supervisor still sees the host's /proc.
