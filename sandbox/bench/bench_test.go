@@ -76,6 +76,9 @@ func BenchmarkPython(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer r.Close()
+			if m.name == "process" || m.name == "process-on-demand" {
+				requireIsolation(b, r)
+			}
 			// As the server asks: a plain call also collects what the
 			// program left in its working directory (nothing, here).
 			req := sandboxtest.Req("python", program)
@@ -87,6 +90,22 @@ func BenchmarkPython(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// requireIsolation says which kernel protections a process-mode runner
+// lacks: a figure measured without them would flatter process mode. With
+// CODE_EXEC_REQUIRE_ISOLATION=1 a missing one fails the benchmark.
+func requireIsolation(b *testing.B, r sandbox.Runner) {
+	b.Helper()
+	for _, p := range r.Capabilities().Protections {
+		if p.Active {
+			continue
+		}
+		if os.Getenv("CODE_EXEC_REQUIRE_ISOLATION") == "1" {
+			b.Fatalf("process mode runs without %s (%s): the figure would not be process mode's", p.Name, p.Detail)
+		}
+		b.Logf("NOTE: process mode runs without %s here (%s)", p.Name, p.Detail)
 	}
 }
 
