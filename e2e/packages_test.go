@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -76,12 +77,19 @@ func checkPackages(t *testing.T, mode, ip string) {
 		t.Fatalf("first call: isError=%v %q", res.IsError, text(res))
 	}
 	downloads := ix.Downloads.Load()
-	start = time.Now()
-	res, out = execute(t, cs, args)
-	cached := time.Since(start)
-	if res.IsError || strings.TrimSpace(out.Stdout) != "42" {
-		t.Fatalf("second call: isError=%v %q", res.IsError, text(res))
+	// The cached time is the median of three cached calls, so that one
+	// call slowed by a busy machine does not decide the ratio.
+	var times []time.Duration
+	for range 3 {
+		start = time.Now()
+		res, out = execute(t, cs, args)
+		times = append(times, time.Since(start))
+		if res.IsError || strings.TrimSpace(out.Stdout) != "42" {
+			t.Fatalf("a cached call: isError=%v %q", res.IsError, text(res))
+		}
 	}
+	slices.Sort(times)
+	cached := times[1]
 	t.Logf("%s: cold %v, cached %v (%.1f×)", mode, cold, cached, float64(cold)/float64(cached))
 	if !strings.Contains(text(res), "Packages: codeexec-demo==1.0 (from the cache).") {
 		t.Errorf("the second call's text does not say the packages came from the cache:\n%s", text(res))

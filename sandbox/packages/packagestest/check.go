@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -114,11 +115,21 @@ func Check(t *testing.T, s Setup) {
 					t.Errorf("first run's packages report: %+v", p)
 				}
 				downloads := s.Index.Downloads.Load()
-				settle()
-				res, cached, err := run(t, c.lang, c.code, c.spec)
-				if err != nil || strings.TrimSpace(res.Stdout) != "42" {
-					t.Fatalf("second run: %v, %+v", err, res)
+				// The cached time is the median of three cached runs, so
+				// that one run slowed by a busy machine does not decide
+				// the ratio.
+				var times []time.Duration
+				for range 3 {
+					settle()
+					var took time.Duration
+					res, took, err = run(t, c.lang, c.code, c.spec)
+					if err != nil || strings.TrimSpace(res.Stdout) != "42" {
+						t.Fatalf("a cached run: %v, %+v", err, res)
+					}
+					times = append(times, took)
 				}
+				slices.Sort(times)
+				cached := times[1]
 				if p := res.Packages; p == nil || !p.Cached {
 					t.Errorf("second run's packages report: %+v, want cached", p)
 				}
