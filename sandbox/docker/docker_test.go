@@ -499,29 +499,49 @@ func programRunning(t *testing.T, r *Runner, cli *client.Client, marker string) 
 }
 
 // inContainerProcesses reports whether a process with marker in its command
-// line runs in the container id (false once the container is gone).
+// line runs in the container id (false once the container is gone). Each
+// look is bounded: under gVisor an exec's output stream sometimes never
+// ends, so a look that times out is tried again, three times at most.
 func inContainerProcesses(t testing.TB, cli *client.Client, id, marker string) bool {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	for range 3 {
+		seen, done := lookInContainer(cli, id, marker)
+		if done {
+			return seen
+		}
+	}
+	t.Fatalf("three looks at the processes of container %s timed out", id)
+	return false
+}
+
+// lookInContainer lists the command lines in container id once; done is
+// false when the listing did not finish within 20 s.
+func lookInContainer(cli *client.Client, id, marker string) (seen, done bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	ex, err := cli.ExecCreate(ctx, id, client.ExecCreateOptions{
 		AttachStdout: true,
 		Cmd:          []string{"/bin/sh", "-c", `for f in /proc/[0-9]*/cmdline; do tr '\0' ' ' <"$f" 2>/dev/null; echo; done`},
 	})
 	if err != nil {
-		return false // not running, or gone
+		return false, true // not running, or gone
 	}
 	att, err := cli.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
 	if err != nil {
-		return false
+		return false, true
 	}
 	defer att.Close()
+	if dl, ok := ctx.Deadline(); ok && att.Conn != nil {
+		_ = att.Conn.SetDeadline(dl)
+	}
 	var out strings.Builder
-	_, _ = stdcopy.StdCopy(&out, io.Discard, att.Reader)
+	if _, err := stdcopy.StdCopy(&out, io.Discard, att.Reader); err != nil && ctx.Err() != nil {
+		return false, false
+	}
 	for _, line := range strings.Split(out.String(), "\n") {
 		if strings.Contains(line, marker) && !strings.Contains(line, "/proc/[0-9]") {
-			return true
+			return true, true
 		}
 	}
-	return false
+	return false, true
 }
