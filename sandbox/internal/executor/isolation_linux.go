@@ -337,19 +337,7 @@ func bindReadOnly(src, dst string) error {
 	}
 	// A read-only remount must keep the flags the kernel locked on the
 	// original mount (nodev, noexec, ...), or it is refused.
-	flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_RDONLY | unix.MS_NOSUID)
-	var st unix.Statfs_t
-	if unix.Statfs(dst, &st) == nil {
-		for _, f := range []struct{ st, ms int64 }{
-			{unix.ST_NODEV, unix.MS_NODEV}, {unix.ST_NOEXEC, unix.MS_NOEXEC},
-			{unix.ST_NOATIME, unix.MS_NOATIME}, {unix.ST_NODIRATIME, unix.MS_NODIRATIME},
-			{unix.ST_RELATIME, unix.MS_RELATIME},
-		} {
-			if st.Flags&f.st != 0 {
-				flags |= uintptr(f.ms)
-			}
-		}
-	}
+	flags := uintptr(unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID) | lockedFlags(dst)
 	if err := unix.Mount("", dst, "", flags, ""); err != nil {
 		return fmt.Errorf("making %s read-only: %w", src, err)
 	}
