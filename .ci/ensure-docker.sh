@@ -85,25 +85,31 @@ else
     say "Docker Engine $(docker version --format '{{.Server.Version}}') answers"
 fi
 
-# An image from before CODE_EXEC_PACKAGES lacks pip and npm (the label
-# io.codeexec.sandbox.installers says it has them): rebuild it once.
-installers="$(docker image inspect --format '{{ index .Config.Labels "io.codeexec.sandbox.installers" }}' "$image" 2>/dev/null || true)"
-if docker image inspect "$image" >/dev/null 2>&1 && [[ "$installers" == "pip npm" ]]; then
-    say "sandbox image $image present"
-elif docker image inspect "$image" >/dev/null 2>&1; then
-    say "sandbox image $image has no package installers (pip, npm): rebuilding it"
-    "$root/docker/build-sandbox-image.sh" --profile default --image "$image" </dev/null \
-        || die "building $image failed (see the output above)"
-else
-    say "sandbox image $image missing: building it"
-    "$root/docker/build-sandbox-image.sh" --profile default --image "$image" </dev/null \
-        || die "building $image failed (see the output above)"
-fi
-if docker image inspect "$datascience_image" >/dev/null 2>&1; then
-    say "data-science image $datascience_image present"
-else
-    say "data-science image $datascience_image missing: building it (a few minutes)"
-    "$root/docker/build-sandbox-image.sh" --profile datascience --image "$datascience_image" </dev/null \
-        || die "building $datascience_image failed (see the output above)"
-fi
+# An image built by an earlier version of docker/sandbox/Dockerfile lacks
+# what its labels say the current one has: pip and npm
+# (io.codeexec.sandbox.installers, for CODE_EXEC_PACKAGES) and localhost
+# without /etc/hosts (io.codeexec.sandbox.localhost, for the runtime's own
+# network namespace). Such an image is rebuilt once; the data-science image
+# starts from the default one and carries its labels.
+label() { docker image inspect --format "{{ index .Config.Labels \"$2\" }}" "$1" 2>/dev/null || true; }
+stale() {
+    [[ "$(label "$1" io.codeexec.sandbox.installers)" != "pip npm" ]] && { echo "no package installers (pip, npm)"; return 0; }
+    [[ "$(label "$1" io.codeexec.sandbox.localhost)" != "nss-myhostname" ]] && { echo "no nss-myhostname (localhost without /etc/hosts)"; return 0; }
+    return 1
+}
+ensure_image() { # image profile what
+    local why
+    if ! docker image inspect "$1" >/dev/null 2>&1; then
+        say "$3 $1 missing: building it"
+    elif why="$(stale "$1")"; then
+        say "$3 $1 is from an earlier Dockerfile ($why): rebuilding it"
+    else
+        say "$3 $1 present"
+        return 0
+    fi
+    "$root/docker/build-sandbox-image.sh" --profile "$2" --image "$1" </dev/null \
+        || die "building $1 failed (see the output above)"
+}
+ensure_image "$image" default "sandbox image"
+ensure_image "$datascience_image" datascience "data-science image"
 say "ready: run the docker tests with CODE_EXEC_REQUIRE_DOCKER=1 go test ./sandbox/docker/"

@@ -154,6 +154,10 @@ type Runner struct {
 	owners   owners // judges the owners of other containers
 	user     string // user the containers run as ("" = the image's)
 	uid      string // uid code runs as, from the probe
+	// ownNetns: containers get a network namespace of the runtime's own
+	// (NetworkDisabled) instead of the engine's network sandbox; see
+	// container.go. The probe decides it.
+	ownNetns bool
 	engine   engineFacts
 	interps  map[string]sandbox.Interpreter
 	caps     sandbox.Capabilities
@@ -262,6 +266,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	} else if n > 0 {
 		log.Info("removed leftover containers of an earlier codeexec", "count", n)
 	}
+	r.ownNetns = true // the probe tells whether it stays
 	statuses, err := r.probe(ctx)
 	if err != nil {
 		_ = cli.Close()
@@ -280,7 +285,8 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	r.pool = newPool(r, cfg.PoolSize, cfg.PoolLimits)
 	go r.reap()
 	log.Info("docker sandbox ready", "engine", r.engine.serverVersion, "api", r.engine.apiVersion,
-		"image", cfg.Image, "runtime", r.engine.runtime, "instance", r.instance, "pool_size", cfg.PoolSize)
+		"image", cfg.Image, "runtime", r.engine.runtime, "instance", r.instance, "pool_size", cfg.PoolSize,
+		"network_namespace", ifElse(r.ownNetns, "the runtime's", "the engine's network sandbox"))
 	return r, nil
 }
 

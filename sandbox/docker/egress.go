@@ -211,8 +211,12 @@ func (r *Runner) removeEgressDir() error {
 
 // networkDetail describes the network protection of run containers.
 func (r *Runner) networkDetail() string {
-	if r.cfg.Egress == nil {
-		return "network mode none: only a loopback interface, no route to the host, the internet or DNS"
+	d := "network mode none, in a network namespace the engine's network stack makes: only a loopback interface, no route to the host, the internet or DNS"
+	if r.ownNetns {
+		d = "network mode none, in a network namespace the runtime makes for the container (NetworkDisabled), with IPv6 off: only a loopback interface, no route to the host, the internet or DNS"
 	}
-	return "network mode none: only a loopback interface, no route to the host, the internet or DNS; the one way out is codeexec's egress proxy (CODE_EXEC_NETWORK=allowlist), reached at " + egressAddr + " through a relay and a unix socket of the container's own"
+	if r.cfg.Egress == nil {
+		return d
+	}
+	return d + "; the one way out is codeexec's egress proxy (CODE_EXEC_NETWORK=allowlist), reached at " + egressAddr + " through a relay and a unix socket of the container's own"
 }

@@ -32,6 +32,11 @@ func probeScript(enabled []string) string {
 	b.WriteString("echo \"@@uid $(id -u)\"\n")
 	b.WriteString("if env --default-signal=INT,QUIT true >/dev/null 2>&1; then echo '@@envsig'; fi\n")
 	b.WriteString("if p=$(command -v python3); then echo \"@@python3 $p\"; fi\n")
+	// Whether the container's own network namespace will do (see
+	// hostConfig): localhost resolves without the engine's /etc/hosts, and
+	// loopback is the only interface.
+	b.WriteString("if getent hosts localhost >/dev/null 2>&1; then echo '@@localhost'; fi\n")
+	b.WriteString("{ read -r _; read -r _; while IFS=: read -r i _; do echo \"@@netif $i\"; done; } </proc/net/dev\n")
 	for _, name := range sandbox.LanguageNames() {
 		if !slices.Contains(enabled, name) {
 			continue
@@ -82,6 +87,8 @@ func (r *Runner) parseProbe(out string) ([]sandbox.LanguageStatus, error) {
 	var cur *found
 	uid := ""
 	envsig := false
+	localhost := false
+	var netifs []string
 	var pkgs []sandbox.Package
 	for _, line := range strings.Split(out, "\n") {
 		switch {
@@ -94,6 +101,10 @@ func (r *Runner) parseProbe(out string) ([]sandbox.LanguageStatus, error) {
 			uid = strings.TrimSpace(strings.TrimPrefix(line, "@@uid "))
 		case line == "@@envsig":
 			envsig = true
+		case line == "@@localhost":
+			localhost = true
+		case strings.HasPrefix(line, "@@netif "):
+			netifs = append(netifs, strings.TrimSpace(strings.TrimPrefix(line, "@@netif ")))
 		case strings.HasPrefix(line, "@@python3 "):
 			r.relayPython = strings.TrimSpace(strings.TrimPrefix(line, "@@python3 "))
 		case strings.HasPrefix(line, "@@begin "):
@@ -117,6 +128,8 @@ func (r *Runner) parseProbe(out string) ([]sandbox.LanguageStatus, error) {
 	if !envsig {
 		return nil, fmt.Errorf("docker: %w: the image %s lacks env --default-signal (GNU coreutils 8.31 or newer), which the run supervisor needs; rebuild it with %s", sandbox.ErrSandboxUnavailable, r.cfg.Image, BuildCommand)
 	}
+
+	r.decideNetns(localhost, netifs)
 
 	var statuses []sandbox.LanguageStatus
 	for _, name := range sandbox.LanguageNames() {
@@ -147,6 +160,28 @@ func (r *Runner) parseProbe(out string) ([]sandbox.LanguageStatus, error) {
 		statuses = append(statuses, st)
 	}
 	return statuses, nil
+}
+
+// decideNetns keeps the runtime's own network namespace (ownNetns, which
+// the probe ran with) when the probe found loopback alone and localhost
+// resolving; otherwise containers get the engine's network sandbox (network
+// mode none), which costs more CPU per container but needs nothing of the
+// image.
+func (r *Runner) decideNetns(localhost bool, netifs []string) {
+	if !r.ownNetns {
+		return
+	}
+	switch {
+	case !slices.Equal(netifs, []string{"lo"}):
+		// Never seen: the runtime made the namespace, so it holds only
+		// its loopback. Should an engine do otherwise, its network stack
+		// decides instead.
+		r.ownNetns = false
+		r.log.Warn("a probe container without the engine's network sandbox saw other interfaces than loopback; containers use network mode none", "interfaces", strings.Join(netifs, ","))
+	case !localhost:
+		r.ownNetns = false
+		r.log.Warn("the image does not resolve localhost by itself (no nss-myhostname, see docker/sandbox/Dockerfile): each container gets the engine's network sandbox, which costs more CPU per container", "image", r.cfg.Image)
+	}
 }
 
 // capabilities describes the protections in force, from what New found.

@@ -352,6 +352,44 @@ print("parent done")`, marker)
 
 	t.Run("files in, artifacts out", func(t *testing.T) { filesSuite(t, r, run, need) })
 
+	// A program that starts a server on its own loopback and talks to it by
+	// the name localhost, as test suites and local tools do. Every mode has
+	// a loopback; docker mode's containers resolve the name without the
+	// engine's /etc/hosts (the sandbox image's nss-myhostname).
+	t.Run("localhost reaches the program's own loopback server", func(t *testing.T) {
+		cases := []struct{ lang, code string }{
+			{"python", `import socket, threading
+srv = socket.create_server(("127.0.0.1", 0))
+def serve():
+    c, _ = srv.accept()
+    c.sendall(b"pong")
+    c.close()
+threading.Thread(target=serve).start()
+with socket.create_connection(("localhost", srv.getsockname()[1]), timeout=10) as c:
+    print(c.recv(4).decode(), socket.getaddrinfo("localhost", None)[0][4][0] in ("127.0.0.1", "::1"))
+`},
+			{"javascript", `const net = require("net");
+const srv = net.createServer((c) => c.end("pong"));
+srv.listen(0, () => {
+  const c = net.connect(srv.address().port, "localhost");
+  let got = "";
+  c.on("data", (d) => { got += d; });
+  c.on("end", () => { console.log(got, true); srv.close(); });
+  c.on("error", (e) => { console.log("error", e.code); srv.close(); });
+});
+`},
+		}
+		for _, c := range cases {
+			t.Run(c.lang, func(t *testing.T) {
+				need(t, c.lang)
+				res := run(t, Req(c.lang, c.code))
+				if res.Stdout != "pong True\n" && res.Stdout != "pong true\n" || res.ExitCode != 0 {
+					t.Fatalf("got exit=%d stdout=%q stderr=%q, want pong", res.ExitCode, res.Stdout, res.Stderr)
+				}
+			})
+		}
+	})
+
 	t.Run("unknown language", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
