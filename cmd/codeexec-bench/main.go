@@ -4,9 +4,20 @@
 // code_execute on each in turn (round-robin, so that drift of the machine
 // affects every configuration alike). It prints the median, 90th and 99th
 // percentile latency per configuration and language, the ratios docker mode
-// is held to, and the sustained throughput at concurrency 4.
+// is held to, and docker mode's sustained rate.
 //
 //	go run ./cmd/codeexec-bench -rounds 200
+//
+// The sustained rate: a fresh docker-mode server per measurement, python
+// calls made back to back by 1 and by 4 clients (-concurrency) with no
+// pause between a call's answer and the client's next call, so that nothing
+// lets the warm pool catch up that a real client would not; and again with
+// -think between calls, as an agent waiting for its model (reported apart).
+// With -baseline, a second codeexec binary (say, the previous release) is
+// measured in the same run, alternating with this one, and the ratios are
+// printed:
+//
+//	go run ./cmd/codeexec-bench -rounds 0 -baseline /path/to/old/codeexec
 //
 // The configurations: bare (the interpreter started directly, e.g.
 // /usr/bin/python3 -c, without codeexec; the servers get PATH=/usr/bin:/bin so
@@ -26,7 +37,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -60,16 +70,20 @@ func main() {
 	pool := flag.Int("pool", 2, "CODE_EXEC_DOCKER_POOL_SIZE of the pooled docker configuration")
 	bin := flag.String("bin", "", "codeexec binary to use (default: build ./cmd/codeexec)")
 	withDocker := flag.Bool("docker", true, "include the docker configurations")
-	tput := flag.Int("throughput", 100, "calls for each throughput measurement at concurrency 4 (0 skips it)")
-	tputPools := flag.String("throughput-pools", "0,2,8", "pool sizes whose throughput at concurrency 4 is measured")
+	var sus sustained
+	flag.IntVar(&sus.calls, "sustained", 100, "calls per sustained-rate measurement (0 skips them)")
+	flag.StringVar(&sus.pools, "sustained-pools", "0,2", "pool sizes whose sustained rate is measured")
+	flag.StringVar(&sus.concurrency, "concurrency", "1,4", "numbers of clients calling at once in the sustained-rate measurements")
+	flag.DurationVar(&sus.think, "think", 250*time.Millisecond, "pause of each client between an answer and its next call, measured apart from the back-to-back figures (0 skips it)")
+	flag.StringVar(&sus.baseline, "baseline", "", "a second codeexec binary whose sustained rate is measured in the same run, alternating with this one")
 	flag.Parse()
-	if err := run(*rounds, *warmup, *pool, *bin, *withDocker, *tput, *tputPools, *settle); err != nil {
+	if err := run(*rounds, *warmup, *pool, *bin, *withDocker, sus, *settle); err != nil {
 		fmt.Fprintln(os.Stderr, "codeexec-bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(rounds, warmup, pool int, bin string, withDocker bool, tput int, tputPools string, settle time.Duration) error {
+func run(rounds, warmup, pool int, bin string, withDocker bool, sus sustained, settle time.Duration) (err error) {
 	ctx := context.Background()
 	if bin == "" {
 		dir, err := os.MkdirTemp("", "codeexec-bench-")
@@ -84,6 +98,18 @@ func run(rounds, warmup, pool int, bin string, withDocker bool, tput int, tputPo
 		if err := build.Run(); err != nil {
 			return fmt.Errorf("building codeexec: %w", err)
 		}
+	}
+
+	if withDocker && sus.calls > 0 {
+		// After the latency rounds, whose servers are closed by then.
+		defer func() {
+			if err == nil {
+				err = sus.measure(ctx, bin)
+			}
+		}()
+	}
+	if rounds <= 0 {
+		return nil
 	}
 
 	targets := []*target{
@@ -180,24 +206,6 @@ func run(rounds, warmup, pool int, bin string, withDocker bool, tput int, tputPo
 		}
 	}
 
-	if withDocker && tput > 0 {
-		fmt.Println()
-		fmt.Printf("throughput at concurrency 4 (python, %d calls, CODE_EXEC_MAX_CONCURRENCY=4):\n", tput)
-		for _, f := range strings.Split(tputPools, ",") {
-			size := strings.TrimSpace(f)
-			cs, err := connect(ctx, bin, []string{"CODE_EXEC_SANDBOX=docker", "CODE_EXEC_DOCKER_POOL_SIZE=" + size, "CODE_EXEC_LANGUAGES=python"})
-			if err != nil {
-				return fmt.Errorf("pool %s: %w", size, err)
-			}
-			time.Sleep(3 * time.Second)
-			rate, lat, err := throughput(ctx, cs, tput, 4)
-			_ = cs.Close()
-			if err != nil {
-				return fmt.Errorf("pool %s: %w", size, err)
-			}
-			fmt.Printf("  pool=%-3s %6.1f runs/s   median %6.1f ms  p90 %6.1f ms\n", size, rate, ms(pct(lat, 50)), ms(pct(lat, 90)))
-		}
-	}
 	return nil
 }
 
@@ -245,11 +253,13 @@ func execute(ctx context.Context, cs *mcp.ClientSession, p program) (time.Durati
 	return d, nil
 }
 
-// throughput makes n python calls from c workers and returns calls per second.
-func throughput(ctx context.Context, cs *mcp.ClientSession, n, c int) (float64, []time.Duration, error) {
+// throughput makes n python calls from c workers, each pausing think
+// between an answer and its next call, and returns calls per second.
+func throughput(ctx context.Context, cs *mcp.ClientSession, n, c int, think time.Duration) (float64, []time.Duration, error) {
 	work := make(chan struct{})
 	var (
 		mu   sync.Mutex
+		last time.Time // the last answer
 		lat  []time.Duration
 		errs []error
 		wg   sync.WaitGroup
@@ -260,11 +270,13 @@ func throughput(ctx context.Context, cs *mcp.ClientSession, n, c int) (float64, 
 			for range work {
 				d, err := execute(ctx, cs, programs[0])
 				mu.Lock()
+				last = time.Now()
 				lat = append(lat, d)
 				if err != nil {
 					errs = append(errs, err)
 				}
 				mu.Unlock()
+				time.Sleep(think)
 			}
 		})
 	}
@@ -273,7 +285,7 @@ func throughput(ctx context.Context, cs *mcp.ClientSession, n, c int) (float64, 
 	}
 	close(work)
 	wg.Wait()
-	return float64(n) / time.Since(start).Seconds(), lat, errors.Join(errs...)
+	return float64(n) / last.Sub(start).Seconds(), lat, errors.Join(errs...)
 }
 
 // pct returns the p-th percentile (nearest rank).

@@ -157,9 +157,11 @@ func (r *Runner) hostConfig(lim sandbox.Limits) *container.HostConfig {
 	}
 	// The network. Every container has a network namespace of its own
 	// whose only interface is loopback. With network mode none alone, the
-	// engine makes it with its network stack, which on Docker 20.10 costs
-	// a re-execution of dockerd per container (to disable IPv6 in the
-	// namespace: about 40 ms of CPU, a third of a container's cost). With
+	// engine's network stack (libnetwork) takes part in every start: on
+	// Docker 20.10 it re-executes the 75 MB dockerd binary twice per
+	// container (the libnetwork-setkey hook that runc runs, and set-ipv6
+	// to turn IPv6 off in the namespace), some 85 ms of CPU, close to 40%
+	// of the machine's work per run (docs/performance.md). With
 	// NetworkDisabled the engine leaves the network namespace of the
 	// container's specification without a path, so the runtime creates a
 	// new empty one (runc brings its loopback up), and the sysctl disables
