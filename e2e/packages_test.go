@@ -52,6 +52,7 @@ func checkPackages(t *testing.T, mode, ip string) {
 		"CODE_EXEC_TIMEOUT":            "30s",
 		"CODE_EXEC_LANGUAGES":          "python,javascript",
 		"CODE_EXEC_DOCKER_POOL_SIZE":   "2",
+		"CODE_EXEC_METRICS_ADDR":       "127.0.0.1:0",
 	})
 	if mode == "process" && os.Getenv("CODE_EXEC_TEST_NO_USERNS") == "1" && os.Geteuid() != 0 {
 		// Without user namespaces an ordinary user's runs have no network
@@ -71,19 +72,35 @@ func checkPackages(t *testing.T, mode, ip string) {
 		t.Errorf("the server did not say loudly that packages are on:\n%s", srv.logTail())
 	}
 
-	// In docker mode each timed call waits for a warm container first, as
-	// between an agent's calls: back to back, the calls would drain the
-	// pool and time container creation on a busy machine, not the cache.
+	// In docker mode each timed call waits for the whole warm pool first
+	// (two ready containers of each language, as the server's own metrics
+	// count them: a container that runs but whose interpreter is still
+	// loading does not count), as between an agent's calls: back to back,
+	// the calls would drain the pool and time container creation on a busy
+	// machine, not the cache.
 	settle := func() {}
+	var hits func() float64
 	if mode == "docker" {
-		cli := dockerEngine(t)
-		instance := logField(srv.stderr.String(), "docker sandbox ready", "instance")
-		if instance == "" {
-			t.Fatal("the docker-mode server did not log its instance id")
+		url := logField(srv.stderr.String(), "metrics", "url")
+		if url == "" {
+			t.Fatal("the server did not log its metrics URL")
 		}
-		// The whole pool: two warm containers of each of the two
-		// languages (a warm container of the other language would not do).
-		settle = func() { waitWarm(t, cli, instance, 4, 2*time.Minute) }
+		settle = func() {
+			deadline := time.Now().Add(2 * time.Minute)
+			for {
+				m := scrapeMetrics(t, url)
+				py := sample(m, "codeexec_docker_pool_ready", map[string]string{"language": "python"})
+				js := sample(m, "codeexec_docker_pool_ready", map[string]string{"language": "javascript"})
+				if py >= 2 && js >= 2 {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the warm pool holds %v python and %v javascript containers after 2 minutes, want 2 of each", py, js)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+		hits = func() float64 { return sample(scrapeMetrics(t, url), "codeexec_docker_pool_hits_total", nil) }
 	}
 	args := map[string]any{"language": "python", "code": "import codeexec_demo\nprint(codeexec_demo.VALUE)", "packages": []any{"codeexec-demo==1.0"}}
 	settle()
@@ -99,9 +116,16 @@ func checkPackages(t *testing.T, mode, ip string) {
 	var times []time.Duration
 	for range 3 {
 		settle()
+		var before float64
+		if hits != nil {
+			before = hits()
+		}
 		start = time.Now()
 		res, out = execute(t, cs, args)
 		times = append(times, time.Since(start))
+		if hits != nil && hits() != before+1 {
+			t.Errorf("a cached call did not take a warm container (pool hits %v, then %v)", before, hits())
+		}
 		if res.IsError || strings.TrimSpace(out.Stdout) != "42" {
 			t.Fatalf("a cached call: isError=%v %q", res.IsError, text(res))
 		}
