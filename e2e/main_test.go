@@ -168,6 +168,20 @@ type server struct {
 	exitCode int
 }
 
+// waitLog reports whether the server's stderr holds substr within d: the
+// pipe is copied into the buffer by a goroutine of os/exec, so a line the
+// server wrote before answering may not be there yet.
+func (s *server) waitLog(substr string, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for !strings.Contains(s.stderr.String(), substr) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
+}
+
 // logTail is the server's stderr for failure messages.
 func (s *server) logTail() string {
 	out := s.stderr.String()

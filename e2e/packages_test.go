@@ -68,7 +68,7 @@ func checkPackages(t *testing.T, mode, ip string) {
 		return
 	}
 	cs, srv := connect(t, stdio, env, connectOpts{})
-	if !strings.Contains(srv.logTail(), "CODE_EXEC_PACKAGES=true") {
+	if !srv.waitLog("CODE_EXEC_PACKAGES=true", 10*time.Second) {
 		t.Errorf("the server did not say loudly that packages are on:\n%s", srv.logTail())
 	}
 
@@ -81,6 +81,7 @@ func checkPackages(t *testing.T, mode, ip string) {
 	settle := func() {}
 	var hits func() float64
 	if mode == "docker" {
+		srv.waitLog(`"msg":"metrics"`, 10*time.Second)
 		url := logField(srv.stderr.String(), "metrics", "url")
 		if url == "" {
 			t.Fatal("the server did not log its metrics URL")
