@@ -41,8 +41,18 @@ func TestUIDPoolHandsOutEachIDOnce(t *testing.T) {
 	}
 	p2, _ := newUIDPool(UIDRange{500000, 500001}, dir)
 	ctx := context.Background()
-	a, _ := p1.acquire(ctx)
-	b, _ := p2.acquire(ctx)
+	a, err := p1.acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Held to the end: an unreferenced lease's file would be closed by its
+	// finalizer at the next garbage collection, dropping the lock (the
+	// -race run on a busy machine did collect it).
+	defer a.release()
+	b, err := p2.acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if a.uid == b.uid {
 		t.Fatalf("two runs got the same uid %d", a.uid)
 	}
