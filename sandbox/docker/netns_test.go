@@ -25,15 +25,6 @@ import (
 // stack does (network mode none alone). Either way a run has a loopback of
 // its own and nothing else.
 
-// localhostProgram starts a server on 127.0.0.1 and reaches it by the name
-// localhost; it prints the first address the name resolves to.
-const localhostProgram = `import socket, threading
-srv = socket.create_server(("127.0.0.1", 0))
-threading.Thread(target=lambda: srv.accept()[0].sendall(b"pong")).start()
-with socket.create_connection(("localhost", srv.getsockname()[1]), timeout=10) as c:
-    print(c.recv(4).decode(), socket.getaddrinfo("localhost", None)[0][4][0])
-`
-
 func TestOwnNetworkNamespace(t *testing.T) {
 	r, cli := newRunner(t, Config{Languages: []string{"python", "bash"}})
 	if !r.ownNetns {
@@ -51,7 +42,7 @@ func TestOwnNetworkNamespace(t *testing.T) {
 	if res.Stdout != "lo\n" {
 		t.Fatalf("interfaces in a run container: %q, want only lo (stderr %q)", res.Stdout, res.Stderr)
 	}
-	res = run(t, r, sandboxtest.Req("python", localhostProgram))
+	res = run(t, r, sandboxtest.Req("python", sandboxtest.LocalhostPython))
 	want := "pong 127.0.0.1\n"
 	if r.engine.gvisor {
 		want = "pong ::1\n"
@@ -171,7 +162,7 @@ USER 10001:10001
 	if d := r.networkDetail(); !strings.Contains(d, "engine's network stack") {
 		t.Errorf("the network protection does not say who makes the namespace: %s", d)
 	}
-	res := run(t, r, sandboxtest.Req("python", localhostProgram))
+	res := run(t, r, sandboxtest.Req("python", sandboxtest.LocalhostPython))
 	if !strings.HasPrefix(res.Stdout, "pong ") {
 		t.Fatalf("localhost in a run: stdout %q stderr %q", res.Stdout, res.Stderr)
 	}
