@@ -51,28 +51,32 @@ func (s sustained) measure(ctx context.Context, bin string) error {
 	}
 	fmt.Fprintf(os.Stderr, "sustained rate: %d measurements of %d calls ...\n", len(pools)*len(clients)*len(thinks)*len(bins), s.calls)
 
-	type key struct {
-		bin, pool, clients int
-		think              time.Duration
+	// The measurements, in the order they are made and reported.
+	type point struct {
+		pool, clients int
+		think         time.Duration
 	}
-	got := map[key]rate{}
-	turn := 0
+	var points []point
 	for _, think := range thinks {
 		for _, pool := range pools {
 			for _, c := range clients {
-				order := []int{0, 1}[:len(bins)]
-				if turn%2 == 1 && len(bins) == 2 {
-					order = []int{1, 0}
-				}
-				turn++
-				for _, b := range order {
-					r, err := s.one(ctx, bins[b], pool, c, think)
-					if err != nil {
-						return fmt.Errorf("%s pool %d, %d clients, think %v: %w", bins[b], pool, c, think, err)
-					}
-					got[key{b, pool, c, think}] = r
-				}
+				points = append(points, point{pool, c, think})
 			}
+		}
+	}
+	got := make([][]rate, len(points)) // by point, then binary
+	for i, pt := range points {
+		got[i] = make([]rate, len(bins))
+		order := []int{0, 1}[:len(bins)]
+		if i%2 == 1 && len(bins) == 2 {
+			order = []int{1, 0}
+		}
+		for _, b := range order {
+			r, err := s.one(ctx, bins[b], pt.pool, pt.clients, pt.think)
+			if err != nil {
+				return fmt.Errorf("%s pool %d, %d clients, think %v: %w", bins[b], pt.pool, pt.clients, pt.think, err)
+			}
+			got[i][b] = r
 		}
 	}
 
@@ -80,27 +84,17 @@ func (s sustained) measure(ctx context.Context, bin string) error {
 	fmt.Printf("docker mode's sustained rate (python print(2**64), %d calls per measurement, a fresh server each, CODE_EXEC_MAX_CONCURRENCY=4):\n", s.calls)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "binary\tpool\tclients\tthink\truns/s\tmedian ms\tp90 ms\t")
-	for _, think := range thinks {
-		for _, pool := range pools {
-			for _, c := range clients {
-				for b := range bins {
-					r := got[key{b, pool, c, think}]
-					fmt.Fprintf(tw, "%s\t%d\t%d\t%v\t%.1f\t%.1f\t%.1f\t\n", name(bins, b), pool, c, think, r.perSecond, ms(r.median), ms(r.p90))
-				}
-			}
+	for i, pt := range points {
+		for b, r := range got[i] {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%v\t%.1f\t%.1f\t%.1f\t\n", name(bins, b), pt.pool, pt.clients, pt.think, r.perSecond, ms(r.median), ms(r.p90))
 		}
 	}
 	_ = tw.Flush()
 	if len(bins) == 2 {
 		fmt.Println()
 		fmt.Printf("rate of %s / rate of %s:\n", name(bins, 0), name(bins, 1))
-		for _, think := range thinks {
-			for _, pool := range pools {
-				for _, c := range clients {
-					a, b := got[key{0, pool, c, think}], got[key{1, pool, c, think}]
-					fmt.Printf("  pool %d, %d clients, think %v: %.2fx\n", pool, c, think, a.perSecond/b.perSecond)
-				}
-			}
+		for i, pt := range points {
+			fmt.Printf("  pool %d, %d clients, think %v: %.2fx\n", pt.pool, pt.clients, pt.think, got[i][0].perSecond/got[i][1].perSecond)
 		}
 	}
 	return nil
