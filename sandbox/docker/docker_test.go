@@ -545,3 +545,37 @@ func lookInContainer(cli *client.Client, id, marker string) (seen, done bool) {
 	}
 	return false, true
 }
+
+// TestTrailerCountsAfterTheExit: by the time a run is read, the engine may
+// have reported the container's exit and its stream may have ended (a
+// container quick to stop, a busy server). The supervisor's trailer, which
+// came on the stream before its end, still decides the result. Here every
+// channel is ready before exchange looks, so each of its selects takes a
+// random branch: 20 rounds try them all (one CI run saw "stopped from
+// outside ... (exit status 0)" for a plain warm run).
+func TestTrailerCountsAfterTheExit(t *testing.T) {
+	r, _ := newRunner(t, Config{Languages: []string{"python"}})
+	lim := sandboxtest.DefaultLimits()
+	ctx := context.Background()
+	for i := range 20 {
+		s, err := r.start(ctx, r.runSpec("python", lim, roleRun, runDeadline(time.Now(), lim.Timeout), nil), "python")
+		if err != nil {
+			t.Fatal(err)
+		}
+		code := fmt.Sprintf("print(%d)", i)
+		_, _ = io.Copy(s.attach.Conn, strings.NewReader(programHeader("python", len(code), 0, "")+code))
+		_ = s.attach.CloseWrite()
+		for _, c := range []chan struct{}{s.exitedC, s.readC} {
+			select {
+			case <-c:
+			case <-time.After(time.Minute):
+				t.Fatal("the container did not stop, or its stream did not end, within a minute")
+			}
+		}
+		res, err, _ := r.exchange(ctx, s, strings.NewReader(""), lim, nil, nil, false)
+		r.discard(s)
+		if err != nil || res.ExitCode != 0 || res.Stdout != fmt.Sprintf("%d\n", i) {
+			t.Fatalf("round %d: %+v %v", i, res, err)
+		}
+	}
+}

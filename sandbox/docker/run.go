@@ -267,13 +267,20 @@ func (r *Runner) exchange(ctx context.Context, s *session, input io.Reader, lim 
 	default:
 	}
 
-	// Output written just before the exit may still be in flight.
+	// Output written just before the exit may still be in flight. The
+	// trailers are parsed before the stream's end is signalled, so once
+	// either is seen, done tells whether they came (a select on both would
+	// pick either when both are ready).
 	select {
 	case <-s.out.done:
-		finished = !killed
 	case <-s.readC:
 	case <-time.After(drainTimeout):
 		r.log.Warn("container output did not end after the container stopped", "id", shortID(s.id))
+	}
+	select {
+	case <-s.out.done:
+		finished = !killed
+	default:
 	}
 	out.Fill(res)
 	if finished {
