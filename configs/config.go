@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -25,6 +24,7 @@ import (
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/process"
 	"github.com/codeexec/codeexec/sandbox/pypolicy"
+	"github.com/codeexec/codeexec/server/httpserve"
 )
 
 // Prefix is the prefix of every codeexec environment variable.
@@ -135,6 +135,8 @@ type Config struct {
 	Transport Transport    `env:"TRANSPORT" envDefault:"stdio" accepted:"stdio, sse or http" help:"how MCP clients connect: stdio, sse (HTTP+SSE, protocol 2024-11-05) or http (streamable HTTP); the --transport flag overrides it"`
 	Addr      string       `env:"ADDR" envDefault:"127.0.0.1:8080" accepted:"host:port" help:"listen address of the sse and http transports; an address other than loopback requires CODE_EXEC_AUTH_TOKEN; the --addr flag overrides it"`
 	AuthToken string       `env:"AUTH_TOKEN" accepted:"a secret of at least 16 characters" help:"bearer token that HTTP clients must send (Authorization: Bearer ...); required to listen beyond loopback" secret:"true"`
+	// AllowedOrigins is normalized by Load (httpserve.ParseOrigin).
+	AllowedOrigins []string `env:"ALLOWED_ORIGINS" envSeparator:"," accepted:"a comma-separated list of exact web origins scheme://host[:port], such as http://localhost:6274 (no path, no wildcard, not null)" help:"web pages of these origins may call the HTTP listeners (the sse and http transports, with CORS; the approvals console and the metrics listener, without); a request whose Origin header is neither one of these nor the server's own is refused with 403, and clients that send no Origin (MCP SDKs, curl) are not affected; empty lets no other origin in"`
 
 	Timeout    time.Duration `env:"TIMEOUT" envDefault:"10s" accepted:"a duration such as 10s or 1m30s" help:"wall-clock limit of a run that does not ask for one"`
 	MaxTimeout time.Duration `env:"MAX_TIMEOUT" envDefault:"60s" accepted:"a duration such as 60s or 5m" help:"the most a request's timeout_seconds may ask for; more is rejected"`
@@ -232,26 +234,29 @@ func Load(environ []string) (*Config, error) {
 	if err != nil {
 		return nil, explain(err, vars)
 	}
-	c.Languages = normalizeLanguages(c.Languages)
+	c.Languages = normalizeList(c.Languages, sandbox.CanonicalLanguage)
+	c.AllowedOrigins = normalizeList(c.AllowedOrigins, httpserve.ParseOrigin)
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	return &c, nil
 }
 
-// normalizeLanguages maps aliases to canonical names and drops blanks; an
-// unknown name is kept so that Validate can name it.
-func normalizeLanguages(in []string) []string {
+// normalizeList writes each entry of a list setting as canonical does
+// (language aliases as their names, origins as browsers send them) and drops
+// blanks and repeats; an entry that canonical refuses is kept, trimmed, so
+// that Validate can name it.
+func normalizeList(in []string, canonical func(string) (string, error)) []string {
 	var out []string
-	for _, l := range in {
-		if strings.TrimSpace(l) == "" {
+	for _, v := range in {
+		if v = strings.TrimSpace(v); v == "" {
 			continue
 		}
-		if c, err := sandbox.CanonicalLanguage(l); err == nil {
-			l = c
+		if c, err := canonical(v); err == nil {
+			v = c
 		}
-		if !slices.Contains(out, l) {
-			out = append(out, l)
+		if !slices.Contains(out, v) {
+			out = append(out, v)
 		}
 	}
 	return out
@@ -351,6 +356,11 @@ func (c *Config) Validate() error {
 	errs = append(errs, c.validatePackages()...)
 	check(slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel), "LogLevel", c.LogLevel, "unknown level")
 	check(c.LogFormat == "text" || c.LogFormat == "json", "LogFormat", c.LogFormat, "unknown format")
+	for _, o := range c.AllowedOrigins {
+		if _, err := httpserve.ParseOrigin(o); err != nil {
+			errs = append(errs, invalid("AllowedOrigins", strconv.Quote(o), err.Error()))
+		}
+	}
 	if c.AuthToken != "" && len(c.AuthToken) < 16 {
 		errs = append(errs, fmt.Errorf("CODE_EXEC_AUTH_TOKEN is too short (%d characters): use at least 16 random characters, for example from `openssl rand -hex 32`", len(c.AuthToken)))
 	}
@@ -499,13 +509,7 @@ func (c *Config) ValidateMetrics() error {
 
 // IsLoopback reports whether host (an IP or "localhost") is a loopback
 // address. An empty host means every interface, which is not loopback.
-func IsLoopback(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip, err := netip.ParseAddr(host)
-	return err == nil && ip.IsLoopback()
-}
+func IsLoopback(host string) bool { return httpserve.IsLoopback(host) }
 
 // WorkspaceConfig returns the workspace runs see, or nil for none.
 func (c *Config) WorkspaceConfig() *sandbox.Workspace {

@@ -70,6 +70,11 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 		{[]string{"CODE_EXEC_METRICS_ADDR=0.0.0.0:9090"}, []string{"CODE_EXEC_METRICS_TOKEN", "refusing"}},
 		{[]string{"CODE_EXEC_METRICS_ADDR=nonsense"}, []string{"CODE_EXEC_METRICS_ADDR"}},
 		{[]string{"CODE_EXEC_METRICS_TOKEN=short"}, []string{"CODE_EXEC_METRICS_TOKEN", "too short"}},
+		{[]string{"CODE_EXEC_ALLOWED_ORIGINS=*"}, []string{"CODE_EXEC_ALLOWED_ORIGINS", `"*"`, "wildcard", "scheme://host[:port]"}},
+		{[]string{"CODE_EXEC_ALLOWED_ORIGINS=http://localhost:6274,null"}, []string{"CODE_EXEC_ALLOWED_ORIGINS", `"null"`}},
+		{[]string{"CODE_EXEC_ALLOWED_ORIGINS=http://localhost:6274/"}, []string{"CODE_EXEC_ALLOWED_ORIGINS", "no path"}},
+		{[]string{"CODE_EXEC_ALLOWED_ORIGINS=localhost:6274"}, []string{"CODE_EXEC_ALLOWED_ORIGINS", `"localhost:6274"`, "http or https"}},
+		{[]string{"CODE_EXEC_ALLOWED_ORIGINS=https://*.example.com"}, []string{"CODE_EXEC_ALLOWED_ORIGINS", "no wildcards"}},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.env, " "), func(t *testing.T) {
@@ -114,6 +119,7 @@ func TestGoodValues(t *testing.T) {
 		"CODE_EXEC_SANDBOX=docker", "CODE_EXEC_TRANSPORT=streamable-http", "CODE_EXEC_ADDR=0.0.0.0:9000",
 		"CODE_EXEC_AUTH_TOKEN=0123456789abcdef0123", "CODE_EXEC_MEMORY=1g", "CODE_EXEC_MAX_OUTPUT=64k",
 		"CODE_EXEC_LANGUAGES=py, node", "CODE_EXEC_TIMEOUT=1m30s", "CODE_EXEC_MAX_TIMEOUT=5m",
+		"CODE_EXEC_ALLOWED_ORIGINS=http://LocalHost:6274, https://app.example.com:443,,http://localhost:6274",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -126,6 +132,9 @@ func TestGoodValues(t *testing.T) {
 	}
 	if c.Timeout != 90*time.Second {
 		t.Fatalf("timeout = %v", c.Timeout)
+	}
+	if strings.Join(c.AllowedOrigins, ",") != "http://localhost:6274,https://app.example.com" {
+		t.Fatalf("allowed origins = %q, want them as browsers write them, once each", c.AllowedOrigins)
 	}
 }
 

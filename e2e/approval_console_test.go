@@ -14,15 +14,16 @@ import (
 
 const chromiumPath = "/usr/bin/chromium"
 
-// browser starts headless Chromium (Debian's package) for chromedp, or
-// skips the test when it is missing, unless CODE_EXEC_REQUIRE_BROWSER=1.
-func browser(t *testing.T) context.Context {
+// browser starts headless Chromium (Debian's package) for chromedp, with
+// extra options if any, or skips the test when it is missing, unless
+// CODE_EXEC_REQUIRE_BROWSER=1.
+func browser(t *testing.T, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	if _, err := os.Stat(chromiumPath); err != nil {
 		if os.Getenv("CODE_EXEC_REQUIRE_BROWSER") == "1" {
 			t.Fatalf("%s is missing and CODE_EXEC_REQUIRE_BROWSER=1: install it with apt-get install -y chromium", chromiumPath)
 		}
-		t.Skipf("skipping the console browser test: %s is missing (apt-get install -y chromium; set CODE_EXEC_REQUIRE_BROWSER=1 to make this a failure)", chromiumPath)
+		t.Skipf("skipping this browser test: %s is missing (apt-get install -y chromium; set CODE_EXEC_REQUIRE_BROWSER=1 to make this a failure)", chromiumPath)
 	}
 	// Chromium may still write to its profile for a moment after it is
 	// told to quit, so the profile is removed with retries, not t.TempDir.
@@ -54,6 +55,7 @@ func browser(t *testing.T) context.Context {
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.WindowSize(1100, 900),
 	}
+	opts = append(opts, extra...)
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelC := chromedp.NewContext(actx)
 	ctx, cancelT := context.WithTimeout(ctx, 2*time.Minute)

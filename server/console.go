@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -56,6 +55,10 @@ type Admin struct {
 	log   *slog.Logger
 	// LongPoll bounds how long GET /api/pending?wait=1 waits (25s if 0).
 	LongPoll time.Duration
+	// AllowedOrigins are the web origins, besides the console's own, whose
+	// requests it serves (CODE_EXEC_ALLOWED_ORIGINS); it answers no CORS,
+	// so their scripts still cannot call the API. See httpserve.Protect.
+	AllowedOrigins []string
 }
 
 // NewAdmin returns the admin handler for gate. token must not be empty: with
@@ -89,7 +92,8 @@ type Answer struct {
 	Note string `json:"note,omitempty"`
 }
 
-// Handler returns the console and API.
+// Handler returns the console and API, under the rule every listener
+// shares for browsers (httpserve.Protect).
 func (a *Admin) Handler() http.Handler {
 	mux := http.NewServeMux()
 	static := func(body []byte, ctype string) http.HandlerFunc {
@@ -105,7 +109,7 @@ func (a *Admin) Handler() http.Handler {
 	mux.Handle("GET /api/pending", a.api(a.pending))
 	mux.Handle("POST /api/requests/{id}/{action}", a.api(a.answer))
 	mux.Handle("GET /api/recent", a.api(a.recent))
-	return secureHeaders(mux)
+	return httpserve.Protect(secureHeaders(mux), httpserve.Policy{AllowedOrigins: a.AllowedOrigins, Log: a.log})
 }
 
 func secureHeaders(next http.Handler) http.Handler {
@@ -122,7 +126,8 @@ func secureHeaders(next http.Handler) http.Handler {
 	})
 }
 
-// api authenticates, checks the origin of state-changing requests, and
+// api authenticates, checks that state-changing requests come from the
+// console's own page or the CLI (Handler has checked the Origin), and
 // writes JSON.
 func (a *Admin) api(h func(r *http.Request) (int, any)) http.Handler {
 	want := sha256.Sum256([]byte(a.token))
@@ -138,13 +143,6 @@ func (a *Admin) api(h func(r *http.Request) (int, any)) http.Handler {
 			if r.Header.Get(AdminHeader) == "" {
 				writeJSON(w, http.StatusForbidden, map[string]string{"error": "missing the " + AdminHeader + " header"})
 				return
-			}
-			if o := r.Header.Get("Origin"); o != "" && o != "null" {
-				u, err := url.Parse(o)
-				if err != nil || u.Host != r.Host {
-					writeJSON(w, http.StatusForbidden, map[string]string{"error": "cross-origin request refused"})
-					return
-				}
 			}
 			if s := r.Header.Get("Sec-Fetch-Site"); s != "" && s != "same-origin" && s != "none" {
 				writeJSON(w, http.StatusForbidden, map[string]string{"error": "cross-site request refused"})

@@ -22,14 +22,14 @@ import (
 const testAdminToken = "0123456789abcdef-admin"
 
 // adminFixture is a Gate with an audit log, served by an Admin on a
-// loopback httptest server.
+// loopback httptest server, with allowedOrigins.
 type adminFixture struct {
 	gate  *approvals.Gate
 	srv   *httptest.Server
 	audit string
 }
 
-func newAdminFixture(t *testing.T, token string) adminFixture {
+func newAdminFixture(t *testing.T, token string, allowedOrigins ...string) adminFixture {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
 	log, err := approvals.OpenAudit(path)
@@ -42,6 +42,7 @@ func newAdminFixture(t *testing.T, token string) adminFixture {
 	t.Cleanup(func() { gate.Close() })
 	admin := NewAdmin(gate, token, slog.New(slog.DiscardHandler))
 	admin.LongPoll = 2 * time.Second
+	admin.AllowedOrigins = allowedOrigins
 	srv := httptest.NewServer(admin.Handler())
 	t.Cleanup(srv.Close)
 	return adminFixture{gate: gate, srv: srv, audit: path}
@@ -68,6 +69,9 @@ func (f adminFixture) startRun(t *testing.T, code string) (approvals.Ask, chan e
 	return approvals.Ask{}, nil
 }
 
+// doReq sends a request with the headers hdr (Host included) and returns
+// the response with its body, or "(an event stream)" for a stream, which
+// would not end.
 func doReq(t *testing.T, method, url string, hdr map[string]string, body string) (*http.Response, string) {
 	t.Helper()
 	req, _ := http.NewRequest(method, url, strings.NewReader(body))
@@ -83,9 +87,45 @@ func doReq(t *testing.T, method, url string, hdr map[string]string, body string)
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		return resp, "(an event stream)"
+	}
 	var b bytes.Buffer
 	b.ReadFrom(resp.Body)
 	return resp, b.String()
+}
+
+// TestAdminOrigins: the console shares the rule every listener applies to
+// browsers: its own origin and listed ones pass, any other Origin ("null"
+// included) is refused on every path, reads too, and so is a Host that is
+// not loopback's.
+func TestAdminOrigins(t *testing.T) {
+	t.Parallel()
+	const listed = "http://localhost:6274"
+	f := newAdminFixture(t, testAdminToken, listed)
+	auth := "Bearer " + testAdminToken
+	approve := f.srv.URL + "/api/requests/no-such-id/approve"
+	for _, c := range []struct {
+		method, url string
+		hdr         map[string]string
+		want        int
+	}{
+		{"GET", f.srv.URL + "/", map[string]string{"Origin": "https://evil.example"}, http.StatusForbidden},
+		{"GET", f.srv.URL + "/api/pending", map[string]string{"Origin": "https://evil.example", "Authorization": auth}, http.StatusForbidden},
+		{"GET", f.srv.URL + "/api/pending", map[string]string{"Host": "rebind.example", "Authorization": auth}, http.StatusForbidden},
+		{"POST", approve, map[string]string{"Origin": "null", "Authorization": auth, AdminHeader: "console"}, http.StatusForbidden},
+		{"POST", approve, map[string]string{"Origin": "http://127.0.0.1:1", "Authorization": auth, AdminHeader: "console"}, http.StatusForbidden},
+		// Past the origin check: the request is unknown.
+		{"POST", approve, map[string]string{"Origin": f.srv.URL, "Authorization": auth, AdminHeader: "console"}, http.StatusNotFound},
+		{"POST", approve, map[string]string{"Origin": listed, "Authorization": auth, AdminHeader: "console"}, http.StatusNotFound},
+		{"POST", approve, map[string]string{"Authorization": auth, AdminHeader: "cli"}, http.StatusNotFound},
+		{"GET", f.srv.URL + "/api/pending", map[string]string{"Origin": listed, "Authorization": auth}, http.StatusOK},
+	} {
+		resp, body := doReq(t, c.method, c.url, c.hdr, "")
+		if resp.StatusCode != c.want || resp.Header.Get("Access-Control-Allow-Origin") != "" {
+			t.Errorf("%s %s with %v: %d (Access-Control-Allow-Origin %q) %q, want %d and no CORS", c.method, c.url, c.hdr, resp.StatusCode, resp.Header.Get("Access-Control-Allow-Origin"), body, c.want)
+		}
+	}
 }
 
 func TestAdminConsoleHeaders(t *testing.T) {

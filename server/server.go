@@ -97,6 +97,10 @@ type Options struct {
 	// AuthToken, if not empty, is the bearer token that clients of the
 	// HTTP transports must send.
 	AuthToken string
+	// AllowedOrigins are the web origins, besides the server's own, whose
+	// pages may call the HTTP transports (CODE_EXEC_ALLOWED_ORIGINS, as
+	// httpserve.ParseOrigin writes them); see httpserve.Protect.
+	AllowedOrigins []string
 
 	// Elicit asks through the client (MCP elicitation), when it supports
 	// it, for runs that need a person's approval (with an approvals.Gate

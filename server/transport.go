@@ -71,8 +71,18 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) er
 	return err
 }
 
+// mcpCORS is what the scripts of a listed origin may do with the MCP
+// transports: send the headers of the SDKs' clients and read the session id.
+var mcpCORS = &httpserve.CORS{
+	Methods: []string{http.MethodGet, http.MethodPost, http.MethodDelete},
+	Headers: []string{"Authorization", "Content-Type", "Accept", "Last-Event-ID", "Mcp-Session-Id", "Mcp-Protocol-Version"},
+	Expose:  []string{"Mcp-Session-Id", "Mcp-Protocol-Version", "WWW-Authenticate"},
+}
+
 // HTTPHandler returns the handler of the sse or http transport, with
-// authentication and request size limits.
+// authentication, request size limits and the rule for browsers
+// (httpserve.Protect: Host on loopback, Origin, no CORS but for
+// Options.AllowedOrigins; MCP messages only as application/json).
 func (s *Server) HTTPHandler(transport Transport, baseURL string) (http.Handler, func(context.Context) error, error) {
 	withPeer := func(ctx context.Context, r *http.Request) context.Context {
 		return context.WithValue(ctx, peerKey{}, peer{transport: transport, remote: r.RemoteAddr})
@@ -89,6 +99,9 @@ func (s *Server) HTTPHandler(transport Transport, baseURL string) (http.Handler,
 			mcpserver.WithStreamableHTTPLogger(s.log),
 			mcpserver.WithHeartbeatInterval(15*time.Second),
 			mcpserver.WithHTTPContextFunc(withPeer),
+			// httpserve.Protect, around everything, checks Host with the
+			// same rule, the listen address on every interface allowed.
+			mcpserver.WithDisableLocalhostProtection(true),
 		)
 		var mcpHandler http.Handler = notificationMeta(h)
 		if s.tasks != nil {
@@ -102,6 +115,7 @@ func (s *Server) HTTPHandler(transport Transport, baseURL string) (http.Handler,
 			mcpserver.WithKeepAlive(true),
 			mcpserver.WithKeepAliveInterval(15*time.Second),
 			mcpserver.WithSSEContextFunc(withPeer),
+			mcpserver.WithSSEDisableLocalhostProtection(true), // as above
 		)
 		mux.Handle("/sse", h.SSEHandler())
 		mux.Handle("/message", h.MessageHandler())
@@ -113,14 +127,15 @@ func (s *Server) HTTPHandler(transport Transport, baseURL string) (http.Handler,
 	// JSON escaping can double text; base64 adds a third to files.
 	maxBody := s.opts.MaxCode + s.opts.MaxStdin*2 + s.opts.Files.MaxTotalBytes*2 + 1<<20
 	var h http.Handler = limitBody(rejectInvalidUTF8(mux, sse, s.log), maxBody)
-	h = requireToken(h, s.opts.AuthToken)
+	h = requireToken(httpserve.RequireJSON(h), s.opts.AuthToken)
 	root := http.NewServeMux()
 	root.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	root.Handle("/", h)
-	return root, shutdown, nil
+	// Outside the token check: a CORS preflight never carries one.
+	return httpserve.Protect(root, httpserve.Policy{AllowedOrigins: s.opts.AllowedOrigins, CORS: mcpCORS, Log: s.log}), shutdown, nil
 }
 
 // ServeHTTP listens on addr and serves the sse or http transport until ctx

@@ -273,6 +273,7 @@ func serverOptions(cfg *configs.Config, log *slog.Logger, consoleURL string) ser
 		Artifacts:      artifacts.Options{MaxArtifacts: cfg.MaxArtifacts, MaxBytes: int64(cfg.MaxArtifactBytes)},
 		Store:          artifacts.NewStore(cfg.ArtifactTTL, int64(cfg.ArtifactStore)),
 		AuthToken:      cfg.AuthToken,
+		AllowedOrigins: cfg.AllowedOrigins,
 		Elicit:         elicit,
 		ElicitReason:   why,
 		ConsoleURL:     consoleURL,
@@ -334,6 +335,7 @@ func newGate(ctx context.Context, cfg *configs.Config, env map[string]string, ne
 	m.SetApprovalsPending(func() int { p, _ := gate.Broker().Pending(); return len(p) })
 	if ln != nil {
 		admin := server.NewAdmin(gate, token, log)
+		admin.AllowedOrigins = cfg.AllowedOrigins
 		go func() {
 			if err := admin.Serve(ctx, ln); err != nil {
 				log.Error("approvals console stopped", "err", err)

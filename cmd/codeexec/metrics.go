@@ -11,6 +11,7 @@ import (
 	"github.com/codeexec/codeexec/configs"
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/docker"
+	"github.com/codeexec/codeexec/server/httpserve"
 	"github.com/codeexec/codeexec/server/metrics"
 )
 
@@ -27,7 +28,7 @@ func startMetrics(ctx context.Context, cfg *configs.Config, log *slog.Logger) (*
 		return nil, fmt.Errorf("cannot serve metrics on CODE_EXEC_METRICS_ADDR=%s: %w (choose another address, or leave it empty)", cfg.MetricsAddr, err)
 	}
 	go func() {
-		if err := m.Serve(ctx, ln, cfg.MetricsToken); err != nil {
+		if err := m.Serve(ctx, ln, cfg.MetricsToken, httpserve.Policy{AllowedOrigins: cfg.AllowedOrigins, Log: log}); err != nil {
 			log.Error("metrics listener stopped", "err", err)
 		}
 	}()

@@ -1,7 +1,8 @@
 // Package httpserve holds what codeexec's HTTP listeners share (the MCP
 // transports, the approvals console, the metrics endpoint): a serve loop that
-// shuts down gracefully when its context ends, and bearer-token
-// authentication compared in constant time.
+// shuts down gracefully when its context ends, bearer-token authentication
+// compared in constant time, and the rule for browsers (Protect: Host,
+// Origin, CORS; RequireJSON: the MCP transports' bodies).
 package httpserve
 
 import (

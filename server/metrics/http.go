@@ -19,8 +19,10 @@ import (
 // token, if not empty, is the bearer token /metrics requires
 // ("Authorization: Bearer <token>", compared in constant time). The probes
 // say nothing but ready or not and need no token, so that orchestrators can
-// call them.
-func (m *Metrics) Handler(token string) http.Handler {
+// call them. Every path is under the rule all codeexec listeners share for
+// browsers, httpserve.Protect with browsers (its CORS is ignored: the
+// listener answers none).
+func (m *Metrics) Handler(token string, browsers httpserve.Policy) http.Handler {
 	mux := http.NewServeMux()
 	metrics := promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	mux.Handle("GET /metrics", httpserve.RequireBearer(metrics, token, "codeexec-metrics", "CODE_EXEC_METRICS_TOKEN"))
@@ -40,11 +42,12 @@ func (m *Metrics) Handler(token string) http.Handler {
 		}
 		_, _ = w.Write([]byte("ready\n"))
 	})
-	return mux
+	browsers.CORS = nil
+	return httpserve.Protect(mux, browsers)
 }
 
-// Serve serves Handler(token) on ln until ctx ends, then shuts down within a
-// few seconds. It closes ln.
-func (m *Metrics) Serve(ctx context.Context, ln net.Listener, token string) error {
-	return httpserve.Serve(ctx, ln, m.Handler(token), 3*time.Second, nil)
+// Serve serves Handler(token, browsers) on ln until ctx ends, then shuts
+// down within a few seconds. It closes ln.
+func (m *Metrics) Serve(ctx context.Context, ln net.Listener, token string, browsers httpserve.Policy) error {
+	return httpserve.Serve(ctx, ln, m.Handler(token, browsers), 3*time.Second, nil)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/codeexec/codeexec/approvals"
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
+	"github.com/codeexec/codeexec/server/httpserve"
 	"github.com/codeexec/codeexec/server/metrics"
 )
 
@@ -78,7 +79,7 @@ func TestEveryNameHasThePrefix(t *testing.T) {
 	t.Parallel()
 	m := metrics.New(metrics.Info{Version: "v1.2.3", Mode: sandbox.ModeProcess})
 	m.SetPool(func() metrics.PoolStats { return metrics.PoolStats{Ready: map[string]int{"python": 2}} })
-	fams := scrape(t, m.Handler(""), "")
+	fams := scrape(t, m.Handler("", httpserve.Policy{}), "")
 	if len(fams) < 10 {
 		t.Fatalf("only %d metric families", len(fams))
 	}
@@ -144,7 +145,7 @@ func TestDecoratorsRecordStages(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	fams := scrape(t, m.Handler(""), "")
+	fams := scrape(t, m.Handler("", httpserve.Policy{}), "")
 	checks := []struct {
 		name   string
 		labels map[string]string
@@ -181,7 +182,7 @@ func TestRunWithoutStagesRecordsOnlyTheOutcome(t *testing.T) {
 	if _, err := r.Run(context.Background(), sandbox.Request{Language: "bash"}); !errors.Is(err, approvals.ErrNotApproved) {
 		t.Fatalf("err = %v, want the runner's error passed through", err)
 	}
-	fams := scrape(t, m.Handler(""), "")
+	fams := scrape(t, m.Handler("", httpserve.Policy{}), "")
 	if got := value(fams, "codeexec_runs_total", map[string]string{"outcome": "denied", "language": "bash", "mode": "none"}); got != 1 {
 		t.Errorf("denied runs = %v, want 1", got)
 	}
@@ -222,7 +223,7 @@ func TestGaugesAndPool(t *testing.T) {
 	m.TaskStatuses(map[string]int{"working": 2, "completed": 1})
 	m.ProgressSent(10)
 	m.ProgressDropped(2)
-	fams := scrape(t, m.Handler(""), "")
+	fams := scrape(t, m.Handler("", httpserve.Policy{}), "")
 	checks := []struct {
 		name   string
 		labels map[string]string
@@ -252,7 +253,7 @@ func TestGaugesAndPool(t *testing.T) {
 func TestHandlerTokenAndProbes(t *testing.T) {
 	t.Parallel()
 	m := metrics.New(metrics.Info{Mode: sandbox.ModeProcess})
-	h := m.Handler("0123456789abcdef-token")
+	h := m.Handler("0123456789abcdef-token", httpserve.Policy{})
 	get := func(path, auth string) (int, string) {
 		req := httptest.NewRequest(http.MethodGet, path, nil)
 		if auth != "" {
@@ -297,7 +298,7 @@ func TestServe(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- m.Serve(ctx, ln, "") }()
+	go func() { done <- m.Serve(ctx, ln, "", httpserve.Policy{}) }()
 	resp, err := http.Get("http://" + ln.Addr().String() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -315,5 +316,44 @@ func TestServe(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Serve did not return after its context ended")
+	}
+}
+
+// TestHandlerRefusesBrowsers: the metrics listener shares the rule every
+// listener applies to browsers: a foreign Origin, or a Host that is not
+// loopback's on a loopback listener, is refused on every path.
+func TestHandlerRefusesBrowsers(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(metrics.Info{Mode: sandbox.ModeProcess})
+	m.SetReady(func(context.Context) error { return nil })
+	srv := httptest.NewServer(m.Handler("", httpserve.Policy{AllowedOrigins: []string{"http://localhost:3000"}}))
+	t.Cleanup(srv.Close)
+	for _, path := range []string{"/metrics", "/healthz", "/readyz"} {
+		for _, c := range []struct {
+			header, value string
+			want          int
+		}{
+			{"Origin", "https://evil.example", http.StatusForbidden},
+			{"Origin", "null", http.StatusForbidden},
+			{"Host", "rebind.example", http.StatusForbidden},
+			{"Origin", "http://localhost:3000", http.StatusOK},
+			{"Origin", srv.URL, http.StatusOK},
+			{"", "", http.StatusOK},
+		} {
+			req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+			if c.header == "Host" {
+				req.Host = c.value
+			} else if c.header != "" {
+				req.Header.Set(c.header, c.value)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != c.want || resp.Header.Get("Access-Control-Allow-Origin") != "" {
+				t.Errorf("GET %s with %s %q: %s (Access-Control-Allow-Origin %q), want %d and no CORS", path, c.header, c.value, resp.Status, resp.Header.Get("Access-Control-Allow-Origin"), c.want)
+			}
+		}
 	}
 }
