@@ -156,10 +156,13 @@ func (a *Admin) api(h func(r *http.Request) (int, any)) http.Handler {
 	})
 }
 
+// writeJSON answers v as JSON, hidden characters (client-controlled text
+// can hold them) written as \u escapes: the same JSON, safe on a terminal.
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
+	b, _ := json.Marshal(v)
+	_, _ = w.Write(append(approvals.EscapeHiddenJSON(b), '\n'))
 }
 
 func (a *Admin) pending(r *http.Request) (int, any) {
