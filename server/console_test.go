@@ -218,11 +218,18 @@ func TestAdminApproveAndDeny(t *testing.T) {
 }
 
 // TestApproverViewsShowHiddenCharacters: what the approver reads outside
-// the console's page is escaped too: the elicitation message shows every
-// file's text and stdin, with hidden characters escaped in them, the code,
-// the file names and the client's name.
+// the console's page is escaped too. The console's script escapes exactly
+// the characters of approvals.Hidden, and the elicitation message shows
+// every file's text and stdin, with hidden characters escaped in them, the
+// code, the file names and the client's name.
 func TestApproverViewsShowHiddenCharacters(t *testing.T) {
 	t.Parallel()
+	f := newAdminFixture(t, testAdminToken)
+	_, script := doReq(t, "GET", f.srv.URL+"/console.js", nil, "")
+	if !strings.Contains(script, `\u{2028}-\u{202F}`) || !strings.Contains(script, `\u{2066}-\u{206F}`) || !strings.Contains(script, `\u{E0000}-\u{E007F}`) || !strings.Contains(script, "const HIDDEN = /[") {
+		t.Errorf("the console's script does not define the hidden characters:\n%.300s", script)
+	}
+
 	a := approvals.Ask{ID: "abc", Language: "python", CodeSHA256: "00", Deadline: time.Now(),
 		Code:      "if access != \"none\u202e \u2066# admins only\u2069 \u2066\":\n    print('admin')\n",
 		Requester: approvals.Requester{Client: "evil\x1b[2K\ralice's laptop (verified)"},
