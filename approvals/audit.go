@@ -208,13 +208,15 @@ func (l *AuditLog) Close() error {
 }
 
 // seal encodes e with its hash as the last field and returns the line
-// (with its newline) and the hash.
+// (with its newline) and the hash. Hidden characters (in code, names,
+// notes) are written as \u escapes, so that the log reads as it is.
 func seal(e Entry) ([]byte, string, error) {
 	e.Hash = ""
 	b, err := json.Marshal(e)
 	if err != nil {
 		return nil, "", err
 	}
+	b = EscapeHiddenJSON(b)
 	// b ends with `,"hash":""}`: hash what comes before `,"hash"`.
 	body, ok := bytes.CutSuffix(b, []byte(`,"hash":""}`))
 	if !ok {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/codeexec/codeexec/sandbox"
-	"github.com/codeexec/codeexec/sandbox/artifacts"
 )
 
 // Outcome is how an approval request ended.
@@ -95,10 +94,13 @@ func shortID(s string) string {
 
 // Ask is what an approver is shown: one run waiting for a decision.
 type Ask struct {
-	ID         string    `json:"id"`
-	Language   string    `json:"language"`
-	Code       string    `json:"code"`
-	StdinBytes int       `json:"stdin_bytes"`
+	ID         string `json:"id"`
+	Language   string `json:"language"`
+	Code       string `json:"code"`
+	StdinBytes int    `json:"stdin_bytes"`
+	// Stdin is the program's standard input, which it may evaluate (part
+	// of CodeSHA256).
+	Stdin      string    `json:"stdin,omitempty"`
 	TimeoutMS  int64     `json:"timeout_ms"`
 	CodeSHA256 string    `json:"code_sha256"`
 	Reasons    []string  `json:"reasons"`
@@ -120,21 +122,19 @@ type Ask struct {
 	Packages []string `json:"packages,omitempty"`
 }
 
-// AskFile is one file of a request, as a person approving it sees it.
+// AskFile is one file of a request, as a person approving it sees it: all
+// of its text, or, for a binary file, what kind of file it is.
 type AskFile struct {
 	Path   string `json:"path"`
 	Size   int    `json:"size"`
 	SHA256 string `json:"sha256"`
-}
-
-// askFiles describes a request's files.
-func askFiles(files []artifacts.Input) []AskFile {
-	var out []AskFile
-	for _, f := range files {
-		sum := sha256.Sum256(f.Data)
-		out = append(out, AskFile{Path: f.Path, Size: len(f.Data), SHA256: hex.EncodeToString(sum[:])})
-	}
-	return out
+	// Text is the file's content when it is text (valid UTF-8 without
+	// NUL). The audit log leaves it out: the digest binds it.
+	Text string `json:"text,omitempty"`
+	// Binary is set when the file is not text; Kind then says what it is,
+	// such as "an ELF executable or library" or "a PNG image".
+	Binary bool   `json:"binary,omitempty"`
+	Kind   string `json:"kind,omitempty"`
 }
 
 // DescribeWorkspace says what a run can see of the workspace, for a person

@@ -3,7 +3,6 @@ package approvals
 import (
 	"fmt"
 	"net"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -25,11 +24,11 @@ func (d Destination) String() string { return net.JoinHostPort(d.Host, strconv.I
 var (
 	// urlRE matches URLs: scheme, host (a name, an IPv4 address or an
 	// IPv6 address in brackets) and an optional port.
-	urlRE = lazyRegexp(`(?i)\b(https?|wss?|ftp)://(?:[^\s/@'"]+@)?(\[[0-9a-f:.]+\]|[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?(?:\.[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?)*)(?::(\d{1,5}))?`)
+	urlRE = newPattern(`(?i)\b(https?|wss?|ftp)://(?:[^\s/@'"]+@)?(\[[0-9a-f:.]+\]|[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?(?:\.[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?)*)(?::(\d{1,5}))?`)
 	// pairRE matches ("host", port), as socket calls take it.
-	pairRE = lazyRegexp(`\(\s*['"]([a-zA-Z0-9_.:-]+)['"]\s*,\s*(\d{1,5})\s*\)`)
+	pairRE = newPattern(`\(\s*['"]([a-zA-Z0-9_.:-]+)['"]\s*,\s*(\d{1,5})\s*\)`)
 	// devTCPRE matches bash's /dev/tcp/host/port.
-	devTCPRE = lazyRegexp(`/dev/(?:tcp|udp)/([a-zA-Z0-9_.:-]+)/(\d{1,5})`)
+	devTCPRE = newPattern(`/dev/(?:tcp|udp)/([a-zA-Z0-9_.:-]+)/(\d{1,5})`)
 )
 
 var schemePorts = map[string]int{"http": 80, "https": 443, "ws": 80, "wss": 443, "ftp": 21}
@@ -38,6 +37,11 @@ var schemePorts = map[string]int{"http": 80, "https": 443, "ws": 80, "wss": 443,
 // in the order of their first mention. Like Assess it is a triage aid:
 // code can build a destination no pattern sees.
 func Destinations(code string) []Destination {
+	return destinations(splitText(code), &budget{left: inputBudget})
+}
+
+// destinations is Destinations of t, within b.
+func destinations(t *text, b *budget) []Destination {
 	var out []Destination
 	seen := map[string]bool{}
 	add := func(host string, port, line int) {
@@ -51,16 +55,20 @@ func Destinations(code string) []Destination {
 			out = append(out, d)
 		}
 	}
-	for i, line := range strings.Split(code, "\n") {
-		for _, m := range urlRE().FindAllStringSubmatch(line, -1) {
+	for i := range t.candidates(urlRE, pairRE, devTCPRE) {
+		line := t.lines[i]
+		if !b.spend(line) {
+			break
+		}
+		for _, m := range urlRE.re().FindAllStringSubmatch(line, -1) {
 			port := schemePorts[strings.ToLower(m[1])]
 			if m[3] != "" {
 				port, _ = strconv.Atoi(m[3])
 			}
 			add(m[2], port, i+1)
 		}
-		for _, re := range []*regexp.Regexp{pairRE(), devTCPRE()} {
-			for _, m := range re.FindAllStringSubmatch(line, -1) {
+		for _, p := range []pattern{pairRE, devTCPRE} {
+			for _, m := range p.re().FindAllStringSubmatch(line, -1) {
 				port, _ := strconv.Atoi(m[2])
 				add(m[1], port, i+1)
 			}
@@ -69,12 +77,12 @@ func Destinations(code string) []Destination {
 	return out
 }
 
-// destinationFindings describes the destinations code names for the
+// destinationFindings describes the destinations t names for the
 // approver: one finding that lists them and, when runs reach the network
 // through the egress proxy, one per destination that the allowlist would
 // refuse. policy is nil when runs have no allowlist.
-func destinationFindings(code string, policy *egress.PolicyInfo) []Finding {
-	dests := Destinations(code)
+func destinationFindings(t *text, b *budget, policy *egress.PolicyInfo) []Finding {
+	dests := destinations(t, b)
 	if len(dests) == 0 {
 		return nil
 	}

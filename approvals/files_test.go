@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -37,7 +38,7 @@ func TestTheApproverSeesFilesAndWorkspace(t *testing.T) {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256([]byte("a,b\n"))
-	if len(shown.Files) != 1 || shown.Files[0] != (AskFile{Path: "data.csv", Size: 4, SHA256: hex.EncodeToString(sum[:])}) {
+	if len(shown.Files) != 1 || shown.Files[0] != (AskFile{Path: "data.csv", Size: 4, SHA256: hex.EncodeToString(sum[:]), Text: "a,b\n"}) {
 		t.Errorf("files shown %+v", shown.Files)
 	}
 	if shown.Workspace != "the project folder /home/me/project, at /workspace (read-only)" {
@@ -68,5 +69,33 @@ func TestDescribeWorkspace(t *testing.T) {
 		if got := DescribeWorkspace(c.w); !strings.Contains(got, c.want) || (c.want == "") != (got == "") {
 			t.Errorf("DescribeWorkspace(%+v) = %q, want it to say %q", c.w, got, c.want)
 		}
+	}
+}
+
+// An approval is bound to the files as they were shown: an answer that
+// comes back with the state issued for a request is refused for the same
+// code with other files, and the audit log records each file's digest
+// (not its text, which the digest binds).
+func TestApprovalIsBoundToTheFiles(t *testing.T) {
+	t.Parallel()
+	f := newGate(t, GateConfig{Policy: PolicyAlways, Timeout: time.Minute})
+	later := approverFunc(func(ctx context.Context, a Ask) (Decision, error) { return Decision{}, ErrInputRequired })
+	req := sandbox.Request{Language: "bash", Code: "bash run.sh", Files: []artifacts.Input{{Path: "run.sh", Data: []byte("echo shown\n")}}}
+	_, err := f.gate.For(Call{Approver: later}).Run(context.Background(), req)
+	var ir *InputRequiredError
+	if !errors.As(err, &ir) || ir.Ask.Files[0].Text != "echo shown\n" {
+		t.Fatalf("Run = %v, want an input request that shows the file", err)
+	}
+	other := req
+	other.Files = []artifacts.Input{{Path: "run.sh", Data: []byte("echo other\n")}}
+	_, err = f.gate.For(Call{Answer: &Answer{State: ir.State, Decision: Decision{Outcome: OutcomeApproved, Via: ViaElicitation}}}).Run(context.Background(), other)
+	var de *DeniedError
+	if !errors.As(err, &de) || de.Decision.Outcome != OutcomeForged || f.runs.Load() != 0 {
+		t.Fatalf("an approval of other files: %v (runs %d), want it refused as forged", err, f.runs.Load())
+	}
+	sum := sha256.Sum256([]byte("echo shown\n"))
+	log := f.auditText(t)
+	if !strings.Contains(log, `"files":[{"path":"run.sh","size":11,"sha256":"`+hex.EncodeToString(sum[:])+`"}]`) || strings.Contains(log, "echo shown") {
+		t.Errorf("the audit log does not record the file by its digest alone:\n%s", log)
 	}
 }

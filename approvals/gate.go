@@ -217,16 +217,17 @@ func (c callRunner) Capabilities() sandbox.Capabilities { return c.g.Capabilitie
 
 func (c callRunner) Close() error { return nil }
 
-// riskCheck is the configured risk check and, when runs reach the network
-// through an allowlist, which destinations the code names that the
-// allowlist would refuse.
+// riskCheck is the configured risk check of the code and, when runs reach
+// the network through an allowlist, which destinations the code names that
+// the allowlist would refuse; then the risk check of the request's files
+// and stdin (AssessInputs).
 func (g *Gate) riskCheck(req sandbox.Request) []Finding {
 	f := g.cfg.RiskCheck(req.Language, req.Code)
 	if p := g.next.Capabilities().Egress; p != nil {
 		f = append(f, AllowlistFindings(req.Code, p)...)
 		sortFindings(f)
 	}
-	return f
+	return append(f, AssessInputs(req.Files, req.Stdin)...)
 }
 
 // ErrAudit is wrapped when the audit log cannot be written. Nothing runs
@@ -299,6 +300,7 @@ func (g *Gate) newAsk(req sandbox.Request, requester Requester, session string, 
 		Language:   req.Language,
 		Code:       req.Code,
 		StdinBytes: len(req.Stdin),
+		Stdin:      req.Stdin,
 		TimeoutMS:  req.Limits.Timeout.Milliseconds(),
 		CodeSHA256: HashRequest(req),
 		Reasons:    Reasons(findings),
@@ -312,7 +314,7 @@ func (g *Gate) newAsk(req sandbox.Request, requester Requester, session string, 
 	}
 	stdin, timeout := a.StdinBytes, a.TimeoutMS
 	err := g.record(Entry{
-		Event: EventRequest, ID: a.ID, CodeSHA256: a.CodeSHA256, Language: a.Language, Code: a.Code, Files: a.Files, Workspace: a.Workspace, Packages: a.Packages,
+		Event: EventRequest, ID: a.ID, CodeSHA256: a.CodeSHA256, Language: a.Language, Code: a.Code, Files: withoutText(a.Files), Workspace: a.Workspace, Packages: a.Packages,
 		StdinSize: &stdin, TimeoutMS: &timeout, Policy: g.cfg.Policy, Reasons: a.Reasons, Requester: &requester, Session: session, Time: now,
 		NetworkPolicy: g.next.Capabilities().Egress,
 	})

@@ -4,8 +4,13 @@
 //
 // The pieces:
 //   - Policy (never, always, risky) and Assess, a per-language risk check
-//     whose reasons are shown to the approver. The risk check is a triage
-//     aid, not a security boundary: code can hide what it does.
+//     whose reasons are shown to the approver, with AssessInputs, the same
+//     check of a run's files and stdin (the code can run them). The risk
+//     check is a triage aid, not a security boundary: code can hide what it
+//     does.
+//   - Visible, how every view of a request (the console, the CLI, the
+//     elicitation message) shows text: characters that do not show as
+//     themselves (Hidden) escaped as their code point.
 //   - Broker, the pending requests that the approvals console and the
 //     codeexec approvals CLI list and answer (the first answer wins, and no
 //     answer by the deadline is a denial).

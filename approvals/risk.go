@@ -2,10 +2,8 @@ package approvals
 
 import (
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/codeexec/codeexec/sandbox/egress"
 )
@@ -21,6 +19,18 @@ const (
 	CategoryPrivilege  Category = "privilege"
 	CategorySecrets    Category = "secrets"
 	CategoryDynamic    Category = "dynamic-code"
+	// CategoryHidden: text that reads otherwise than it runs (hidden or
+	// control characters, wide gaps, look-alike names, another encoding).
+	CategoryHidden Category = "hidden-text"
+	// CategoryUnasked: a file of the request that runs without the code
+	// naming it (it takes the place of a module, or runs at start).
+	CategoryUnasked Category = "runs-unasked"
+	// CategoryOpaque: a file of the request that holds code a person
+	// cannot read (an executable, bytecode, an archive, unknown binary data).
+	CategoryOpaque Category = "opaque-code"
+	// CategoryUnchecked: the risk check stopped before the end of a text
+	// (it has a budget of work per request).
+	CategoryUnchecked Category = "unchecked"
 	// CategoryRefused is a note, not a risk: a language policy that runs
 	// inside the sandbox (restricted Python) will refuse the code anyway.
 	// Alone it does not make a run need approval (see Policy.Requires).
@@ -41,7 +51,7 @@ type Finding struct {
 type rule struct {
 	category Category
 	what     string // completes "<category label>: <what>"
-	re       func() *regexp.Regexp
+	p        pattern
 }
 
 var categoryLabel = map[Category]string{
@@ -51,6 +61,10 @@ var categoryLabel = map[Category]string{
 	CategoryPrivilege:  "changes privileges or permissions",
 	CategorySecrets:    "reads environment variables or credentials",
 	CategoryDynamic:    "runs dynamically built code",
+	CategoryHidden:     "hides or disguises text",
+	CategoryUnasked:    "runs without the code naming it",
+	CategoryOpaque:     "brings code that cannot be shown",
+	CategoryUnchecked:  "too long for the risk check to read in full",
 	CategoryRefused:    "would be refused anyway by the restricted Python policy",
 }
 
@@ -60,15 +74,8 @@ func Refused(line int, what string) Finding {
 	return Finding{Category: CategoryRefused, Line: line, Reason: fmt.Sprintf("%s: %s (line %d)", categoryLabel[CategoryRefused], what, line)}
 }
 
-// lazyRegexp compiles pattern on first use, not when the program starts:
-// every run re-executes the codeexec binary for its helpers, which must not
-// pay for the approval rules. TestRulesCompile compiles them all.
-func lazyRegexp(pattern string) func() *regexp.Regexp {
-	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(pattern) })
-}
-
-func r(c Category, what, pattern string) rule {
-	return rule{category: c, what: what, re: lazyRegexp(pattern)}
+func r(c Category, what, expr string) rule {
+	return rule{category: c, what: what, p: newPattern(expr)}
 }
 
 // credentialPaths are files that hold secrets, whatever the language.
@@ -127,32 +134,68 @@ var harmlessRedirect = lazyRegexp(`^>>?\s*"?/dev/(null|stdout|stderr)"?$`)
 
 // Assess is the risk check: it returns what it flags in code of language
 // (a canonical name: python, javascript or bash), one finding per rule, in
-// the order of the code. An unknown language is checked with the rules
-// that apply to every language only.
+// the order of the code, and what in it does not show as itself (hidden
+// and control characters, wide gaps, look-alike names; see Visible). An
+// unknown language is checked with the rules that apply to every language
+// only.
 //
 // It is a triage aid for a person who will read the code, not a security
 // boundary: obfuscated code can do all of this without matching anything.
 func Assess(language, code string) []Finding {
+	return assessText(code, &budget{left: inputBudget}, language)
+}
+
+// assessText is the risk check of text that runs as any of languages,
+// within b. Identical reasons (the same call flagged by two languages)
+// count once.
+func assessText(s string, b *budget, languages ...string) []Finding {
+	var rs []rule
+	for _, l := range languages {
+		rs = append(rs, rules[l]...)
+	}
+	rs = append(rs, commonRules...)
+	t := splitText(s)
 	var out []Finding
-	lines := strings.Split(code, "\n")
-	for _, rl := range append(append([]rule(nil), rules[language]...), commonRules...) {
-		for i, line := range lines {
-			what, ok := firstMatch(rl, line)
+	seen := map[string]bool{}
+	stopped, refused := 0, b.refused
+rules:
+	for _, rl := range rs {
+		for i := range t.candidates(rl.p) {
+			if !b.spend(t.lines[i]) {
+				stopped = i + 1
+				break rules
+			}
+			what, ok := firstMatch(rl, t.lines[i])
 			if !ok {
 				continue
 			}
 			if len(what) > 60 {
 				what = what[:60] + "…"
 			}
-			out = append(out, Finding{
+			f := Finding{
 				Category: rl.category,
 				Reason:   fmt.Sprintf("%s: %s (line %d)", categoryLabel[rl.category], fmt.Sprintf(rl.what, fmt.Sprintf("%q", what)), i+1),
 				Line:     i + 1,
-			})
+			}
+			if !seen[f.Reason] {
+				seen[f.Reason] = true
+				out = append(out, f)
+			}
 			break
 		}
 	}
-	out = append(out, destinationFindings(code, nil)...)
+	out = append(out, destinationFindings(t, b, nil)...)
+	if b.refused > refused {
+		at := "it stopped before the end"
+		if stopped > 0 {
+			at = fmt.Sprintf("it stopped at line %d of %d", stopped, len(t.lines))
+		}
+		out = append(out, Finding{Category: CategoryUnchecked, Line: max(stopped, 1), Reason: fmt.Sprintf("%s: %s, so read all of it yourself", categoryLabel[CategoryUnchecked], at)})
+	}
+	out = append(out, hiddenFindings(s)...)
+	if slices.Contains(languages, "python") {
+		out = append(out, encodingFindings(t.lines)...)
+	}
 	sortFindings(out)
 	return out
 }
@@ -160,7 +203,7 @@ func Assess(language, code string) []Finding {
 // AllowlistFindings tells the approver which of the destinations code
 // names the network allowlist of policy would refuse.
 func AllowlistFindings(code string, policy *egress.PolicyInfo) []Finding {
-	fs := destinationFindings(code, policy)
+	fs := destinationFindings(splitText(code), &budget{left: inputBudget}, policy)
 	if len(fs) < 2 {
 		return nil
 	}
@@ -171,7 +214,10 @@ func AllowlistFindings(code string, policy *egress.PolicyInfo) []Finding {
 // firstMatch returns what rl flags in line: its first non-empty group (or the
 // whole match), skipping redirections to /dev/null and the like.
 func firstMatch(rl rule, line string) (string, bool) {
-	for _, m := range rl.re().FindAllStringSubmatch(line, -1) {
+	if !rl.p.re().MatchString(line) {
+		return "", false
+	}
+	for _, m := range rl.p.re().FindAllStringSubmatch(line, -1) {
 		what := strings.TrimSpace(m[0])
 		for _, g := range m[1:] {
 			if g != "" {

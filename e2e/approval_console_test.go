@@ -87,7 +87,7 @@ func TestApprovalConsoleBrowser(t *testing.T) {
 		chromedp.Navigate(logField(a.srv.stderr.String(), "approvals console", "login_url")),
 		chromedp.WaitVisible(`li.ask button.approve`, chromedp.ByQuery),
 		chromedp.SendKeys(`#who`, "e2e-browser", chromedp.ByQuery),
-		chromedp.Text(`li.ask code`, &shown, chromedp.ByQuery),
+		chromedp.Evaluate(`document.querySelector("li.ask code").textContent`, &shown),
 	)
 	if err != nil {
 		t.Fatalf("loading the console: %v", err)
@@ -112,11 +112,20 @@ func TestApprovalConsoleBrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The card stays, saying what was decided, until it is dismissed.
 	if err := chromedp.Run(ctx,
 		chromedp.Click(`li.ask button.approve`, chromedp.ByQuery),
-		chromedp.WaitNotPresent(`li.ask`, chromedp.ByQuery),
+		chromedp.WaitVisible(`li.ask button.dismiss`, chromedp.ByQuery),
 	); err != nil {
 		t.Fatalf("clicking Approve: %v", err)
+	}
+	var notice string
+	if err := chromedp.Run(ctx,
+		chromedp.Text(`li.ask .notice`, &notice, chromedp.ByQuery),
+		chromedp.Click(`li.ask button.dismiss`, chromedp.ByQuery),
+		chromedp.WaitNotPresent(`li.ask`, chromedp.ByQuery),
+	); err != nil || notice != "Approved by you." {
+		t.Fatalf("the approved card said %q, then dismissing it: %v", notice, err)
 	}
 	ans := <-ch
 	if ans.err != nil || ans.res.IsError {
@@ -147,7 +156,7 @@ func TestApprovalConsoleBrowser(t *testing.T) {
 	)
 	err = chromedp.Run(ctx,
 		chromedp.WaitVisible(`li.ask button.deny`, chromedp.ByQuery),
-		chromedp.Text(`li.ask code`, &shown, chromedp.ByQuery),
+		chromedp.Evaluate(`document.querySelector("li.ask code").textContent`, &shown),
 		chromedp.Evaluate(`document.querySelectorAll("li.ask img, li.ask script").length`, &nodes),
 		chromedp.Title(&title),
 	)
@@ -159,9 +168,10 @@ func TestApprovalConsoleBrowser(t *testing.T) {
 	}
 	if err := chromedp.Run(ctx,
 		chromedp.Click(`li.ask button.deny`, chromedp.ByQuery),
+		chromedp.Click(`li.ask button.dismiss`, chromedp.ByQuery),
 		chromedp.WaitNotPresent(`li.ask`, chromedp.ByQuery),
 	); err != nil {
-		t.Fatalf("clicking Deny: %v", err)
+		t.Fatalf("clicking Deny, then Dismiss: %v", err)
 	}
 	ans = <-ch
 	wantDenied(t, ans.res, ans.err, "e2e-browser", "console")

@@ -37,6 +37,7 @@ type approvalOpts struct {
 	client          *mcp.ClientOptions
 	transport       string
 	token           string // the bearer token of the HTTP transports
+	clientName      string // the client's name (codeexec-e2e-approvals if empty)
 }
 
 // approvalEnv is serverEnv with approvals always on, a console on a free
@@ -70,7 +71,11 @@ func approvalConnect(t *testing.T, o approvalOpts) *approvalServer {
 	if transport == "" {
 		transport = stdio
 	}
-	cs, s := connect(t, transport, env, connectOpts{protocolVersion: o.protocolVersion, ctx: ctx, client: o.client, clientName: "codeexec-e2e-approvals", token: o.token})
+	name := o.clientName
+	if name == "" {
+		name = "codeexec-e2e-approvals"
+	}
+	cs, s := connect(t, transport, env, connectOpts{protocolVersion: o.protocolVersion, ctx: ctx, client: o.client, clientName: name, token: o.token})
 	as := &approvalServer{cs: cs, srv: s, env: env, audit: env["CODE_EXEC_AUDIT_LOG"], disconnect: cancel}
 	deadline := time.Now().Add(30 * time.Second)
 	for as.console == "" {
@@ -145,27 +150,56 @@ func (a *approvalServer) cli(t *testing.T, args ...string) (string, error) {
 	return string(out), err
 }
 
+// pendingAsk is the part of a pending request (GET /api/pending) that
+// the tests read.
+type pendingAsk struct {
+	ID      string   `json:"id"`
+	Code    string   `json:"code"`
+	Stdin   string   `json:"stdin"`
+	Reasons []string `json:"reasons"`
+	Files   []struct {
+		Path   string `json:"path"`
+		Size   int    `json:"size"`
+		SHA256 string `json:"sha256"`
+		Text   string `json:"text"`
+		Binary bool   `json:"binary"`
+	} `json:"files"`
+}
+
+// pending asks the console once for the pending requests, oldest first.
+func (a *approvalServer) pending(t *testing.T) ([]pendingAsk, error) {
+	t.Helper()
+	resp, err := a.api(t, http.MethodGet, "api/pending")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var list struct {
+		Pending []pendingAsk `json:"pending"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&list)
+	return list.Pending, err
+}
+
+// pendingIDs asks the console once which requests are pending, oldest first.
+func (a *approvalServer) pendingIDs(t *testing.T) ([]string, error) {
+	t.Helper()
+	asks, err := a.pending(t)
+	ids := []string{}
+	for _, p := range asks {
+		ids = append(ids, p.ID)
+	}
+	return ids, err
+}
+
 // waitPending waits until the console lists n requests and returns their ids.
 func (a *approvalServer) waitPending(t *testing.T, n int) []string {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		resp, err := a.api(t, http.MethodGet, "api/pending")
-		if err == nil {
-			var list struct {
-				Pending []struct {
-					ID string `json:"id"`
-				} `json:"pending"`
-			}
-			_ = json.NewDecoder(resp.Body).Decode(&list)
-			resp.Body.Close()
-			if len(list.Pending) == n {
-				var ids []string
-				for _, p := range list.Pending {
-					ids = append(ids, p.ID)
-				}
-				return ids
-			}
+		ids, err := a.pendingIDs(t)
+		if err == nil && len(ids) == n {
+			return ids
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the console never listed %d pending requests (err %v)", n, err)

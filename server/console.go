@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -13,14 +14,15 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/codeexec/codeexec/approvals"
 	"github.com/codeexec/codeexec/server/httpserve"
 )
 
-// The approvals console: a static page whose script renders everything with
-// textContent (never as HTML), served with a strict Content-Security-Policy.
+// The approvals console: a static page whose script renders everything as
+// text (never as HTML), served with a strict Content-Security-Policy.
 var (
 	//go:embed approval_console.html
 	consoleHTML []byte
@@ -29,6 +31,24 @@ var (
 	//go:embed approval_console.css
 	consoleCSS []byte
 )
+
+// consoleScript is the console's script after the definitions of HIDDEN
+// and HIDDEN_ON_ONE_LINE, the regular expressions of the characters it
+// shows escaped: those of approvals.Hidden (and, for text on one line, tab
+// and newline), so that the console, the CLI and the risk check agree.
+var consoleScript = sync.OnceValue(func() []byte {
+	var class strings.Builder
+	for _, r := range approvals.HiddenRanges() {
+		fmt.Fprintf(&class, `\u{%X}`, r[0])
+		if r[1] != r[0] {
+			fmt.Fprintf(&class, `-\u{%X}`, r[1])
+		}
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "// Written by codeexec: the characters of approvals.Hidden.\nconst HIDDEN = /[%s]/gu;\nconst HIDDEN_ON_ONE_LINE = /[\\t\\n%s]/gu;\n", class.String(), class.String())
+	b.Write(consoleJS)
+	return b.Bytes()
+})
 
 // AdminHeader must be sent (with any value) on every state-changing admin
 // request. A browser cannot send a custom header cross-origin without a
@@ -103,7 +123,7 @@ func (a *Admin) Handler() http.Handler {
 		}
 	}
 	mux.HandleFunc("GET /{$}", static(consoleHTML, "text/html; charset=utf-8"))
-	mux.HandleFunc("GET /console.js", static(consoleJS, "text/javascript; charset=utf-8"))
+	mux.HandleFunc("GET /console.js", static(consoleScript(), "text/javascript; charset=utf-8"))
 	mux.HandleFunc("GET /console.css", static(consoleCSS, "text/css; charset=utf-8"))
 	mux.HandleFunc("GET /healthz", static([]byte("ok\n"), "text/plain; charset=utf-8"))
 	mux.Handle("GET /api/pending", a.api(a.pending))
@@ -154,10 +174,13 @@ func (a *Admin) api(h func(r *http.Request) (int, any)) http.Handler {
 	})
 }
 
+// writeJSON answers v as JSON, hidden characters (client-controlled text
+// can hold them) written as \u escapes: the same JSON, safe on a terminal.
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
+	b, _ := json.Marshal(v)
+	_, _ = w.Write(append(approvals.EscapeHiddenJSON(b), '\n'))
 }
 
 func (a *Admin) pending(r *http.Request) (int, any) {

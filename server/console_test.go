@@ -256,3 +256,44 @@ func TestAdminApproveAndDeny(t *testing.T) {
 		t.Fatalf("audit log does not say who decided:\n%s", log)
 	}
 }
+
+// TestApproverViewsShowHiddenCharacters: what the approver reads outside
+// the console's page is escaped too. The console's script escapes exactly
+// the characters of approvals.Hidden, and the elicitation message shows
+// every file's text and stdin, with hidden characters escaped in them, the
+// code, the file names and the client's name.
+func TestApproverViewsShowHiddenCharacters(t *testing.T) {
+	t.Parallel()
+	f := newAdminFixture(t, testAdminToken)
+	_, script := doReq(t, "GET", f.srv.URL+"/console.js", nil, "")
+	if !strings.Contains(script, `\u{2028}-\u{202F}`) || !strings.Contains(script, `\u{2066}-\u{206F}`) || !strings.Contains(script, `\u{E0000}-\u{E007F}`) || !strings.Contains(script, "const HIDDEN = /[") {
+		t.Errorf("the console's script does not define the hidden characters:\n%.300s", script)
+	}
+
+	a := approvals.Ask{ID: "abc", Language: "python", CodeSHA256: "00", Deadline: time.Now(),
+		Code:      "if access != \"none\u202e \u2066# admins only\u2069 \u2066\":\n    print('admin')\n",
+		Requester: approvals.Requester{Client: "evil\x1b[2K\ralice's laptop (verified)"},
+		Stdin:     "yes\u200b\n", StdinBytes: 7,
+		Files: []approvals.AskFile{
+			{Path: "invoice\u202efdp.py", Size: 17, SHA256: strings.Repeat("ab", 32), Text: "print('invoice')\n"},
+			{Path: "tool.so", Size: 64, SHA256: strings.Repeat("cd", 32), Binary: true, Kind: "an ELF executable or library"},
+		}}
+	msg := elicitation(a).Message
+	for _, r := range msg {
+		if approvals.Hidden(r) {
+			t.Errorf("the elicitation message holds the raw character %U:\n%s", r, msg)
+			break
+		}
+	}
+	for _, want := range []string{
+		"evil⟨U+001B⟩[2K⟨U+000D⟩alice's laptop (verified)",
+		"if access != \"none⟨U+202E⟩ ⟨U+2066⟩# admins only⟨U+2069⟩ ⟨U+2066⟩\":",
+		"- invoice⟨U+202E⟩fdp.py (17 bytes, sha256 abababababababab):\n```\nprint('invoice')\n```",
+		"- tool.so (64 bytes, sha256 cdcdcdcdcdcdcdcd), binary, not shown: an ELF executable or library",
+		"yes⟨U+200B⟩",
+	} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the elicitation message lacks %q:\n%s", want, msg)
+		}
+	}
+}

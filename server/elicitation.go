@@ -150,10 +150,12 @@ func approved(content any) bool {
 }
 
 // elicitation is the question shown to the person: language, the full
-// code, the reasons, and who asks.
+// code, every file (the text of each textual one) and stdin, the reasons,
+// and who asks, every hidden character escaped (approvals.Visible).
 func elicitation(a approvals.Ask) mcp.ElicitationParams {
+	line := approvals.VisibleLine
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s asks to run %s code (%d bytes", a.Requester.String(), a.Language, len(a.Code))
+	fmt.Fprintf(&b, "%s asks to run %s code (%d bytes", line(a.Requester.String()), line(a.Language), len(a.Code))
 	if a.StdinBytes > 0 {
 		fmt.Fprintf(&b, ", %d bytes of stdin", a.StdinBytes)
 	}
@@ -164,37 +166,42 @@ func elicitation(a approvals.Ask) mcp.ElicitationParams {
 	default:
 		fmt.Fprintf(&b, ", %d files", n)
 	}
-	fmt.Fprintf(&b, ", request %s). Approve it only if you have read it and want it to run.\n\n", a.ID)
+	fmt.Fprintf(&b, ", request %s). Approve it only if you have read it and want it to run.\n\n", line(a.ID))
 	if a.Workspace != "" {
-		fmt.Fprintf(&b, "The code can see %s.\n\n", a.Workspace)
+		fmt.Fprintf(&b, "The code can see %s.\n\n", line(a.Workspace))
 	}
 	if len(a.Packages) > 0 {
 		b.WriteString("Packages installed for it first (their code runs with the program's):\n")
 		for _, p := range a.Packages {
-			fmt.Fprintf(&b, "- %s\n", p)
-		}
-		b.WriteString("\n")
-	}
-	if len(a.Files) > 0 {
-		b.WriteString("Files written into its working directory first:\n")
-		for _, f := range a.Files {
-			fmt.Fprintf(&b, "- %s (%d bytes, sha256 %s)\n", f.Path, f.Size, f.SHA256[:16])
+			fmt.Fprintf(&b, "- %s\n", line(p))
 		}
 		b.WriteString("\n")
 	}
 	if len(a.Reasons) > 0 {
 		b.WriteString("The risk check flagged:\n")
 		for _, r := range a.Reasons {
-			b.WriteString("- " + r + "\n")
+			b.WriteString("- " + line(r) + "\n")
 		}
 		b.WriteString("\n")
 	}
-	fence := "```"
-	for strings.Contains(a.Code, fence) {
-		fence += "`"
+	fenced(&b, a.Language, a.Code)
+	if len(a.Files) > 0 {
+		b.WriteString("\nFiles written into its working directory first:\n")
+		for _, f := range a.Files {
+			fmt.Fprintf(&b, "- %s (%d bytes, sha256 %s)", line(f.Path), f.Size, f.SHA256[:16])
+			if f.Binary {
+				fmt.Fprintf(&b, ", binary, not shown: %s\n", line(f.Kind))
+				continue
+			}
+			b.WriteString(":\n")
+			fenced(&b, "", f.Text)
+		}
 	}
-	fmt.Fprintf(&b, "%s%s\n%s\n%s\n\nSHA-256 of the request: %s. Unanswered by %s, it is denied.",
-		fence, a.Language, strings.TrimRight(a.Code, "\n"), fence, a.CodeSHA256, a.Deadline.Format(time.RFC3339))
+	if a.Stdin != "" {
+		b.WriteString("\nIts standard input:\n")
+		fenced(&b, "", a.Stdin)
+	}
+	fmt.Fprintf(&b, "\nSHA-256 of the request: %s. Unanswered by %s, it is denied.", a.CodeSHA256, a.Deadline.Format(time.RFC3339))
 	return mcp.ElicitationParams{
 		Message: b.String(),
 		RequestedSchema: map[string]any{
@@ -209,6 +216,17 @@ func elicitation(a approvals.Ask) mcp.ElicitationParams {
 			"required": []string{"approve"},
 		},
 	}
+}
+
+// fenced writes text as a fenced block (of language info) that no line of
+// text can close, every hidden character escaped.
+func fenced(b *strings.Builder, info, text string) {
+	text = approvals.Visible(strings.TrimRight(text, "\n"))
+	fence := "```"
+	for strings.Contains(text, fence) {
+		fence += "`"
+	}
+	fmt.Fprintf(b, "%s%s\n%s\n%s\n", fence, info, text, fence)
 }
 
 // progressReporter returns the WaitFunc that keeps the client's call alive
@@ -298,7 +316,7 @@ func (s *Server) approvalDescription() string {
 	case approvals.PolicyAlways:
 		b.WriteString("always: every run waits for a person's approval")
 	case approvals.PolicyRisky:
-		b.WriteString("risky: runs that the risk check flags (network, subprocesses, deleting or overwriting files, privileges, environment variables or credentials, dynamic code) wait for a person's approval")
+		b.WriteString("risky: runs that the risk check flags (network, subprocesses, deleting or overwriting files, privileges, environment variables or credentials, dynamic code, hidden or disguised text, in the code, its files or stdin, and files that hold code that cannot be shown) wait for a person's approval")
 	}
 	fmt.Fprintf(&b, "; no answer within %s means denied", g.Timeout())
 	b.WriteString("; " + s.WhoCanApprove())

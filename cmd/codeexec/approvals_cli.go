@@ -182,13 +182,12 @@ $XDG_RUNTIME_DIR/codeexec/admin-HOST-PORT.token, or the same name in
 		}
 		list, err := c.Pending(ctx)
 		if err != nil {
-			fmt.Fprintf(stderr, "codeexec approvals: %v\n", err)
+			fmt.Fprintf(stderr, "codeexec approvals: %s\n", shown(err.Error()))
 			return 1
 		}
 		if *asJSON {
-			enc := json.NewEncoder(stdout)
-			enc.SetIndent("", "  ")
-			_ = enc.Encode(list.Pending)
+			b, _ := json.MarshalIndent(list.Pending, "", "  ")
+			_, _ = stdout.Write(append(approvals.EscapeHiddenJSON(b), '\n'))
 			return 0
 		}
 		if len(list.Pending) == 0 {
@@ -196,31 +195,7 @@ $XDG_RUNTIME_DIR/codeexec/admin-HOST-PORT.token, or the same name in
 			return 0
 		}
 		for _, a := range list.Pending {
-			tw := tabwriter.NewWriter(stdout, 0, 0, 1, ' ', 0)
-			fmt.Fprintf(tw, "request\t%s\n", a.ID)
-			fmt.Fprintf(tw, "language\t%s\n", a.Language)
-			fmt.Fprintf(tw, "requester\t%s\n", a.Requester.String())
-			fmt.Fprintf(tw, "denied in\t%s\n", time.Until(a.Deadline).Round(time.Second))
-			fmt.Fprintf(tw, "sha256\t%s\n", a.CodeSHA256)
-			if len(a.Packages) > 0 {
-				fmt.Fprintf(tw, "packages\t%s\n", sanitize(strings.Join(a.Packages, " ")))
-			}
-			if len(a.Reasons) == 0 {
-				fmt.Fprintf(tw, "reasons\t(the risk check flagged nothing)\n")
-			}
-			for i, r := range a.Reasons {
-				label := ""
-				if i == 0 {
-					label = "reasons"
-				}
-				fmt.Fprintf(tw, "%s\t%s\n", label, sanitize(r))
-			}
-			_ = tw.Flush()
-			fmt.Fprintln(stdout, "code:")
-			for _, line := range strings.Split(strings.TrimRight(a.Code, "\n"), "\n") {
-				fmt.Fprintln(stdout, "  | "+sanitize(line))
-			}
-			fmt.Fprintf(stdout, "\n  codeexec approvals approve %s    codeexec approvals deny %s\n\n", a.ID, a.ID)
+			printAsk(stdout, a)
 		}
 		return 0
 	case "approve", "deny":
@@ -232,13 +207,13 @@ $XDG_RUNTIME_DIR/codeexec/admin-HOST-PORT.token, or the same name in
 		if err != nil {
 			var ae *adminError
 			if errors.As(err, &ae) && ae.Status == http.StatusConflict {
-				fmt.Fprintf(stderr, "codeexec approvals: request %s was already decided; the first answer stands\n", fs.Arg(0))
+				fmt.Fprintf(stderr, "codeexec approvals: request %s was already decided; the first answer stands\n", shown(fs.Arg(0)))
 				return 1
 			}
-			fmt.Fprintf(stderr, "codeexec approvals: %v\n", err)
+			fmt.Fprintf(stderr, "codeexec approvals: %s\n", shown(err.Error()))
 			return 1
 		}
-		fmt.Fprintf(stdout, "%s: %s by %s\n", d.ID, d.Outcome, d.By)
+		fmt.Fprintf(stdout, "%s: %s by %s\n", shown(d.ID), shown(string(d.Outcome)), shown(d.By))
 		return 0
 	}
 	fmt.Fprintf(stderr, "codeexec approvals: unknown command %q\n", args[0])
@@ -246,16 +221,85 @@ $XDG_RUNTIME_DIR/codeexec/admin-HOST-PORT.token, or the same name in
 	return 2
 }
 
-// sanitize keeps terminal control characters in attacker-controlled code
-// from acting on the operator's terminal.
-func sanitize(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r == '\t' {
-			return r
+// What `codeexec approvals list` prints comes from MCP clients: the code,
+// its files, stdin, the client's own name. Every such field is printed
+// through approvals.Visible, so that no terminal control sequence acts on
+// the operator's terminal and no bidirectional or invisible character
+// makes the text read otherwise than it runs: shown for a field on one
+// line, printText for a text of many.
+
+// shown is s for one line: every hidden character, tab and newline escaped.
+func shown(s string) string { return approvals.VisibleLine(s) }
+
+// printText prints text with a line number before each line, and every
+// hidden character escaped: a line that the terminal wraps goes on without
+// a number.
+func printText(w io.Writer, text string) {
+	lines := strings.Split(strings.TrimSuffix(text, "\n"), "\n")
+	for i, line := range lines {
+		fmt.Fprintf(w, "%6d | %s\n", i+1, approvals.Visible(line))
+	}
+	if !strings.HasSuffix(text, "\n") && text != "" {
+		fmt.Fprintln(w, "       (no newline at the end)")
+	}
+}
+
+// printAsk prints one pending request: who asks, what it brings and why
+// the risk check flagged it, then the code, every file and stdin in full.
+func printAsk(w io.Writer, a approvals.Ask) {
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
+	row := func(label, value string) { fmt.Fprintf(tw, "%s\t%s\n", label, shown(value)) }
+	row("request", a.ID)
+	row("language", a.Language)
+	row("requester", a.Requester.String())
+	if a.Session != "" {
+		row("session", a.Session)
+	}
+	row("denied in", time.Until(a.Deadline).Round(time.Second).String())
+	row("timeout", (time.Duration(a.TimeoutMS) * time.Millisecond).String())
+	row("sha256", a.CodeSHA256)
+	if a.Workspace != "" {
+		row("workspace", a.Workspace)
+	}
+	if len(a.Packages) > 0 {
+		row("packages", strings.Join(a.Packages, " "))
+	}
+	for i, f := range a.Files {
+		label := ""
+		if i == 0 {
+			label = "files"
 		}
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
-			return '�'
+		what := fmt.Sprintf("%s (%d bytes, sha256 %s)", f.Path, f.Size, f.SHA256)
+		if f.Binary {
+			what += ": " + f.Kind + ", binary, not shown"
 		}
-		return r
-	}, s)
+		row(label, what)
+	}
+	if a.StdinBytes > 0 {
+		row("stdin", fmt.Sprintf("%d bytes", a.StdinBytes))
+	}
+	if len(a.Reasons) == 0 {
+		row("reasons", "(the risk check flagged nothing)")
+	}
+	for i, r := range a.Reasons {
+		label := ""
+		if i == 0 {
+			label = "reasons"
+		}
+		row(label, r)
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(w, "code:")
+	printText(w, a.Code)
+	for _, f := range a.Files {
+		if !f.Binary {
+			fmt.Fprintf(w, "file %s:\n", shown(f.Path))
+			printText(w, f.Text)
+		}
+	}
+	if a.Stdin != "" {
+		fmt.Fprintln(w, "stdin:")
+		printText(w, a.Stdin)
+	}
+	fmt.Fprintf(w, "\n  codeexec approvals approve %s    codeexec approvals deny %s\n\n", shown(a.ID), shown(a.ID))
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/codeexec/codeexec/approvals"
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/artifacts"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 	"github.com/codeexec/codeexec/server"
 )
@@ -48,10 +50,17 @@ func newAdminFixture(t *testing.T, token string) adminFixture {
 // channel of its result, once it is pending.
 func (f adminFixture) startRun(t *testing.T, code string) (approvals.Ask, chan error) {
 	t.Helper()
+	return f.start(t, approvals.Requester{Client: "test-client 1.0", Transport: "stdio"}, sandbox.Request{Language: "python", Code: code, Limits: sandbox.Limits{Timeout: time.Second}})
+}
+
+// start starts req, asked by requester, and returns it, with the channel
+// of its result, once it is pending.
+func (f adminFixture) start(t *testing.T, requester approvals.Requester, req sandbox.Request) (approvals.Ask, chan error) {
+	t.Helper()
 	errc := make(chan error, 1)
-	run := f.gate.For(approvals.Call{Requester: approvals.Requester{Client: "test-client 1.0", Transport: "stdio"}})
+	run := f.gate.For(approvals.Call{Requester: requester})
 	go func() {
-		_, err := run.Run(context.Background(), sandbox.Request{Language: "python", Code: code, Limits: sandbox.Limits{Timeout: time.Second}})
+		_, err := run.Run(context.Background(), req)
 		errc <- err
 	}()
 	deadline := time.Now().Add(5 * time.Second)
@@ -125,4 +134,68 @@ func TestApprovalsCLI(t *testing.T) {
 	if code := auditCommand([]string{"verify", tampered}, &out2, &errb); code != 1 || !strings.Contains(errb.String(), "was changed") {
 		t.Fatalf("audit verify (tampered) = %d %q", code, errb.String())
 	}
+}
+
+// TestApprovalsListShowsEverythingSafely: `codeexec approvals list` shows
+// every field a client controls (its name, the code, the files' names and
+// text, stdin) with terminal controls, bidirectional and invisible
+// characters escaped, never raw: a client name must not repaint the
+// terminal, and code must not read otherwise than it runs.
+func TestApprovalsListShowsEverythingSafely(t *testing.T) {
+	t.Parallel()
+	f := newAdminFixture(t, testAdminToken)
+	env := []string{"CODE_EXEC_ADMIN_ADDR=" + strings.TrimPrefix(f.srv.URL, "http://"), "CODE_EXEC_ADMIN_TOKEN=" + testAdminToken}
+	elf := append([]byte("\x7fELF\x02\x01\x01\x00"), make([]byte, 56)...)
+	req := sandbox.Request{
+		Language: "python",
+		Code:     "import lib\nif access != \"none\u202e \u2066# admins only\u2069 \u2066\":\n    print('admin')\n",
+		Stdin:    "yes\r\n\x1b]0;owned\x07",
+		Files: []artifacts.Input{
+			{Path: "invoice\u202efdp.py", Data: []byte("print('invoice')\n")},
+			{Path: "lib.py", Data: []byte("import os # \x1b[2K\rnothing to see\u200b\n")},
+			{Path: "tool.so", Data: elf},
+		},
+		Limits: sandbox.Limits{Timeout: time.Second},
+	}
+	requester := approvals.Requester{Client: "evil 1.0\x1b[2K\ralice's laptop (verified)\u202e\u200b", Transport: "http", Remote: "10.0.0.9:5555"}
+	ask, errc := f.start(t, requester, req)
+	var out, errb bytes.Buffer
+	if code := approvalsCommand([]string{"list"}, env, &out, &errb); code != 0 {
+		t.Fatalf("list = %d %q", code, errb.String())
+	}
+	shown := out.String()
+	for _, r := range shown {
+		if (r < 0x20 && r != '\n' && r != '\t') || (r >= 0x7f && r < 0xa0) || strings.ContainsRune("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200b\u200e\u200f", r) {
+			t.Errorf("list printed the raw character %U:\n%s", r, shown)
+			break
+		}
+	}
+	for _, w := range []string{
+		"U+001B", "U+000D", "U+202E", "U+2066", "U+200B", // the escapes
+		"alice's laptop (verified)", "10.0.0.9:5555",
+		"invoice", "fdp.py", "lib.py", "import os", "tool.so", "ELF", "64 bytes", ask.Files[2].SHA256, // every file: name, text or kind, size, digest
+		"yes", "owned", // stdin
+	} {
+		if !strings.Contains(shown, w) {
+			t.Errorf("list does not show %q:\n%s", w, shown)
+		}
+	}
+	out.Reset()
+	if code := approvalsCommand([]string{"list", "--json"}, env, &out, &errb); code != 0 {
+		t.Fatalf("list --json = %d %q", code, errb.String())
+	}
+	for _, r := range out.String() {
+		if r == 0x1b || r == '\r' || strings.ContainsRune("\u202e\u2066\u200b", r) {
+			t.Errorf("list --json printed the raw character %U:\n%s", r, out.String())
+			break
+		}
+	}
+	var back []approvals.Ask
+	if err := json.Unmarshal(out.Bytes(), &back); err != nil || len(back) != 1 || back[0].Requester.Client != requester.Client || back[0].Code != req.Code {
+		t.Errorf("list --json does not decode to the request as sent: %v %+v", err, back)
+	}
+	if _, err := f.gate.Broker().Decide(approvals.Decision{ID: ask.ID, Outcome: approvals.OutcomeDenied, By: "test", Via: approvals.ViaCLI}); err != nil {
+		t.Fatal(err)
+	}
+	<-errc
 }
