@@ -156,7 +156,7 @@ type Config struct {
 	Workspace        string        `env:"WORKSPACE" accepted:"an absolute path to a folder" help:"a project folder every run can see, at /workspace in docker mode and in process mode with a mount namespace (at its own path otherwise), named by the WORKSPACE variable of the program; empty gives runs none"`
 	WorkspaceMode    string        `env:"WORKSPACE_MODE" envDefault:"ro" accepted:"ro or rw" help:"whether runs may change the workspace: ro (read-only, the default) or rw"`
 
-	MaxConcurrency int      `env:"MAX_CONCURRENCY" envDefault:"4" accepted:"a whole number from 1 to 1024" help:"most runs at once; further requests wait their turn"`
+	MaxConcurrency int      `env:"MAX_CONCURRENCY" envDefault:"4" accepted:"a whole number from 1 to 1024" help:"most runs at once; further requests wait their turn, the clients that wait taking free slots in turn; runs of MCP tasks hold at most all the slots but one (all of them when it is 1), so that a call a client waits on never waits behind tasks"`
 	Languages      []string `env:"LANGUAGES" envDefault:"python,javascript,bash" envSeparator:"," accepted:"a comma-separated list of python, javascript, bash" help:"languages that may run"`
 	WorkDir        string   `env:"WORK_DIR" accepted:"a directory path" help:"where process and none modes make run directories (default: the system temporary directory)"`
 
@@ -210,9 +210,13 @@ type Config struct {
 	AuditLog        string           `env:"AUDIT_LOG" accepted:"a file path" help:"append every request, approval decision and run outcome to this JSON Lines file, hash-chained (check it with codeexec audit verify FILE); empty records nothing"`
 
 	TaskMaxTimeout time.Duration `env:"TASK_MAX_TIMEOUT" envDefault:"1h" accepted:"a duration such as 1h (from CODE_EXEC_MAX_TIMEOUT to 24h)" help:"the most a run of code_execute as an MCP task may take: a task's timeout_seconds may ask up to this instead of CODE_EXEC_MAX_TIMEOUT"`
-	TaskTTL        time.Duration `env:"TASK_TTL" envDefault:"10m" accepted:"a duration such as 10m (from 1s to 24h)" help:"how long a task's result is kept after it ends, for the client to fetch; a client may ask for less"`
-	MetricsAddr    string        `env:"METRICS_ADDR" accepted:"host:port, or empty for off" help:"listen address of the Prometheus metrics (/metrics) and the probes /healthz and /readyz; empty serves none; an address other than loopback requires CODE_EXEC_METRICS_TOKEN"`
-	MetricsToken   string        `env:"METRICS_TOKEN" accepted:"a secret of at least 16 characters" help:"bearer token that /metrics requires; required when CODE_EXEC_METRICS_ADDR is not loopback" secret:"true"`
+	TaskTTL        time.Duration `env:"TASK_TTL" envDefault:"10m" accepted:"a duration such as 10m (from 1s to 24h)" help:"how long a task's result is kept after it ends, for the client to fetch; a client may ask for less; when 1000 tasks are held, the oldest ended task of the client that holds the most is dropped first"`
+
+	MaxTasksPerClient     int      `env:"MAX_TASKS_PER_CLIENT" envDefault:"16" accepted:"a whole number from 1 to 1000" help:"most MCP tasks one client (an MCP client session; on protocol 2026-07-28, every holder of the token) may have queued or running at once; more are refused"`
+	MaxTaskBytes          ByteSize `env:"MAX_TASK_BYTES" envDefault:"256m" accepted:"a byte size such as 256m (at least CODE_EXEC_MAX_TASK_BYTES_PER_CLIENT)" help:"most bytes of arguments (code, stdin and files, decoded) that the MCP tasks queued or running may hold in memory, all clients together; a task that would pass it is refused"`
+	MaxTaskBytesPerClient ByteSize `env:"MAX_TASK_BYTES_PER_CLIENT" envDefault:"64m" accepted:"a byte size such as 64m (at least CODE_EXEC_MAX_CODE + CODE_EXEC_MAX_STDIN + CODE_EXEC_MAX_FILES_BYTES)" help:"most bytes of arguments (code, stdin and files, decoded) that one client's MCP tasks queued or running may hold in memory; a task that would pass it is refused"`
+	MetricsAddr           string   `env:"METRICS_ADDR" accepted:"host:port, or empty for off" help:"listen address of the Prometheus metrics (/metrics) and the probes /healthz and /readyz; empty serves none; an address other than loopback requires CODE_EXEC_METRICS_TOKEN"`
+	MetricsToken          string   `env:"METRICS_TOKEN" accepted:"a secret of at least 16 characters" help:"bearer token that /metrics requires; required when CODE_EXEC_METRICS_ADDR is not loopback" secret:"true"`
 
 	LogLevel  string `env:"LOG_LEVEL" envDefault:"info" accepted:"debug, info, warn or error" help:"least severe log level written (to stderr)"`
 	LogFormat string `env:"LOG_FORMAT" envDefault:"text" accepted:"text or json" help:"log format on stderr: text for people, json for machines"`
@@ -360,6 +364,9 @@ func (c *Config) Validate() error {
 	}
 	check(c.TaskMaxTimeout >= c.MaxTimeout && c.TaskMaxTimeout <= 24*time.Hour, "TaskMaxTimeout", c.TaskMaxTimeout, "it must be at least CODE_EXEC_MAX_TIMEOUT and at most 24h")
 	check(c.TaskTTL >= time.Second && c.TaskTTL <= 24*time.Hour, "TaskTTL", c.TaskTTL, "it is out of range")
+	check(c.MaxTasksPerClient >= 1 && c.MaxTasksPerClient <= 1000, "MaxTasksPerClient", c.MaxTasksPerClient, "it is out of range")
+	check(c.MaxTaskBytesPerClient >= c.MaxCode+c.MaxStdin+c.MaxFilesBytes, "MaxTaskBytesPerClient", c.MaxTaskBytesPerClient, "a task with the largest code, stdin and files accepted must fit")
+	check(c.MaxTaskBytes >= c.MaxTaskBytesPerClient, "MaxTaskBytes", c.MaxTaskBytes, "it must hold at least one client's tasks")
 	if c.MetricsToken != "" && len(c.MetricsToken) < 16 {
 		errs = append(errs, fmt.Errorf("CODE_EXEC_METRICS_TOKEN is too short (%d characters): use at least 16 random characters, for example from `openssl rand -hex 32`", len(c.MetricsToken)))
 	}
