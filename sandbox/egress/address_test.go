@@ -4,11 +4,11 @@ import (
 	"flag"
 	"fmt"
 	"net/netip"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/codeexec/codeexec/sandbox/egress"
+	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 )
 
 // TestSpecialPurposeRegistries takes one address from each row of IANA's
@@ -148,25 +148,6 @@ func rangesTable() string {
 // TestDocsListTheRanges keeps docs/network.md's table of ranges in step
 // with egress.Ranges.
 func TestDocsListTheRanges(t *testing.T) {
-	const doc = "../../docs/network.md"
-	page, err := os.ReadFile(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(page)
-	i, j := strings.Index(s, rangesBegin), strings.Index(s, rangesEnd)
-	if i < 0 || j < i {
-		t.Fatalf("%s lacks the markers %q ... %q", doc, rangesBegin, rangesEnd)
-	}
-	want := rangesTable()
-	if s[i+len(rangesBegin):j] == want {
-		return
-	}
-	if *update {
-		if err := os.WriteFile(doc, []byte(s[:i+len(rangesBegin)]+want+s[j:]), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	t.Errorf("%s's table of ranges is out of date: run go test ./sandbox/egress -run TestDocsListTheRanges -update\nwant:\n%s", doc, want)
+	sandboxtest.CheckDocBlock(t, "../../docs/network.md", rangesBegin, rangesEnd, rangesTable(), *update,
+		"go test ./sandbox/egress -run TestDocsListTheRanges -update")
 }
