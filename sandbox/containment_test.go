@@ -513,26 +513,6 @@ const (
 
 // TestContainmentTable keeps docs/modes.md's table in step with the cases.
 func TestContainmentTable(t *testing.T) {
-	const doc = "../docs/modes.md"
-	page, err := os.ReadFile(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(page)
-	i, j := strings.Index(s, tableBegin), strings.Index(s, tableEnd)
-	if i < 0 || j < i {
-		t.Fatalf("%s lacks the containment table markers %q ... %q", doc, tableBegin, tableEnd)
-	}
-	want := containmentTable(loadAttacks(t))
-	got := s[i+len(tableBegin) : j]
-	if got == want {
-		return
-	}
-	if *update {
-		if err := os.WriteFile(doc, []byte(s[:i+len(tableBegin)]+want+s[j:]), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	t.Errorf("%s's containment table is out of date: run go test ./sandbox -run TestContainmentTable -update\nwant:\n%s", doc, want)
+	sandboxtest.CheckDocBlock(t, "../docs/modes.md", tableBegin, tableEnd, containmentTable(loadAttacks(t)), *update,
+		"go test ./sandbox -run TestContainmentTable -update")
 }

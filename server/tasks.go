@@ -16,6 +16,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
+	"github.com/codeexec/codeexec/sandbox/artifacts"
 	"github.com/codeexec/codeexec/server/tasks"
 )
 
@@ -78,6 +79,9 @@ type legacyLinks struct {
 	mcpID map[string]string
 	// store: the Store task (owner and id) of an mcp-go task id.
 	store map[string][2]string
+	// args: the arguments of a link token's call, decoded before mcp-go
+	// copied the request, until the handler takes them.
+	args map[string]ExecuteArgs
 }
 
 // linkHeader carries the link token from BeforeCallTool to the handler.
@@ -92,7 +96,7 @@ func newToken() string {
 // installTaskHooks links mcp-go's tasks to the Store.
 func (s *Server) installTaskHooks(hooks *mcpserver.Hooks, th *mcpserver.TaskHooks) {
 	l := &s.links
-	l.byCtx, l.mcpID, l.store = map[context.Context]string{}, map[string]string{}, map[string][2]string{}
+	l.byCtx, l.mcpID, l.store, l.args = map[context.Context]string{}, map[string]string{}, map[string][2]string{}, map[string]ExecuteArgs{}
 	hooks.AddBeforeCallTool(func(ctx context.Context, _ any, req *mcp.CallToolRequest) {
 		if req.Params.Task == nil || req.Params.Name != ToolExecute {
 			return
@@ -110,12 +114,31 @@ func (s *Server) installTaskHooks(hooks *mcpserver.Hooks, th *mcpserver.TaskHook
 		}
 		h.Set(linkHeader, token)
 		req.Header = h
+		// The task keeps its arguments decoded, from now on: mcp-go
+		// copies the request into the task's goroutine, and holds it (the
+		// JSON text of the arguments, and their parsed copy) until the
+		// handler returns, however long the task waits for a run slot.
+		// Arguments that do not decode stay, for the call to say why.
+		args, err := s.decodeTaskArgs(req.GetRawArguments())
 		l.mu.Lock()
 		l.byCtx[ctx] = token
+		if err == nil {
+			l.args[token] = args
+			req.Params.RawArguments = nil
+			if m, ok := req.Params.Arguments.(map[string]any); ok {
+				for _, k := range []string{"code", "stdin", "files"} {
+					delete(m, k)
+				}
+			}
+		}
 		l.mu.Unlock()
 	})
 	forget := func(ctx context.Context) {
 		l.mu.Lock()
+		if token, ok := l.byCtx[ctx]; ok {
+			// No task was made of the call: nobody takes its arguments.
+			delete(l.args, token)
+		}
 		delete(l.byCtx, ctx)
 		l.mu.Unlock()
 	}
@@ -150,21 +173,29 @@ func (s *Server) installTaskHooks(hooks *mcpserver.Hooks, th *mcpserver.TaskHook
 // answered with its task).
 func (s *Server) executeLegacyTask(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	l := &s.links
+	token := req.Header.Get(linkHeader)
 	l.mu.Lock()
-	mcpID, linked := l.mcpID[req.Header.Get(linkHeader)]
-	delete(l.mcpID, req.Header.Get(linkHeader))
+	mcpID, linked := l.mcpID[token]
+	delete(l.mcpID, token)
+	args, decoded := l.args[token]
+	delete(l.args, token)
 	l.mu.Unlock()
 
-	owner := ""
-	if sess := mcpserver.ClientSessionFromContext(ctx); sess != nil {
-		owner = sess.SessionID()
+	owner := s.owner(ctx)
+	if !decoded {
+		var err error
+		if args, err = s.decodeTaskArgs(req.GetRawArguments()); err != nil {
+			s.log.Info("request rejected", "tool", ToolExecute, "reason", err.Error())
+			return mcp.NewToolResultError(err.Error()), nil
+		}
 	}
-	values := context.WithoutCancel(ctx)
-	task, err := s.tasks.Create(owner, 0, func(tctx context.Context, _ tasks.Input) (any, error) {
+	values := context.WithValue(context.WithoutCancel(ctx), decodedArgsKey{}, args)
+	task, err := s.tasks.Create(owner, 0, argBytes(args), func(tctx context.Context, _ tasks.Input) (any, error) {
 		return s.execute(taskContext{Context: tctx, values: values}, req), nil
 	})
 	if err != nil {
-		return mcp.NewToolResultError(fmt.Sprintf("The run could not be started as a task: %v. Try again later, or call without a task.", err)), nil
+		s.log.Info("task refused", "protocol", "2025-11-25", "reason", err.Error())
+		return mcp.NewToolResultError(taskRefusal(err)), nil
 	}
 	if linked {
 		l.mu.Lock()
@@ -259,7 +290,7 @@ func (s *Server) extensionMessage(values context.Context, body []byte, headerVer
 				return nil, &taskRPCError{Code: codeMissingCapability, Message: "Missing required client capability",
 					Data: map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{TasksExtension: map[string]any{}}}}}
 			}
-			return s.taskMethod(msg.Method, p)
+			return s.taskMethod(s.owner(values), msg.Method, p)
 		}
 	case string(mcp.MethodToolsCall):
 		if p.Name != ToolExecute || !p.Meta.declaresTasks() {
@@ -323,10 +354,12 @@ type taskRPCError struct {
 
 func (e *taskRPCError) Error() string { return e.Message }
 
-// modernOwner is the owner of 2026-07-28 tasks: that protocol has no
-// sessions, so every client that may call the server (holds its token)
-// shares one owner; task ids are unguessable.
-const modernOwner = "2026-07-28"
+// Who owns a task (Server.owner, as for sessions): on 2025-11-25 the MCP
+// client session that made it; on 2026-07-28, which has no sessions, every
+// client that may call the server (holds its token, or reaches its
+// transport) is one owner, and task ids are unguessable. The store's caps
+// per client count the tasks of each owner; once principals exist, the
+// principal is the owner.
 
 // taskObject renders a task as the extension's Task (with result, error or
 // inputRequests as its status has them).
@@ -357,8 +390,8 @@ func taskObject(t tasks.Task) map[string]any {
 	return o
 }
 
-// taskMethod answers tasks/get, tasks/update and tasks/cancel.
-func (s *Server) taskMethod(method string, p taskParams) (any, *taskRPCError) {
+// taskMethod answers tasks/get, tasks/update and tasks/cancel of owner.
+func (s *Server) taskMethod(owner, method string, p taskParams) (any, *taskRPCError) {
 	if s.tasks == nil {
 		return nil, &taskRPCError{Code: mcp.METHOD_NOT_FOUND, Message: "tasks are not enabled on this server"}
 	}
@@ -367,7 +400,7 @@ func (s *Server) taskMethod(method string, p taskParams) (any, *taskRPCError) {
 	}
 	switch method {
 	case "tasks/get":
-		t, err := s.tasks.Get(modernOwner, p.TaskID)
+		t, err := s.tasks.Get(owner, p.TaskID)
 		if err != nil {
 			return nil, notFound(err)
 		}
@@ -375,7 +408,7 @@ func (s *Server) taskMethod(method string, p taskParams) (any, *taskRPCError) {
 		o["resultType"] = "complete"
 		return o, nil
 	case "tasks/update":
-		err := s.tasks.Update(modernOwner, p.TaskID, p.InputResponses)
+		err := s.tasks.Update(owner, p.TaskID, p.InputResponses)
 		if errors.Is(err, tasks.ErrNotFound) {
 			return nil, notFound(err)
 		}
@@ -383,7 +416,7 @@ func (s *Server) taskMethod(method string, p taskParams) (any, *taskRPCError) {
 		// extension asks of answers to requests that are not open.
 		return map[string]any{"resultType": "complete"}, nil
 	default: // tasks/cancel
-		_, err := s.tasks.Cancel(modernOwner, p.TaskID)
+		_, err := s.tasks.Cancel(owner, p.TaskID)
 		if errors.Is(err, tasks.ErrNotFound) {
 			return nil, notFound(err)
 		}
@@ -392,15 +425,28 @@ func (s *Server) taskMethod(method string, p taskParams) (any, *taskRPCError) {
 }
 
 // startModernTask creates the task of a 2026-07-28 tools/call and answers
-// with its CreateTaskResult.
+// with its CreateTaskResult, or with a complete result that says why the
+// server's task caps refused it.
 func (s *Server) startModernTask(values context.Context, body []byte) (any, *taskRPCError) {
-	call, err := withoutTasksCapability(body)
+	call, args, decoded, err := s.modernTaskCall(body)
 	if err != nil {
 		return nil, &taskRPCError{Code: mcp.INVALID_PARAMS, Message: err.Error()}
 	}
-	t, err := s.tasks.Create(modernOwner, 0, func(tctx context.Context, in tasks.Input) (any, error) {
+	bytes := int64(len(call))
+	if decoded {
+		values, bytes = context.WithValue(values, decodedArgsKey{}, args), argBytes(args)
+	}
+	t, err := s.tasks.Create(s.owner(values), 0, bytes, func(tctx context.Context, in tasks.Input) (any, error) {
 		return s.runModernCall(taskContext{Context: tctx, values: values}, call, in)
 	})
+	if errors.Is(err, tasks.ErrTooMany) {
+		s.log.Info("task refused", "protocol", "2026-07-28", "reason", err.Error())
+		var refusal map[string]any
+		b, _ := json.Marshal(mcp.NewToolResultError(taskRefusal(err)))
+		_ = json.Unmarshal(b, &refusal)
+		refusal["resultType"] = "complete"
+		return refusal, nil
+	}
 	if err != nil {
 		return nil, &taskRPCError{Code: mcp.INTERNAL_ERROR, Message: "the run could not be started as a task: " + err.Error()}
 	}
@@ -410,12 +456,16 @@ func (s *Server) startModernTask(values context.Context, body []byte) (any, *tas
 	return o, nil
 }
 
-// withoutTasksCapability removes the tasks extension from the call's
-// client capabilities, so that mcp-go runs it as a plain call.
-func withoutTasksCapability(body []byte) ([]byte, error) {
+// modernTaskCall turns a 2026-07-28 tools/call made a task into the call
+// that mcp-go runs in the task: without the tasks extension in its client
+// capabilities, so that mcp-go runs it as a plain call, and, when its
+// arguments decode (decoded), without its code, stdin and files, which the
+// task keeps decoded in args instead of as JSON text that each round would
+// parse again. Arguments that do not decode stay, for the call to say why.
+func (s *Server) modernTaskCall(body []byte) (call []byte, args ExecuteArgs, decoded bool, err error) {
 	var msg map[string]any
 	if err := json.Unmarshal(body, &msg); err != nil {
-		return nil, fmt.Errorf("invalid request: %w", err)
+		return nil, args, false, fmt.Errorf("invalid request: %w", err)
 	}
 	params, _ := msg["params"].(map[string]any)
 	meta, _ := params["_meta"].(map[string]any)
@@ -423,7 +473,57 @@ func withoutTasksCapability(body []byte) ([]byte, error) {
 	if ext, ok := caps["extensions"].(map[string]any); ok {
 		delete(ext, TasksExtension)
 	}
-	return json.Marshal(msg)
+	if raw, ok := params["arguments"].(map[string]any); ok {
+		if args, err = s.decodeTaskArgs(raw); err == nil {
+			decoded = true
+			for _, k := range []string{"code", "stdin", "files"} {
+				delete(raw, k)
+			}
+		}
+	}
+	call, err = json.Marshal(msg)
+	return call, args, decoded, err
+}
+
+// decodedArgsKey carries, in a task's context, the arguments of its call,
+// decoded when the task was made: execute takes them instead of decoding
+// the call's (from which the large ones are gone).
+type decodedArgsKey struct{}
+
+// decodeTaskArgs decodes the arguments of a call of code_execute made a
+// task, whose timeout may ask up to the task cap.
+func (s *Server) decodeTaskArgs(raw any) (ExecuteArgs, error) {
+	opts := s.opts
+	opts.MaxTimeout = opts.TaskMaxTimeout
+	return DecodeExecuteArgs(raw, opts)
+}
+
+// argBytes is what decoded arguments hold in memory: what a task counts
+// against the byte caps of the task store.
+func argBytes(a ExecuteArgs) int64 {
+	n := int64(len(a.Code) + len(a.Stdin))
+	for _, f := range a.Files {
+		n += int64(len(f.Path) + len(f.Data))
+	}
+	return n
+}
+
+// taskRefusal is the sentence for a task that the store refused.
+func taskRefusal(err error) string {
+	var le *tasks.LimitError
+	if !errors.As(err, &le) {
+		return fmt.Sprintf("The run could not be started as a task: %v. Try again later, or call without a task.", err)
+	}
+	size := artifacts.FormatBytes
+	switch le.Cap {
+	case tasks.CapClientTasks:
+		return fmt.Sprintf("The run was not started as a task: this client already has %d tasks queued or running, the most one client may have (CODE_EXEC_MAX_TASKS_PER_CLIENT); wait for one to end, cancel one, or call without a task.", le.Held)
+	case tasks.CapClientBytes:
+		return fmt.Sprintf("The run was not started as a task: this client's tasks that are queued or running hold %s of code, stdin and files, and this one's %s would pass the %s one client may hold (CODE_EXEC_MAX_TASK_BYTES_PER_CLIENT); wait for one to end, or send less.", size(le.Held), size(le.Adding), size(le.Max))
+	case tasks.CapBytes:
+		return fmt.Sprintf("The run was not started as a task: the tasks queued or running on this server hold %s of code, stdin and files, and this one's %s would pass the server's cap of %s (CODE_EXEC_MAX_TASK_BYTES); try again later, or send less.", size(le.Held), size(le.Adding), size(le.Max))
+	}
+	return fmt.Sprintf("The run was not started as a task: the server holds %d tasks, its most, and every one still works; try again later, or call without a task.", le.Held)
 }
 
 // runModernCall runs the call through mcp-go; when it needs input, the task

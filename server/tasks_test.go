@@ -30,13 +30,25 @@ type taskServer struct {
 
 func newTaskServer(t *testing.T, runner sandbox.Runner) *taskServer {
 	t.Helper()
-	store := tasks.NewMemory(tasks.Config{PollInterval: 10 * time.Millisecond, CancelGrace: 5 * time.Second})
+	return newTaskServerWith(t, runner, tasks.Config{}, nil)
+}
+
+// newTaskServerWith is newTaskServer with the store's caps in cfg (its poll
+// interval and cancel grace are the tests') and edit's changes to the
+// server's options.
+func newTaskServerWith(t *testing.T, runner sandbox.Runner, cfg tasks.Config, edit func(*Options)) *taskServer {
+	t.Helper()
+	cfg.PollInterval, cfg.CancelGrace = 10*time.Millisecond, 5*time.Second
+	store := tasks.NewMemory(cfg)
 	t.Cleanup(func() { _ = store.Close() })
 	opts := testOptions()
 	opts.Tasks = store
 	opts.TaskMaxTimeout = time.Hour
 	opts.TaskLifetime = 2 * time.Hour
 	opts.Elicit = true
+	if edit != nil {
+		edit(&opts)
+	}
 	s := New(runner, opts)
 	h, shutdown, err := s.HTTPHandler(TransportHTTP, "")
 	if err != nil {

@@ -354,15 +354,22 @@ func (s *Server) handleExecute(ctx context.Context, req mcp.CallToolRequest) (*m
 // execute runs one call of code_execute, as a plain call or as the work of
 // a task (see inTask).
 func (s *Server) execute(ctx context.Context, req mcp.CallToolRequest) *mcp.CallToolResult {
-	opts := s.opts
-	if inTask(ctx) {
-		opts.MaxTimeout = opts.TaskMaxTimeout
+	// A task's call was decoded when the task was made.
+	args, decoded := ctx.Value(decodedArgsKey{}).(ExecuteArgs)
+	if !decoded {
+		opts := s.opts
+		if inTask(ctx) {
+			opts.MaxTimeout = opts.TaskMaxTimeout
+		}
+		var err error
+		if args, err = DecodeExecuteArgs(req.GetRawArguments(), opts); err != nil {
+			s.log.Info("request rejected", "tool", ToolExecute, "reason", err.Error())
+			return mcp.NewToolResultError(err.Error())
+		}
 	}
-	args, err := DecodeExecuteArgs(req.GetRawArguments(), opts)
-	if err != nil {
-		s.log.Info("request rejected", "tool", ToolExecute, "reason", err.Error())
-		return mcp.NewToolResultError(err.Error())
-	}
+	// Run slots are handed out in turn by client; a task's run leaves one
+	// to the calls that clients wait on (see sandbox.Limit).
+	ctx = sandbox.WithCaller(ctx, sandbox.Caller{Client: s.owner(ctx), Background: inTask(ctx)})
 	if !inTask(ctx) {
 		// A task's run lives as long as the task, not the session.
 		var done func()

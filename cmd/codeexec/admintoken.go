@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -91,6 +92,9 @@ func writeAdminToken(path string, explicit bool, token string) (remove func(), e
 			return nil, err
 		}
 	}
+	if err := checkFolders(dir); err != nil {
+		return nil, err
+	}
 	f, err := os.CreateTemp(dir, ".admin-*.token") // mode 0600
 	if err != nil {
 		return nil, fmt.Errorf("cannot write the admin token file: %w", err)
@@ -129,6 +133,62 @@ func checkPrivate(dir string) error {
 	return nil
 }
 
+// checkFolders refuses the folder of the admin token file when another user
+// could replace the file, as ssh does for its keys: dir and every folder
+// above it, up to the root, both as written and with symbolic links
+// resolved, must belong to root or to this process's user, and none may be
+// writable by group or others unless it is sticky (as /tmp is: others may
+// then not rename or remove what is ours in it). A symbolic link on the
+// way is judged by its owner, and its target by the folders it resolves to.
+func checkFolders(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return fmt.Errorf("the folder of the admin token file: %w", err)
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return fmt.Errorf("the folder of the admin token file: %w", err)
+	}
+	for _, start := range []string{abs, real} {
+		for d := start; ; d = filepath.Dir(d) {
+			fi, err := os.Lstat(d)
+			if err != nil {
+				return fmt.Errorf("the folder of the admin token file: %w", err)
+			}
+			if uid, ok := ownerOf(fi); ok && uid != 0 && uid != os.Geteuid() {
+				return fmt.Errorf("the folder %s on the path of the admin token file belongs to another user (uid %d), who could replace the token: choose a CODE_EXEC_ADMIN_TOKEN_FILE whose folders belong to root or to this user, or set CODE_EXEC_ADMIN_TOKEN", d, uid)
+			}
+			if fi.Mode()&fs.ModeSymlink == 0 && fi.Mode().Perm()&0o022 != 0 && fi.Mode()&fs.ModeSticky == 0 {
+				return fmt.Errorf("the folder %s on the path of the admin token file is writable by other users (mode %v), who could replace the token: chmod go-w it, choose another CODE_EXEC_ADMIN_TOKEN_FILE, or set CODE_EXEC_ADMIN_TOKEN", d, fi.Mode().Perm())
+			}
+			if d == filepath.Dir(d) {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// checkTokenFile refuses, for the CLI, a token file that another user could
+// have written or may read: it must be a regular file of this user's (or
+// root's), readable by nobody else, in folders that checkFolders accepts.
+func checkTokenFile(path string) error {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return err
+	}
+	uid, known := ownerOf(fi)
+	switch {
+	case !fi.Mode().IsRegular():
+		return fmt.Errorf("the admin token file %s is not a regular file: remove it, or set CODE_EXEC_ADMIN_TOKEN", path)
+	case known && uid != 0 && uid != os.Geteuid():
+		return fmt.Errorf("the admin token file %s belongs to another user (uid %d), so it is not this user's server's token: remove it, or set CODE_EXEC_ADMIN_TOKEN", path, uid)
+	case fi.Mode().Perm()&0o077 != 0:
+		return fmt.Errorf("the admin token file %s is open to other users (mode %v: other users may read or change it), so its token is not secret: chmod 600 it, or set CODE_EXEC_ADMIN_TOKEN", path, fi.Mode().Perm())
+	}
+	return checkFolders(filepath.Dir(path))
+}
+
 // readAdminToken finds the token of the console at addr for the CLI:
 // CODE_EXEC_ADMIN_TOKEN, else the file the server wrote.
 func readAdminToken(env map[string]string, addr string) (string, error) {
@@ -139,7 +199,11 @@ func readAdminToken(env map[string]string, addr string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	b, err := os.ReadFile(path)
+	err = checkTokenFile(path)
+	var b []byte
+	if err == nil {
+		b, err = os.ReadFile(path)
+	}
 	if errors.Is(err, os.ErrNotExist) {
 		return "", fmt.Errorf("no admin token: a running codeexec with approvals on writes one to %s (is it running, as this user, with the same CODE_EXEC_ADMIN_ADDR?); or set CODE_EXEC_ADMIN_TOKEN", path)
 	}

@@ -128,3 +128,93 @@ func TestApprovalsCLIFindsTheTokenFile(t *testing.T) {
 		t.Fatalf("list with the token file = %d %q %q", code, out.String(), errb.String())
 	}
 }
+
+// TestAdminTokenFileFolders: the token file, CODE_EXEC_ADMIN_TOKEN_FILE
+// too, is refused, by the server that writes it and by the CLI that reads
+// it, when another user could replace it: a folder on its path that
+// belongs to another user, or that group or others may write (unless it
+// is sticky, as /tmp is), and for the CLI a file of another user's or one
+// that others may read.
+func TestAdminTokenFileFolders(t *testing.T) {
+	t.Parallel()
+	token := newAdminToken()
+	mkdir := func(t *testing.T, path string, mode os.FileMode) string {
+		t.Helper()
+		if err := os.MkdirAll(path, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(path, mode); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	refused := func(t *testing.T, path, want string) {
+		t.Helper()
+		env := map[string]string{"CODE_EXEC_ADMIN_TOKEN_FILE": path}
+		p, explicit, err := adminTokenFile(env, "127.0.0.1:1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := writeAdminToken(p, explicit, token); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("writing %s: %v, want a refusal saying %q", path, err, want)
+		}
+		if _, err := os.Stat(path); err == nil {
+			t.Errorf("the token was written to %s", path)
+		}
+	}
+	t.Run("a folder of another user's", func(t *testing.T) {
+		t.Parallel()
+		if os.Geteuid() != 0 {
+			t.Skip("only root can give a folder to another user (uid 65534) for this test")
+		}
+		theirs := mkdir(t, filepath.Join(t.TempDir(), "theirs"), 0o755)
+		if err := os.Chown(theirs, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		refused(t, filepath.Join(theirs, "admin.token"), "belongs to another user")
+		// Also higher up the path: the other user could rename the folder below.
+		mine := mkdir(t, filepath.Join(theirs, "mine"), 0o700)
+		refused(t, filepath.Join(mine, "admin.token"), "belongs to another user")
+		// The CLI does not read a token file of another user's either.
+		ok := mkdir(t, filepath.Join(t.TempDir(), "ok"), 0o700)
+		planted := filepath.Join(ok, "admin.token")
+		if err := os.WriteFile(planted, []byte(token+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(planted, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := readAdminToken(map[string]string{"CODE_EXEC_ADMIN_TOKEN_FILE": planted}, "127.0.0.1:1"); err == nil || !strings.Contains(err.Error(), "belongs to another user") {
+			t.Errorf("reading a token file of another user's: %v, want a refusal", err)
+		}
+	})
+	t.Run("a folder that others may write", func(t *testing.T) {
+		t.Parallel()
+		base := t.TempDir()
+		group := mkdir(t, filepath.Join(base, "group"), 0o775)
+		refused(t, filepath.Join(group, "admin.token"), "writable by other users")
+		refused(t, filepath.Join(mkdir(t, filepath.Join(group, "below"), 0o700), "admin.token"), "writable by other users")
+		world := mkdir(t, filepath.Join(base, "world"), 0o757)
+		refused(t, filepath.Join(world, "admin.token"), "writable by other users")
+	})
+	t.Run("a sticky folder, and the file itself", func(t *testing.T) {
+		t.Parallel()
+		// A sticky folder (as /tmp): others may not rename or remove what
+		// is ours in it.
+		sticky := mkdir(t, filepath.Join(t.TempDir(), "sticky"), 0o777|os.ModeSticky)
+		path := filepath.Join(mkdir(t, filepath.Join(sticky, "mine"), 0o700), "admin.token")
+		env := map[string]string{"CODE_EXEC_ADMIN_TOKEN_FILE": path}
+		if _, err := writeAdminToken(path, true, token); err != nil {
+			t.Fatalf("a folder of mine below a sticky one: %v", err)
+		}
+		if got, err := readAdminToken(env, "127.0.0.1:1"); err != nil || got != token {
+			t.Fatalf("readAdminToken = %q, %v", got, err)
+		}
+		if err := os.Chmod(path, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := readAdminToken(env, "127.0.0.1:1"); err == nil || !strings.Contains(err.Error(), "other users may read") {
+			t.Errorf("reading a token file others may read: %v, want a refusal", err)
+		}
+	})
+}

@@ -217,8 +217,11 @@ func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int 
 	store := tasks.NewMemory(tasks.Config{
 		// The run's own timeout is at most CODE_EXEC_TASK_MAX_TIMEOUT; the
 		// store's limit also covers the approval and the queue.
-		MaxRunTime: taskRunTime,
-		KeepResult: cfg.TaskTTL,
+		MaxRunTime:     taskRunTime,
+		KeepResult:     cfg.TaskTTL,
+		MaxClientTasks: cfg.MaxTasksPerClient,
+		MaxBytes:       int64(cfg.MaxTaskBytes),
+		MaxClientBytes: int64(cfg.MaxTaskBytesPerClient),
 		OnChange: func(c map[tasks.Status]int) {
 			counts := map[string]int{}
 			for st, n := range c {

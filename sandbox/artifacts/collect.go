@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Kind says how a client gets an artifact.
@@ -287,7 +289,10 @@ func TakeContents(src Source, opts Options) (Snapshot, error) {
 // Collect walks src and returns the regular files that are not in before,
 // or whose size, content or modification time differ from before's, within
 // opts' caps. Symbolic links and special files that appeared are listed in
-// Omitted, never followed or read; ignored paths are left out silently.
+// Omitted, never followed or read; so are entries whose names are unfit for
+// an artifact (control characters, not UTF-8, a backslash: see
+// EscapeName), with their names escaped, a folder not looked into; ignored
+// paths are left out silently.
 // An error means the walk itself failed; a file that cannot be read is
 // listed in Omitted.
 func Collect(src Source, before Snapshot, opts Options) (*Collection, error) {
@@ -297,7 +302,7 @@ func Collect(src Source, before Snapshot, opts Options) (*Collection, error) {
 // CollectNext is Collect that also returns the Snapshot to find the next
 // changes against: the regular files it saw whose content it knows, each
 // with its digest (those it brought back, and those it found unchanged
-// from before). A source that may list again a file that has not changed
+// from before), and the entries it listed for their names. A source that may list again a file that has not changed
 // since (a session's listing by change time, with a margin) gives it as
 // before next time, so that such a file is not reported twice.
 func CollectNext(src Source, before Snapshot, opts Options) (*Collection, Snapshot, error) {
@@ -335,6 +340,23 @@ func collect(src Source, before Snapshot, opts Options, seen *Snapshot) (*Collec
 			return nil
 		}
 		prev, existed := before.entries[e.Path]
+		if problem := nameProblem(e.Path); problem != "" {
+			// Listed once, when it appears or changes, escaped; a folder
+			// is not looked into.
+			changed := !existed || prev.typ != e.Type || prev.size != e.Size || !prev.mtime.Equal(e.ModTime)
+			if e.Type == TypeDir {
+				if !existed {
+					omit(EscapeName(e.Path)+"/", 0, problem+"; nothing in it was looked at")
+				}
+				keep(e.Path, snapEntry{typ: TypeDir})
+				return SkipDir
+			}
+			if changed {
+				omit(EscapeName(e.Path), e.Size, problem)
+			}
+			keep(e.Path, snapEntry{typ: e.Type, size: e.Size, mtime: e.ModTime})
+			return nil
+		}
 		switch e.Type {
 		case TypeDir:
 			if depth(e.Path) >= opts.MaxDepth {
@@ -394,6 +416,34 @@ func collect(src Source, before Snapshot, opts Options, seen *Snapshot) (*Collec
 		c.Incomplete = fmt.Sprintf("the working directory held more than %d entries before the run, so files that existed then may be reported as new", opts.MaxEntries)
 	}
 	return c, err
+}
+
+// nameProblem says why p, the path of something a run left in its working
+// directory, cannot be an artifact's path (as the reason of an Omission), or
+// "" when it can. An artifact's path is one that its URI carries back (see
+// CleanPath), and that a client can show without the name repainting a
+// terminal or forging lines.
+func nameProblem(p string) string {
+	switch {
+	case !utf8.ValidString(p):
+		return "its name is not valid UTF-8 (shown escaped)"
+	case strings.IndexFunc(p, isControl) >= 0:
+		return "its name holds a control character (shown escaped), such as an escape sequence, a newline or a bidirectional override"
+	case strings.Contains(p, `\`):
+		return "its name holds a backslash (shown escaped), which artifact URIs do not carry"
+	}
+	if _, reason := CleanPath(p); reason != "" {
+		return "its path " + reason
+	}
+	return ""
+}
+
+// EscapeName writes a path that nameProblem refuses the way the listing of
+// what was left out shows it: as the inside of a Go string literal (\x1b,
+// \n, \t, \u202e, \xff; a backslash as \\), every character printable.
+func EscapeName(p string) string {
+	q := strconv.Quote(p)
+	return q[1 : len(q)-1]
 }
 
 // newArtifact classifies data and fills an Artifact.

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/codeexec/codeexec/sandbox/artifacts"
 )
@@ -492,4 +493,100 @@ func TestCollectNextReportsAFileOnce(t *testing.T) {
 	if got := fmt.Sprint(paths(c)); got != "[out.txt]" {
 		t.Fatalf("call 3: %s", got)
 	}
+}
+
+// TestCollectListsUnsafeNames: files whose names hold control characters
+// (an escape sequence, a newline, a tab, DEL, a C1 control, a line
+// separator, a bidirectional override), bytes that are not UTF-8, or a
+// backslash are not artifacts (their URIs could not be read back), and
+// are listed as left out, with their names escaped so that they can neither
+// repaint a terminal nor forge lines, from a directory (process mode, none)
+// and from a tar stream (docker mode) alike. A folder with such a name is
+// listed, not looked into; a session's next call does not list them again.
+func TestCollectListsUnsafeNames(t *testing.T) {
+	t.Parallel()
+	names := map[string]string{ // name -> how it is listed
+		"esc\x1b[2Jx.txt":   `esc\x1b[2Jx.txt`,
+		"new\nline.txt":     `new\nline.txt`,
+		"tab\t.txt":         `tab\t.txt`,
+		"del\x7f.txt":       `del\x7f.txt`,
+		"csi\u009b2J.txt":   `csi\u009b2J.txt`,
+		"sep\u2028.txt":     `sep\u2028.txt`,
+		"rtl\u202etxt.exe":  `rtl\u202etxt.exe`,
+		"bad\xff.txt":       `bad\xff.txt`,
+		`back\slash.txt`:    `back\\slash.txt`,
+		"d\x1b]0;title\x07": `d\x1b]0;title\a/`,
+	}
+	check := func(t *testing.T, c *artifacts.Collection) {
+		t.Helper()
+		if got := fmt.Sprint(paths(c)); got != "[ok.txt]" {
+			t.Errorf("artifacts %q, want only ok.txt", paths(c))
+		}
+		got := omitted(c)
+		for name, listed := range names {
+			reason, ok := got[listed]
+			if !ok {
+				t.Errorf("%q is not listed as %q among the left out: %q", name, listed, got)
+				continue
+			}
+			if !strings.Contains(reason, "name") || !strings.Contains(reason, "escaped") {
+				t.Errorf("%q left out because %q, want the reason to say the name is shown escaped", name, reason)
+			}
+		}
+		for path := range got {
+			if strings.IndexFunc(path, func(r rune) bool {
+				return r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == 0x2028 || r == 0x202e
+			}) >= 0 || !utf8.ValidString(path) {
+				t.Errorf("the listing holds %q unescaped", path)
+			}
+		}
+		if note := c.Note(); strings.ContainsAny(note, "\x1b\n\t\x07") {
+			t.Errorf("the note holds a control character: %q", note)
+		}
+	}
+	t.Run("directory", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		write(t, dir, "ok.txt", []byte("ok"))
+		for name := range names {
+			if strings.HasPrefix(name, "d\x1b") {
+				write(t, dir, name+"/inside.txt", []byte("x"))
+				continue
+			}
+			write(t, dir, name, []byte("x"))
+		}
+		src := artifacts.DirSource{Dir: dir}
+		c, next, err := artifacts.CollectNext(src, artifacts.Snapshot{}, artifacts.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, c)
+		again, _, err := artifacts.CollectNext(src, next, artifacts.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(again.Artifacts)+len(again.Omitted) != 0 {
+			t.Errorf("the next call lists them again: %q %v", paths(again), again.Omitted)
+		}
+	})
+	t.Run("tar stream", func(t *testing.T) {
+		t.Parallel()
+		var b bytes.Buffer
+		tw := newTar(&b)
+		tw.file("ok.txt", "ok")
+		for name := range names {
+			if strings.HasPrefix(name, "d\x1b") {
+				tw.dir(name)
+				tw.file(name+"/inside.txt", "x")
+				continue
+			}
+			tw.file(name, "x")
+		}
+		tw.close()
+		c, err := artifacts.Collect(artifacts.TarSource{R: &b}, artifacts.Snapshot{}, artifacts.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, c)
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -185,7 +186,7 @@ func CleanPath(p string) (clean, reason string) {
 	case !utf8.ValidString(p):
 		return "", "is not valid UTF-8; use a UTF-8 file name"
 	case strings.IndexFunc(p, isControl) >= 0:
-		return "", "contains a control character (such as a newline or a tab); use printable characters only"
+		return "", "contains a control character (such as a newline, a tab or a bidirectional override); use printable characters only"
 	case strings.Contains(p, `\`):
 		return "", "contains a backslash; separate folders with \"/\""
 	case strings.HasPrefix(p, "/"):
@@ -213,7 +214,13 @@ func CleanPath(p string) (clean, reason string) {
 	return clean, ""
 }
 
-func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
+// isControl reports whether r may change what a terminal or a reader shows
+// around it: a control character (C0, DEL, C1: an escape sequence, a
+// newline, a tab), a line or paragraph separator, or a bidirectional
+// control (which reorders what follows it).
+func isControl(r rune) bool {
+	return unicode.IsControl(r) || r == '\u2028' || r == '\u2029' || unicode.Is(unicode.Bidi_Control, r)
+}
 
 // decodeContent returns f's bytes, or an error whose message completes the
 // sentence "files[i] "path" ...".

@@ -65,8 +65,10 @@ var SkipDir = fs.SkipDir
 
 // TarSource is a Source that reads a tar stream, such as the one that a
 // container sends back with its run directory. Entries whose names are not
-// clean relative paths (absolute, with "..") are skipped; hard links are
-// TypeOther, since their content is elsewhere in the stream.
+// clean relative paths (absolute, with "..", "." or empty elements) are
+// skipped; a name that is otherwise unfit for an artifact (control
+// characters, not UTF-8) is passed on, for Collect to list it as left out.
+// Hard links are TypeOther, since their content is elsewhere in the stream.
 type TarSource struct {
 	R io.Reader
 }
@@ -89,8 +91,8 @@ func (t TarSource) Walk(visit func(Entry, Opener) error) error {
 		if name == "" || name == "." {
 			continue
 		}
-		clean, reason := CleanPath(name)
-		if reason != "" || clean != name {
+		clean := path.Clean(name)
+		if clean != name || path.IsAbs(clean) || clean == ".." || strings.HasPrefix(clean, "../") {
 			continue
 		}
 		if underAny(clean, skipped) {

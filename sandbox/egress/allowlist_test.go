@@ -143,7 +143,8 @@ func TestClassify(t *testing.T) {
 		{"::", "unspecified", true},
 		{"224.0.0.1", "multicast", true},
 		{"ff02::1", "multicast", true},
-		{"255.255.255.255", "reserved", true},
+		{"255.255.255.255", "limited broadcast", true},
+		{"250.1.2.3", "reserved", true},
 		{"64:ff9b::10.0.0.1", "private", false},
 		{"64:ff9b::a9fe:a9fe", "cloud metadata", false},
 	}

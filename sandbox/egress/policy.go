@@ -18,9 +18,11 @@ type Caps struct {
 // Policy is what a run may reach.
 type Policy struct {
 	Allow *Allowlist
-	// AllowPrivate lets runs reach loopback, private (RFC 1918, ULA),
-	// CGNAT and link-local addresses. Cloud metadata, unspecified,
-	// multicast and reserved addresses stay refused.
+	// AllowPrivate lets runs reach the ranges of Ranges refused
+	// UnlessPrivate: loopback, private (RFC 1918, ULA), CGNAT,
+	// link-local, benchmarking, local-use NAT64 and cloud metadata. The
+	// ranges refused Always (unspecified, documentation, reserved,
+	// multicast, ...) stay refused.
 	AllowPrivate bool
 	// Resolver resolves names; nil means the system's resolver.
 	Resolver Resolver
@@ -32,8 +34,8 @@ type Policy struct {
 type PolicyInfo struct {
 	// Allow lists the allowlist entries, each as it parses back.
 	Allow []string `json:"allow"`
-	// AllowPrivate: loopback, private, CGNAT and link-local addresses
-	// may be reached.
+	// AllowPrivate: the ranges refused unless private addresses are
+	// allowed (loopback, private, CGNAT, link-local, ...) may be reached.
 	AllowPrivate bool `json:"allow_private"`
 	// Enforced: the sandbox sends every connection of a run through the
 	// proxy. In mode none programs are only pointed at it.

@@ -1,9 +1,12 @@
 package packages_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -303,5 +306,88 @@ func TestWaiterOutlivesACancelledInstall(t *testing.T) {
 	}
 	if st := cache.Stats(); st.Entries != 1 {
 		t.Errorf("cache %+v", st)
+	}
+}
+
+// TestParseAgreesWithTheInstallers asks pip and npm themselves how they read
+// every spec that Parse accepts, among the documented examples, the
+// malicious ones and combinations of names and versions: each must be a
+// name from the index (pip: no link, no URL, no marker; npm-package-arg: a
+// version, range or tag), never a path, archive, URL, git link or alias.
+func TestParseAgreesWithTheInstallers(t *testing.T) {
+	t.Parallel()
+	packagestest.RequireInstallers(t)
+	corpus := map[string][]string{
+		"python":     append(packagestest.Malicious("python"), "requests==2.31.0", "Django>=4,<5", "zope.interface", "My_Pkg~=1.4", "pkg[Extra,other]==1.*"),
+		"javascript": append(packagestest.Malicious("javascript"), "left-pad", "@scope/name@^1.2.0", "lodash@4.17.21", "x@latest", "y@>=1.0.0"),
+	}
+	for _, name := range []string{"x", "x.y", "x_y", "X-Y", "x.whl", "x.tar"} {
+		for _, extra := range []string{"", "[a]"} {
+			for _, v := range []string{"", "==1.0", "==1.0.zip", ">=1,<2", "===1.whl", "~=1.4", "==1.*", "==1.tar.gz", "==1.0.TGZ", "!=1.tbz"} {
+				corpus["python"] = append(corpus["python"], name+extra+v)
+			}
+		}
+	}
+	for _, name := range []string{"x", "@s/x", "x.js", "x_y", "x~y", "x.tgz", "x.tar", "x.tar.gz", "@s/x.tar"} {
+		for _, v := range []string{"", "@1.0.0", "@^1", "@.", "@..", "@.5", "@1.0.tgz", "@latest", "@v1", "@=1", "@*", "@x", "@1.x",
+			"@next.tar", "@>=1", "@~1", "@~", "@-1", "@_x", "@+1", "@1.0.0-beta.1", "@1.0.0+build.tgz", "@1.TAR.GZ", "@.x"} {
+			corpus["javascript"] = append(corpus["javascript"], name+v)
+		}
+	}
+	checkers := map[string]*exec.Cmd{
+		// pip's own parser of a command-line requirement.
+		"python": exec.Command("/usr/bin/python3", "-c", `import json, sys, logging
+logging.disable(logging.CRITICAL)
+from pip._internal.req.constructors import install_req_from_line
+out = {}
+for s in json.load(sys.stdin):
+    try:
+        r = install_req_from_line(s)
+        ok = r.link is None and r.req is not None and r.req.url is None and r.markers is None and not r.editable
+        out[s] = "index" if ok else "link %s" % r.link
+    except Exception as e:
+        out[s] = "error: %s" % e
+json.dump(out, sys.stdout)`),
+		// npm-package-arg, the parser npm install uses, from npm's own folder.
+		"javascript": exec.Command("node", "-e", `const fs = require("fs"), path = require("path"), cp = require("child_process");
+let npa;
+try {
+  const cli = fs.realpathSync(cp.execSync("command -v npm", {shell: "/bin/sh"}).toString().trim());
+  npa = require(require.resolve("npm-package-arg", {paths: [path.dirname(path.dirname(cli))]}));
+} catch (e) { npa = require("npm-package-arg"); }
+const out = {};
+for (const s of JSON.parse(fs.readFileSync(0, "utf8"))) {
+  try { const r = npa(s, "/nonexistent"); out[s] = ["version", "range", "tag"].includes(r.type) ? "index" : r.type; }
+  catch (e) { out[s] = "error: " + e.code; }
+}
+process.stdout.write(JSON.stringify(out));`),
+	}
+	for lang, cmd := range checkers {
+		var accepted []string
+		for _, s := range corpus[lang] {
+			if _, err := packages.Parse(lang, []string{s}); err == nil {
+				accepted = append(accepted, s)
+			}
+		}
+		in, _ := json.Marshal(accepted)
+		cmd.Stdin = bytes.NewReader(in)
+		cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + t.TempDir()}
+		cmd.Dir = t.TempDir()
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s: asking the installer's parser: %v: %s", lang, err, stderr.String())
+		}
+		var read map[string]string
+		if err := json.Unmarshal(out, &read); err != nil {
+			t.Fatalf("%s: %v: %q", lang, err, out)
+		}
+		for _, s := range accepted {
+			if read[s] != "index" {
+				t.Errorf("Parse(%s) accepts %q, which the installer reads as %q, not a name from the index", lang, s, read[s])
+			}
+		}
+		t.Logf("%s: %d of %d specs accepted, each read as a name from the index", lang, len(accepted), len(corpus[lang]))
 	}
 }

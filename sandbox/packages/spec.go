@@ -67,9 +67,18 @@ var (
 	// the registry requires of new packages).
 	npmName = regexp.MustCompile(`^(?:@[a-z0-9][a-z0-9._~-]*/)?[a-z0-9][a-z0-9._~-]*$`)
 	// npmVersion is a version, range or dist-tag: 1.0.0, ^1.2, ~1.2.3,
-	// >=1.0.0, 1.x, latest. No spaces (so no "a || b" or "1 - 2").
-	npmVersion = regexp.MustCompile(`^[A-Za-z0-9.^~<>=*+_-]+$`)
+	// >=1.0.0, 1.x, latest. No spaces (so no "a || b" or "1 - 2"), and no
+	// leading ".", which npm reads as a folder (x@. and x@..).
+	npmVersion = regexp.MustCompile(`^[A-Za-z0-9^~<>=*][A-Za-z0-9.^~<>=*+_-]*$`)
+	// npmFileType is what npm-package-arg reads as a tarball on disk, in
+	// a name or a version (its isFileType).
+	npmFileType = regexp.MustCompile(`(?i)\.(?:tgz|tar\.gz|tar)$`)
 )
+
+// pipArchives are the endings that make pip read a requirement as an
+// archive on disk ("pkg==1.0.zip", "x.tar"; its ARCHIVE_EXTENSIONS,
+// compared without regard to case).
+var pipArchives = []string{".zip", ".whl", ".tar.bz2", ".tbz", ".tar.gz", ".tgz", ".tar", ".tar.xz", ".txz", ".tlz", ".tar.lz", ".tar.lzma"}
 
 // Parse checks the specs of a request in lang (python: pip requirement
 // specifiers; javascript: npm package specs) and returns them normalized,
@@ -83,9 +92,13 @@ var (
 // optionally followed by @VERSION, where VERSION is a version, a range
 // without spaces (^1.2.0, ~1.2, >=1.0.0, 1.x) or a dist-tag (latest).
 // Everything else is refused: URLs and direct references (name @ url),
-// local paths, VCS links (git+...), tarballs, npm aliases (npm:), options
-// (-e, --index-url, ...), environment markers, whitespace and control
-// characters, and names with path separators.
+// local paths (also npm's x@. and x@.., a version that starts with "."),
+// VCS and hosted-git links (git+..., github:, user/repo), archives that
+// pip or npm would read from disk (x.tgz, x.tar, x@1.0.tgz,
+// pkg==1.0.zip, x.whl), npm aliases (npm:), options (-e, --index-url, ...),
+// environment markers, whitespace and control characters, and names with
+// path separators. TestParseAgreesWithTheInstallers asks pip and npm how
+// they read every accepted form.
 func Parse(lang string, specs []string) ([]string, error) {
 	if len(specs) > MaxSpecs {
 		return nil, fmt.Errorf("%w: %d packages asked for, at most %d per call", ErrInvalidSpec, len(specs), MaxSpecs)
@@ -135,6 +148,18 @@ func generalRefusal(s string) string {
 
 // normalizePip normalizes a pip requirement specifier, or says why not.
 func normalizePip(s string) (string, string) {
+	// pip looks for an archive in the spec, and in the spec without the
+	// extras at its end ("x.tar[a]" is the file x.tar).
+	lower := strings.ToLower(s)
+	withoutExtras := lower
+	if i := strings.IndexByte(lower, '['); i > 0 && strings.HasSuffix(lower, "]") {
+		withoutExtras = lower[:i]
+	}
+	for _, ext := range pipArchives {
+		if strings.HasSuffix(lower, ext) || strings.HasSuffix(withoutExtras, ext) {
+			return "", fmt.Sprintf("pip reads a requirement ending in %s as an archive on disk: archives and files are not accepted, only package names from the index", ext)
+		}
+	}
 	m := pipSpec.FindStringSubmatch(s)
 	if m == nil {
 		switch {
@@ -152,10 +177,14 @@ func normalizePip(s string) (string, string) {
 	return name + extras + m[3], ""
 }
 
-// normalizeNpm checks an npm spec, or says why not.
+// normalizeNpm checks an npm spec, or says why not. It splits the spec
+// where npm-package-arg does (at the first "@" after a scope's), and
+// accepts only what it then reads as a registry name with a version, range
+// or tag: never a folder (x@., x@..), a tarball (x.tar, x@1.0.tgz), a URL,
+// a git or hosted-git link, or an alias.
 func normalizeNpm(s string) (string, string) {
 	name, version := s, ""
-	if i := strings.LastIndex(s, "@"); i > 0 {
+	if i := strings.Index(s[1:], "@") + 1; i > 0 {
 		name, version = s[:i], s[i+1:]
 		if version == "" {
 			return "", "an empty version after @"
@@ -164,8 +193,10 @@ func normalizeNpm(s string) (string, string) {
 	switch {
 	case strings.HasPrefix(version, "npm:") || strings.Contains(s, "npm:"):
 		return "", "npm aliases (npm:) are not accepted"
-	case strings.HasSuffix(name, ".tgz") || strings.HasSuffix(name, ".tar.gz"):
-		return "", "tarballs are not accepted, only package names from the registry"
+	case npmFileType.MatchString(name) || npmFileType.MatchString(version):
+		return "", "npm reads a name or version ending in .tgz, .tar.gz or .tar as a tarball on disk: tarballs are not accepted, only package names from the registry"
+	case strings.HasPrefix(version, "."):
+		return "", "npm reads a version starting with \".\" as a folder on disk: local paths are not accepted, only versions such as 1.0.0"
 	case !npmName.MatchString(name):
 		if strings.Count(name, "/") > 0 && !strings.HasPrefix(name, "@") {
 			return "", "names with path separators (and GitHub shorthands user/repo) are not accepted"

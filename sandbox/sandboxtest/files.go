@@ -146,6 +146,17 @@ open("real.txt", "w").write("ok")
 		}
 	})
 
+	t.Run("names with control characters are listed escaped, not brought back", func(t *testing.T) {
+		need(t, "python")
+		req := Req("python", unsafeNamesProgram)
+		req.Artifacts = opts
+		res := run(t, req)
+		if res.ExitCode != 0 {
+			t.Fatalf("exit=%d stderr=%q", res.ExitCode, res.Stderr)
+		}
+		CheckUnsafeNames(t, res.Artifacts)
+	})
+
 	t.Run("caps leave files out with a note", func(t *testing.T) {
 		need(t, "bash")
 		req := Req("bash", "echo a > a.txt; echo b > b.txt; head -c 5000 /dev/zero > big.bin")
@@ -196,4 +207,44 @@ open("real.txt", "w").write("ok")
 			t.Errorf("Run with a file named main.py: %v", err)
 		}
 	})
+}
+
+// unsafeNamesProgram is a python program that makes ok.txt and files whose
+// names an artifact listing must not show as they are (see
+// CheckUnsafeNames).
+const unsafeNamesProgram = `for name in ["esc\x1b[2J.txt", "line\nbreak.txt", "tab\t.txt", "rtl\u202etxt.exe", "ok.txt"]:
+    open(name, "w").write("x")
+open(b"bad\xff.txt", "wb").write(b"x")
+`
+
+// CheckUnsafeNames checks what a run of unsafeNamesProgram brought back:
+// ok.txt only, and every other file listed as left out, its name escaped
+// (so that it can neither repaint a terminal nor forge lines) with the
+// reason.
+func CheckUnsafeNames(t *testing.T, c *artifacts.Collection) {
+	t.Helper()
+	if c == nil {
+		t.Fatal("no collection")
+	}
+	var got []string
+	for _, a := range c.Artifacts {
+		got = append(got, a.Path)
+	}
+	if !slices.Equal(got, []string{"ok.txt"}) {
+		t.Errorf("artifacts %q, want [ok.txt]", got)
+	}
+	var omitted []string
+	for _, o := range c.Omitted {
+		omitted = append(omitted, o.Path)
+		if !strings.Contains(o.Reason, "shown escaped") {
+			t.Errorf("omission %+v does not say that the name is shown escaped", o)
+		}
+	}
+	slices.Sort(omitted)
+	if want := []string{`bad\xff.txt`, `esc\x1b[2J.txt`, `line\nbreak.txt`, `rtl\u202etxt.exe`, `tab\t.txt`}; !slices.Equal(omitted, want) {
+		t.Errorf("left out %q, want %q", omitted, want)
+	}
+	if note := c.Note(); strings.ContainsAny(note, "\x1b\n\t\u202e") {
+		t.Errorf("the note holds a control character: %q", note)
+	}
 }

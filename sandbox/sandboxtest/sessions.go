@@ -199,6 +199,27 @@ func RunSessionSuite(t *testing.T, b sessions.Backend, opts SessionOptions) {
 		}
 	})
 
+	t.Run("names with control characters are listed escaped, once", func(t *testing.T) {
+		t.Parallel()
+		s := StartSession(t, b, "python")
+		req := Req("python", unsafeNamesProgram)
+		req.Artifacts = &artifacts.Options{}
+		res, err := s.Exec(context.Background(), req)
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("first call: %+v %v", res, err)
+		}
+		CheckUnsafeNames(t, res.Artifacts)
+		req = Req("python", "x = 1")
+		req.Artifacts = &artifacts.Options{}
+		res, err = s.Exec(context.Background(), req)
+		if err != nil || res.ExitCode != 0 || res.Artifacts == nil {
+			t.Fatalf("second call: %+v %v", res, err)
+		}
+		if len(res.Artifacts.Artifacts)+len(res.Artifacts.Omitted) != 0 {
+			t.Errorf("a call that wrote nothing lists %v and %v", artifactPaths(res), res.Artifacts.Omitted)
+		}
+	})
+
 	t.Run("files are never written through a link", func(t *testing.T) {
 		t.Parallel()
 		s := StartSession(t, b, "python")

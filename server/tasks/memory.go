@@ -20,8 +20,17 @@ type Config struct {
 	// client may ask for less, never more.
 	KeepResult time.Duration
 	// MaxTasks is how many tasks are held at once, ended ones included
-	// (default 1000).
+	// (default 1000). When it is reached, Create makes room by dropping
+	// the ended task of the owner that holds the most that ended first,
+	// and refuses only when no held task has ended.
 	MaxTasks int
+	// MaxClientTasks is how many tasks one owner may have that have not
+	// ended (default 16).
+	MaxClientTasks int
+	// MaxBytes is how many bytes (Create's bytes) the tasks that have not
+	// ended may hold, all owners together (default 256 MiB), and
+	// MaxClientBytes those of one owner (default 64 MiB).
+	MaxBytes, MaxClientBytes int64
 	// PollInterval is suggested to clients (default 1s).
 	PollInterval time.Duration
 	// CancelGrace is how long Cancel waits for the work to stop (default 15s).
@@ -42,6 +51,15 @@ func (c *Config) defaults() {
 	if c.MaxTasks <= 0 {
 		c.MaxTasks = 1000
 	}
+	if c.MaxClientTasks <= 0 {
+		c.MaxClientTasks = 16
+	}
+	if c.MaxBytes <= 0 {
+		c.MaxBytes = 256 << 20
+	}
+	if c.MaxClientBytes <= 0 {
+		c.MaxClientBytes = 64 << 20
+	}
 	if c.PollInterval <= 0 {
 		c.PollInterval = time.Second
 	}
@@ -59,6 +77,16 @@ type Memory struct {
 	tasks  map[string]*entry
 	closed bool
 	wg     sync.WaitGroup
+	// use is what each owner's tasks that have not ended hold (owners
+	// with none are not in it), bytes that of all owners.
+	use   map[string]*use
+	bytes int64
+}
+
+// use is what one owner's tasks that have not ended hold.
+type use struct {
+	tasks int
+	bytes int64
 }
 
 var _ Store = (*Memory)(nil)
@@ -68,6 +96,7 @@ type entry struct {
 	task   Task
 	owner  string
 	keep   time.Duration
+	bytes  int64
 	cancel context.CancelCauseFunc
 	done   chan struct{} // closed when the work has returned
 	expiry *time.Timer
@@ -82,7 +111,7 @@ type entry struct {
 // NewMemory returns an empty Memory store.
 func NewMemory(cfg Config) *Memory {
 	cfg.defaults()
-	return &Memory{cfg: cfg, tasks: map[string]*entry{}}
+	return &Memory{cfg: cfg, tasks: map[string]*entry{}, use: map[string]*use{}}
 }
 
 // newID returns an unguessable task id (128 random bits).
@@ -96,7 +125,7 @@ func newID() string {
 var errCancelled = errors.New("task cancelled")
 
 // Create implements Store.
-func (m *Memory) Create(owner string, keep time.Duration, fn Func) (Task, error) {
+func (m *Memory) Create(owner string, keep time.Duration, bytes int64, fn Func) (Task, error) {
 	if keep <= 0 || keep > m.cfg.KeepResult {
 		keep = m.cfg.KeepResult
 	}
@@ -104,6 +133,7 @@ func (m *Memory) Create(owner string, keep time.Duration, fn Func) (Task, error)
 	e := &entry{
 		owner: owner,
 		keep:  keep,
+		bytes: bytes,
 		done:  make(chan struct{}),
 		used:  map[string]bool{},
 		task: Task{
@@ -116,18 +146,26 @@ func (m *Memory) Create(owner string, keep time.Duration, fn Func) (Task, error)
 		},
 	}
 	m.mu.Lock()
-	switch {
-	case m.closed:
+	if m.closed {
 		m.mu.Unlock()
 		return Task{}, ErrClosed
-	case len(m.tasks) >= m.cfg.MaxTasks:
+	}
+	if err := m.admit(owner, bytes); err != nil {
 		m.mu.Unlock()
-		return Task{}, fmt.Errorf("%w: %d are held (working, or ended and kept for %s)", ErrTooMany, len(m.tasks), m.cfg.KeepResult)
+		return Task{}, err
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	ctx, stop := context.WithTimeoutCause(ctx, m.cfg.MaxRunTime, ErrMaxRunTime)
 	e.cancel = cancel
 	m.tasks[e.task.ID] = e
+	u := m.use[owner]
+	if u == nil {
+		u = &use{}
+		m.use[owner] = u
+	}
+	u.tasks++
+	u.bytes += bytes
+	m.bytes += bytes
 	snapshot := e.snapshot()
 	m.wg.Add(1)
 	m.mu.Unlock()
@@ -140,6 +178,74 @@ func (m *Memory) Create(owner string, keep time.Duration, fn Func) (Task, error)
 		m.finish(e, ctx, res, err)
 	}()
 	return snapshot, nil
+}
+
+// admit checks a new task of owner holding bytes against the caps, and
+// makes room for it when the store is full of tasks of which some ended;
+// call with the lock held.
+func (m *Memory) admit(owner string, bytes int64) error {
+	u := m.use[owner]
+	if u == nil {
+		u = &use{}
+	}
+	switch {
+	case u.tasks >= m.cfg.MaxClientTasks:
+		return &LimitError{Cap: CapClientTasks, Held: int64(u.tasks), Adding: 1, Max: int64(m.cfg.MaxClientTasks)}
+	case u.bytes+bytes > m.cfg.MaxClientBytes:
+		return &LimitError{Cap: CapClientBytes, Held: u.bytes, Adding: bytes, Max: m.cfg.MaxClientBytes}
+	case m.bytes+bytes > m.cfg.MaxBytes:
+		return &LimitError{Cap: CapBytes, Held: m.bytes, Adding: bytes, Max: m.cfg.MaxBytes}
+	}
+	for len(m.tasks) >= m.cfg.MaxTasks {
+		if !m.dropEndedLocked() {
+			return &LimitError{Cap: CapTasks, Held: int64(len(m.tasks)), Adding: 1, Max: int64(m.cfg.MaxTasks)}
+		}
+	}
+	return nil
+}
+
+// dropEndedLocked drops, to make room, the task that ended first among
+// those of the owner that holds the most tasks with some ended, and
+// reports whether there was one; call with the lock held. So a client that
+// keeps many results loses its oldest first, and the store refuses new
+// tasks only when every task it holds still works.
+func (m *Memory) dropEndedLocked() bool {
+	held := map[string]int{}
+	oldest := map[string]*entry{}
+	for _, e := range m.tasks {
+		held[e.owner]++
+		if !e.finished() {
+			continue
+		}
+		if o := oldest[e.owner]; o == nil || e.task.UpdatedAt.Before(o.task.UpdatedAt) {
+			oldest[e.owner] = e
+		}
+	}
+	var drop *entry
+	for owner, e := range oldest {
+		if drop == nil || held[owner] > held[drop.owner] || (held[owner] == held[drop.owner] && e.task.UpdatedAt.Before(drop.task.UpdatedAt)) {
+			drop = e
+		}
+	}
+	if drop == nil {
+		return false
+	}
+	if drop.expiry != nil {
+		drop.expiry.Stop()
+	}
+	delete(m.tasks, drop.task.ID)
+	return true
+}
+
+// finished reports whether the task's work has returned; call with the
+// store's lock held.
+func (e *entry) finished() bool {
+	select {
+	case <-e.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // runWork calls fn, turning a panic into an error.
@@ -170,6 +276,15 @@ func (m *Memory) finish(e *entry, ctx context.Context, res any, err error) {
 		e.task.InputRequests = nil
 	}
 	e.task.TTL = time.Since(e.task.CreatedAt) + e.keep
+	// The work has returned: what it held is given back.
+	if u := m.use[e.owner]; u != nil {
+		u.tasks--
+		u.bytes -= e.bytes
+		if u.tasks == 0 {
+			delete(m.use, e.owner)
+		}
+	}
+	m.bytes -= e.bytes
 	id := e.task.ID
 	if m.closed {
 		close(e.done)

@@ -34,7 +34,7 @@ func TestCompletesWithItsResult(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, tasks.Config{KeepResult: time.Minute, MaxRunTime: time.Hour, PollInterval: 2 * time.Second})
 	release := make(chan struct{})
-	task, err := s.Create("alice", 0, func(ctx context.Context, in tasks.Input) (any, error) {
+	task, err := s.Create("alice", 0, 0, func(ctx context.Context, in tasks.Input) (any, error) {
 		<-release
 		return "the result", nil
 	})
@@ -64,7 +64,7 @@ func TestCompletesWithItsResult(t *testing.T) {
 func TestOwnerScopesTasks(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, tasks.Config{})
-	task, err := s.Create("alice", 0, func(ctx context.Context, in tasks.Input) (any, error) {
+	task, err := s.Create("alice", 0, 0, func(ctx context.Context, in tasks.Input) (any, error) {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	})
@@ -100,7 +100,7 @@ func TestFailure(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			task, err := s.Create("", 0, tt.fn)
+			task, err := s.Create("", 0, 0, tt.fn)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -118,7 +118,7 @@ func TestCancelStopsTheWorkFirst(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, tasks.Config{})
 	cleanedUp := false
-	task, err := s.Create("bob", 0, func(ctx context.Context, in tasks.Input) (any, error) {
+	task, err := s.Create("bob", 0, 0, func(ctx context.Context, in tasks.Input) (any, error) {
 		<-ctx.Done()
 		time.Sleep(50 * time.Millisecond) // kill and remove the run
 		cleanedUp = true
@@ -148,7 +148,7 @@ func TestCancelStopsTheWorkFirst(t *testing.T) {
 func TestMaxRunTime(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, tasks.Config{MaxRunTime: 50 * time.Millisecond})
-	task, err := s.Create("", 0, func(ctx context.Context, in tasks.Input) (any, error) {
+	task, err := s.Create("", 0, 0, func(ctx context.Context, in tasks.Input) (any, error) {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	})
@@ -165,7 +165,7 @@ func TestResultsExpire(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, tasks.Config{KeepResult: time.Hour})
 	// The client asks for 50ms, less than the store's hour: granted.
-	task, err := s.Create("", 50*time.Millisecond, func(context.Context, tasks.Input) (any, error) { return 1, nil })
+	task, err := s.Create("", 50*time.Millisecond, 0, func(context.Context, tasks.Input) (any, error) { return 1, nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,17 +186,87 @@ func TestResultsExpire(t *testing.T) {
 	}
 }
 
-func TestMaxTasks(t *testing.T) {
+// TestCaps: one client's tasks that have not ended, and the bytes they
+// hold, are capped per client and in all; what a task held is given back
+// when its work returns, cancelled or not; a full store drops the oldest
+// ended task of the client that holds the most, and refuses only when no
+// task has ended.
+func TestCaps(t *testing.T) {
 	t.Parallel()
-	s := newStore(t, tasks.Config{MaxTasks: 2})
-	block := func(ctx context.Context, in tasks.Input) (any, error) { <-ctx.Done(); return nil, ctx.Err() }
-	for range 2 {
-		if _, err := s.Create("", 0, block); err != nil {
+	s := newStore(t, tasks.Config{MaxTasks: 6, MaxClientTasks: 3, MaxBytes: 1000, MaxClientBytes: 600})
+	release := make(chan struct{})
+	block := func(ctx context.Context, in tasks.Input) (any, error) {
+		select {
+		case <-release:
+			return "done", nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	refused := func(owner string, bytes int64, cap tasks.Cap) {
+		t.Helper()
+		_, err := s.Create(owner, 0, bytes, block)
+		var le *tasks.LimitError
+		if !errors.As(err, &le) || le.Cap != cap || !errors.Is(err, tasks.ErrTooMany) {
+			t.Fatalf("Create(%s, %d bytes) = %v, want refused by the %s cap", owner, bytes, err, cap)
+		}
+	}
+	create := func(owner string, bytes int64) tasks.Task {
+		t.Helper()
+		task, err := s.Create(owner, 0, bytes, block)
+		if err != nil {
+			t.Fatalf("Create(%s, %d bytes): %v", owner, bytes, err)
+		}
+		return task
+	}
+	a1, a2 := create("alice", 100), create("alice", 400)
+	refused("alice", 101, tasks.CapClientBytes)
+	a3 := create("alice", 100)
+	refused("alice", 0, tasks.CapClientTasks)
+	// Another client is not held back by alice's caps, only by the
+	// server's bytes.
+	create("bob", 300)
+	refused("bob", 101, tasks.CapBytes)
+	// A cancelled task gives back what it held once its work has returned.
+	if _, err := s.Cancel("alice", a3.ID); err != nil {
+		t.Fatal(err)
+	}
+	create("alice", 100)
+	// Alice's tasks end; bob's keeps working. The store (6) is then full
+	// with alice's 4 ended ones and bob's 2: the next task drops alice's
+	// oldest ended one.
+	close(release)
+	for _, id := range []string{a1.ID, a2.ID} {
+		wait(t, s, "alice", id)
+	}
+	create("bob", 100)
+	for s.Counts()[tasks.StatusWorking] != 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if c := s.Counts(); c[tasks.StatusCompleted]+c[tasks.StatusCancelled] != 6 {
+		t.Fatalf("counts %v, want 6 ended tasks", c)
+	}
+	create("carol", 10)
+	if _, err := s.Get("alice", a3.ID); !errors.Is(err, tasks.ErrNotFound) {
+		t.Errorf("alice's task that ended first (cancelled) is still held (%v): the full store should have dropped it", err)
+	}
+	for _, id := range []string{a1.ID, a2.ID} {
+		if _, err := s.Get("alice", id); err != nil {
+			t.Errorf("alice's task %s: %v, want it kept", id, err)
+		}
+	}
+
+	// A store full of tasks that still work refuses.
+	full := newStore(t, tasks.Config{MaxTasks: 2})
+	never := func(ctx context.Context, in tasks.Input) (any, error) { <-ctx.Done(); return nil, ctx.Err() }
+	for _, owner := range []string{"x", "y"} {
+		if _, err := full.Create(owner, 0, 0, never); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.Create("", 0, block); !errors.Is(err, tasks.ErrTooMany) {
-		t.Errorf("third Create: %v, want ErrTooMany", err)
+	var le *tasks.LimitError
+	if _, err := full.Create("z", 0, 0, never); !errors.As(err, &le) || le.Cap != tasks.CapTasks {
+		t.Errorf("third Create in a store of 2 working tasks: %v, want refused by the tasks cap", err)
 	}
 }
 
@@ -204,7 +274,7 @@ func TestInputRequired(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, tasks.Config{})
 	asked := make(chan struct{})
-	task, err := s.Create("", 0, func(ctx context.Context, in tasks.Input) (any, error) {
+	task, err := s.Create("", 0, 0, func(ctx context.Context, in tasks.Input) (any, error) {
 		close(asked)
 		answers, err := in.Ask(ctx, map[string]any{"approval": "may I?", "name": "who?"})
 		if err != nil {
@@ -254,7 +324,7 @@ func TestCancelWhileAsking(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, tasks.Config{})
 	errc := make(chan error, 1)
-	task, err := s.Create("", 0, func(ctx context.Context, in tasks.Input) (any, error) {
+	task, err := s.Create("", 0, 0, func(ctx context.Context, in tasks.Input) (any, error) {
 		_, err := in.Ask(ctx, map[string]any{"approval": "?"})
 		errc <- err
 		return nil, err
@@ -286,7 +356,7 @@ func TestCloseCancelsEverything(t *testing.T) {
 		mu.Unlock()
 	}})
 	stopped := make(chan struct{})
-	task, err := s.Create("", 0, func(ctx context.Context, in tasks.Input) (any, error) {
+	task, err := s.Create("", 0, 0, func(ctx context.Context, in tasks.Input) (any, error) {
 		<-ctx.Done()
 		close(stopped)
 		return nil, ctx.Err()
@@ -305,7 +375,7 @@ func TestCloseCancelsEverything(t *testing.T) {
 	if got, _ := s.Get("", task.ID); got.Status != tasks.StatusCancelled {
 		t.Errorf("after Close: %+v, want cancelled", got)
 	}
-	if _, err := s.Create("", 0, nil); !errors.Is(err, tasks.ErrClosed) {
+	if _, err := s.Create("", 0, 0, nil); !errors.Is(err, tasks.ErrClosed) {
 		t.Errorf("Create after Close: %v, want ErrClosed", err)
 	}
 	_ = s.Close()

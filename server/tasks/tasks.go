@@ -14,6 +14,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -75,12 +76,16 @@ type Input interface {
 
 // Store holds tasks. Every method is safe for concurrent use. owner scopes
 // a task to whoever created it: a task is found only by the owner that
-// created it ("" is an owner like any other).
+// created it ("" is an owner like any other), and the store's caps per
+// client count the tasks of each owner (an MCP client today, a principal
+// once they exist).
 type Store interface {
 	// Create starts fn in the background and returns the new task, in
 	// status working. keep, if positive, asks to keep the task's result
-	// for that long after it ends (capped by the store).
-	Create(owner string, keep time.Duration, fn Func) (Task, error)
+	// for that long after it ends (capped by the store). bytes is what
+	// the task holds in memory until fn returns (its arguments), counted
+	// against the store's byte caps. A cap refuses with a *LimitError.
+	Create(owner string, keep time.Duration, bytes int64, fn Func) (Task, error)
 	// Get returns the task, or ErrNotFound.
 	Get(owner, id string) (Task, error)
 	// Update gives answers to the task's open input requests; answers to
@@ -97,6 +102,44 @@ type Store interface {
 	// to call more than once; Create fails with ErrClosed afterwards.
 	Close() error
 }
+
+// Cap names one of a store's caps.
+type Cap string
+
+// The caps of a store.
+const (
+	// CapTasks: tasks held, ended ones included, all owners together.
+	CapTasks Cap = "tasks"
+	// CapClientTasks: tasks of one owner that have not ended (queued,
+	// running, waiting for input, or cancelled and still stopping).
+	CapClientTasks Cap = "client_tasks"
+	// CapBytes: bytes held by tasks that have not ended, all owners.
+	CapBytes Cap = "bytes"
+	// CapClientBytes: bytes held by one owner's tasks that have not ended.
+	CapClientBytes Cap = "client_bytes"
+)
+
+// LimitError is a Create that a cap refused. It wraps ErrTooMany.
+type LimitError struct {
+	Cap Cap
+	// Held is what the cap counts now, Adding what the task would add
+	// (1 task, or its bytes), Max the cap.
+	Held, Adding, Max int64
+}
+
+func (e *LimitError) Error() string {
+	switch e.Cap {
+	case CapClientTasks:
+		return fmt.Sprintf("%v: this client has %d tasks that have not ended, the most one client may have", ErrTooMany, e.Held)
+	case CapBytes:
+		return fmt.Sprintf("%v: the tasks that have not ended hold %d bytes of arguments, and %d more would pass the server's cap of %d", ErrTooMany, e.Held, e.Adding, e.Max)
+	case CapClientBytes:
+		return fmt.Sprintf("%v: this client's tasks that have not ended hold %d bytes of arguments, and %d more would pass the cap of %d per client", ErrTooMany, e.Held, e.Adding, e.Max)
+	}
+	return fmt.Sprintf("%v: %d are held, none of them ended", ErrTooMany, e.Held)
+}
+
+func (e *LimitError) Unwrap() error { return ErrTooMany }
 
 // Errors of a Store.
 var (

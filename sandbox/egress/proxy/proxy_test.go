@@ -309,9 +309,9 @@ func TestDialsTheCheckedAddress(t *testing.T) {
 			defer mu.Unlock()
 			calls++
 			if calls == 1 {
-				// A documentation address and a loopback one: only the
+				// A global address and a loopback one: only the
 				// first may be dialled.
-				return []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("192.0.2.10")}, nil
+				return []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("93.184.216.34")}, nil
 			}
 			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
 		})
@@ -320,7 +320,7 @@ func TestDialsTheCheckedAddress(t *testing.T) {
 		mu.Lock()
 		dialled = append(dialled, addr)
 		mu.Unlock()
-		// Stand in for 192.0.2.10 with the test's own listener.
+		// Stand in for 93.184.216.34 with the test's own listener.
 		var d net.Dialer
 		return d.DialContext(ctx, network, f.http.Listener.Addr().String())
 	})
@@ -329,10 +329,10 @@ func TestDialsTheCheckedAddress(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("GET = %d", code)
 	}
-	if calls != 1 || len(dialled) != 1 || dialled[0] != "192.0.2.10:80" {
-		t.Fatalf("resolver calls = %d, dialled = %v; want one call and 192.0.2.10:80", calls, dialled)
+	if calls != 1 || len(dialled) != 1 || dialled[0] != "93.184.216.34:80" {
+		t.Fatalf("resolver calls = %d, dialled = %v; want one call and 93.184.216.34:80", calls, dialled)
 	}
-	if len(rep.Reached) != 1 || rep.Reached[0].Address != "192.0.2.10" {
+	if len(rep.Reached) != 1 || rep.Reached[0].Address != "93.184.216.34" {
 		t.Fatalf("reached = %+v", rep.Reached)
 	}
 }

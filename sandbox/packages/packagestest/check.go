@@ -251,11 +251,17 @@ func Check(t *testing.T, s Setup) {
 // Malicious lists specs of lang that must be refused.
 func Malicious(lang string) []string {
 	common := []string{"--index-url=http://evil.example/simple", "-e", "--extra-index-url", "https://evil.example/x.tar.gz",
-		"git+https://evil.example/x.git", "../../etc", "/etc/passwd", "file:/etc", "a b", "x\n--index-url", "x\t", ""}
+		"git+https://evil.example/x.git", "../../etc", "/etc/passwd", "file:/etc", "a b", "x\n--index-url", "x\t", "",
+		".", "..", "./x", "~/x", "~", "http://evil.example/x", "link:../x", "x.tgz", "x.tar", "x.tar.gz"}
 	if lang == "python" {
-		return append(common, "pkg @ https://evil.example/pkg.whl", "pkg@https://evil.example/pkg.whl", "pkg/../x", "pkg;os_name=='posix'", "-r/etc/requirements.txt")
+		return append(common, "pkg @ https://evil.example/pkg.whl", "pkg@https://evil.example/pkg.whl", "pkg @ file:///etc/x",
+			"pkg/../x", "pkg;os_name=='posix'", "-r/etc/requirements.txt", "-e.", "--editable=.", "--", "-c/etc/c.txt",
+			"pkg==1.0.zip", "pkg==1.0.tar.GZ", "pkg[x]==1.tgz", "pkg===1.0.whl", "x.whl", "x.zip", "x.tbz", "x.tar.xz", "x.txz", "x.tlz", "x.tar.lz", "x.tar.lzma", "x.tar.bz2")
 	}
-	return append(common, "user/repo", "github:user/repo", "x@npm:evil", "./local", "x.tgz", "@scope/../x", "X@1")
+	return append(common, "user/repo", "github:user/repo", "gitlab:u/r", "bitbucket:u/r", "gist:abc", "x@github:u/r", "x@user/repo",
+		"x@npm:evil", "npm:x@1", "./local", "@scope/../x", "X@1", "x@.", "x@..", "x@./y", "x@../y", "x@~/y", "x@/etc",
+		"x@.5", "x@file:../y", "x@link:../y", "x@workspace:*", "x@git+ssh://h/r.git", "x@https://evil.example/x.tgz",
+		"x@1.0.tgz", "x@next.TAR", "x@1.0.0.tar.gz", "x.TGZ", "@s/x.tgz", "x@C:y", "git@evil.example:u/r.git")
 }
 
 // reachIndex is a program of lang that tries to connect to the index at
