@@ -18,6 +18,12 @@
 #     place (operator.attrgetter/methodcaller, functools.update_wrapper,
 #     collections.UserString.format, string.Formatter.get_field).
 #
+# The bootstrap imports only standard modules, and only before the program
+# runs: python starts isolated (-I: no script folder, no PYTHON* variables,
+# no user site), and a run's package folder is put on sys.path after the
+# standard library (see sandbox/python.go), so neither the run's files
+# nor its packages can stand in for a module imported here.
+#
 # A refusal writes one line "<marker> <JSON>" on stderr and exits with status
 # 120 at once (os._exit: user code cannot catch it). Nothing of this file is
 # reachable from the program without a dunder attribute or a frame walk,
