@@ -60,6 +60,9 @@ type Entry struct {
 	Workspace string    `json:"workspace,omitempty"`
 	// Packages are the packages installed for the run (request entries).
 	Packages []string `json:"packages,omitempty"`
+	// Action is what a request that runs no code asks for
+	// (ActionSessionCreate; request entries).
+	Action string `json:"action,omitempty"`
 
 	// decision
 	Outcome Outcome `json:"outcome,omitempty"`

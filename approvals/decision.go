@@ -120,7 +120,15 @@ type Ask struct {
 	// packages argument, or the session's), which the person approving
 	// allows too: their code runs with the program's (part of CodeSHA256).
 	Packages []string `json:"packages,omitempty"`
+	// Action is what the request does when it does not run code:
+	// ActionSessionCreate. "" is a run of Code.
+	Action string `json:"action,omitempty"`
 }
+
+// ActionSessionCreate is the Action of a request to create a session with
+// packages (session_create): its Code is empty, and what it asks for is a
+// session of Language whose calls can import Packages.
+const ActionSessionCreate = "session_create"
 
 // AskFile is one file of a request, as a person approving it sees it: all
 // of its text, or, for a binary file, what kind of file it is.

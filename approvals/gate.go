@@ -84,6 +84,10 @@ type Call struct {
 	// Next, if not nil, runs the call once approved instead of the Gate's
 	// own next Runner (a session runs calls on its own sandbox).
 	Next sandbox.Runner
+	// Action, if not empty, says that the call runs no code but asks for
+	// something else (ActionSessionCreate, with Next doing it): it is
+	// shown to the approver and recorded.
+	Action string
 }
 
 // GateConfig configures a Gate.
@@ -247,7 +251,7 @@ func (g *Gate) run(ctx context.Context, req sandbox.Request, c Call) (*sandbox.R
 		if g.cfg.Policy != PolicyNever {
 			findings = g.riskCheck(req)
 		}
-		a, err := g.newAsk(req, c.Requester, c.Session, findings)
+		a, err := g.newAsk(req, c.Requester, c.Session, c.Action, findings)
 		if err != nil {
 			return nil, err
 		}
@@ -293,7 +297,7 @@ func (g *Gate) run(ctx context.Context, req sandbox.Request, c Call) (*sandbox.R
 }
 
 // newAsk builds the Ask of req and records the request.
-func (g *Gate) newAsk(req sandbox.Request, requester Requester, session string, findings []Finding) (Ask, error) {
+func (g *Gate) newAsk(req sandbox.Request, requester Requester, session, action string, findings []Finding) (Ask, error) {
 	now := time.Now().UTC()
 	a := Ask{
 		ID:         newID(),
@@ -311,10 +315,11 @@ func (g *Gate) newAsk(req sandbox.Request, requester Requester, session string, 
 		Files:      askFiles(req.Files),
 		Workspace:  DescribeWorkspace(g.next.Capabilities().Workspace),
 		Packages:   req.Packages,
+		Action:     action,
 	}
 	stdin, timeout := a.StdinBytes, a.TimeoutMS
 	err := g.record(Entry{
-		Event: EventRequest, ID: a.ID, CodeSHA256: a.CodeSHA256, Language: a.Language, Code: a.Code, Files: withoutText(a.Files), Workspace: a.Workspace, Packages: a.Packages,
+		Event: EventRequest, ID: a.ID, CodeSHA256: a.CodeSHA256, Language: a.Language, Code: a.Code, Files: withoutText(a.Files), Workspace: a.Workspace, Packages: a.Packages, Action: action,
 		StdinSize: &stdin, TimeoutMS: &timeout, Policy: g.cfg.Policy, Reasons: a.Reasons, Requester: &requester, Session: session, Time: now,
 		NetworkPolicy: g.next.Capabilities().Egress,
 	})
@@ -434,7 +439,7 @@ func (g *Gate) redeem(req sandbox.Request, hash string, c Call) (Decision, error
 // request first.
 func (g *Gate) reject(req sandbox.Request, requester Requester, id string, outcome Outcome, note string) error {
 	if id == "" {
-		a, err := g.newAsk(req, requester, "", g.riskCheck(req))
+		a, err := g.newAsk(req, requester, "", "", g.riskCheck(req))
 		if err != nil {
 			return err
 		}

@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"encoding/json"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/codeexec/codeexec/sandbox/packages/packagestest"
 )
@@ -21,6 +25,14 @@ import (
 // reach the index, a malicious spec is refused, a failing install says why,
 // a session gets its packages, and sandbox_info reports the cache.
 func TestPackages(t *testing.T) {
+	eachPackagesMode(t, checkPackages)
+}
+
+// eachPackagesMode runs check in process and docker mode, in parallel, with
+// the address that a test index should listen on in that mode: loopback,
+// or the Docker bridge's own address for docker mode (which a container on
+// a bridge network could reach directly, and a run container must not).
+func eachPackagesMode(t *testing.T, check func(t *testing.T, mode, ip string)) {
 	t.Parallel()
 	packagestest.RequireInstallers(t)
 	for _, mode := range []string{"process", "docker"} {
@@ -33,7 +45,7 @@ func TestPackages(t *testing.T) {
 					ip = b
 				}
 			}
-			checkPackages(t, mode, ip)
+			check(t, mode, ip)
 		})
 	}
 }
@@ -220,4 +232,114 @@ func TestPackagesOffByDefault(t *testing.T) {
 		t.Fatalf("packages while off: isError=%v %q", res.IsError, text(res))
 	}
 	checkExample(t, cs, "process")
+}
+
+// TestPackagesSessionApproval: creating a session with packages is a
+// request like a run's. With CODE_EXEC_APPROVAL=always it waits for a
+// person, who sees the language and the packages, before anything is
+// installed; denied, no session starts; approved, the session starts with
+// no file of its packages run first (the package holds a sitecustomize
+// that rewrites every program to print HIJACKED, as one did in an attack:
+// the approved print('hello world') prints hello world), and the audit log
+// records the request, the decision and the creation.
+func TestPackagesSessionApproval(t *testing.T) {
+	eachPackagesMode(t, func(t *testing.T, mode, ip string) {
+		if mode == "process" && os.Getenv("CODE_EXEC_TEST_NO_USERNS") == "1" && os.Geteuid() != 0 {
+			t.Skip("without user namespaces process mode's install phase cannot start (TestPackages checks that the server says so)")
+		}
+		ix := packagestest.Serve(t, net.JoinHostPort(ip, "0"), []packagestest.Package{packagestest.Hooks}, nil)
+		wd := workDir(t)
+		a := approvalConnect(t, approvalOpts{env: map[string]string{
+			"CODE_EXEC_WORK_DIR":           wd,
+			"CODE_EXEC_SANDBOX":            mode,
+			"CODE_EXEC_PACKAGES":           "true",
+			"CODE_EXEC_PIP_INDEX_URL":      ix.PipURL,
+			"CODE_EXEC_PACKAGES_CACHE_DIR": filepath.Join(wd, "packages"),
+			"CODE_EXEC_LANGUAGES":          "python",
+			"CODE_EXEC_DOCKER_POOL_SIZE":   "0",
+		}})
+		spec := packagestest.Hooks.Name + "==" + packagestest.Hooks.Version
+		create := &mcp.CallToolParams{Name: "session_create", Arguments: map[string]any{"language": "python", "packages": []any{spec}}}
+
+		// Denied: nothing is installed, no session starts.
+		ch := callAsync(a.cs, create)
+		ids := a.waitPending(t, 1)
+		resp, err := a.api(t, http.MethodGet, "api/pending")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pending struct {
+			Pending []struct {
+				Action   string   `json:"action"`
+				Language string   `json:"language"`
+				Packages []string `json:"packages"`
+			} `json:"pending"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&pending)
+		resp.Body.Close()
+		if p := pending.Pending; len(p) != 1 || p[0].Action != "session_create" || p[0].Language != "python" || strings.Join(p[0].Packages, ",") != spec {
+			t.Errorf("the approver is shown %+v, want the creation of a python session with %s", p, spec)
+		}
+		if n := ix.Downloads.Load(); n != 0 {
+			t.Errorf("%d packages were downloaded before anyone approved the session", n)
+		}
+		if out, err := a.cli(t, "deny", "--by", "erin", "--note", "not these", ids[0]); err != nil {
+			t.Fatalf("approvals deny: %v\n%s", err, out)
+		}
+		ans := <-ch
+		if ans.err != nil || !ans.res.IsError || !strings.HasPrefix(text(ans.res), "The session was not created: erin") || !strings.Contains(text(ans.res), "not these") {
+			t.Fatalf("a denied session_create: %v %q", ans.err, text(ans.res))
+		}
+		if n := ix.Downloads.Load(); n != 0 {
+			t.Errorf("a denied session_create downloaded %d packages", n)
+		}
+
+		// Approved: the session starts, and its first call is what
+		// was approved.
+		ch = callAsync(a.cs, create)
+		ids = a.waitPending(t, 1)
+		if out, err := a.cli(t, "approve", "--by", "dana", ids[0]); err != nil {
+			t.Fatalf("approvals approve: %v\n%s", err, out)
+		}
+		ans = <-ch
+		if ans.err != nil || ans.res.IsError {
+			t.Fatalf("an approved session_create: %v %q", ans.err, text(ans.res))
+		}
+		var sess struct {
+			SessionID string `json:"session_id"`
+		}
+		remarshal(t, ans.res.StructuredContent, &sess)
+		ch = callAsync(a.cs, &mcp.CallToolParams{Name: "code_execute", Arguments: map[string]any{"language": "python", "session_id": sess.SessionID, "code": "print('hello world')"}})
+		ids = a.waitPending(t, 1)
+		if out, err := a.cli(t, "approve", "--by", "dana", ids[0]); err != nil {
+			t.Fatalf("approvals approve: %v\n%s", err, out)
+		}
+		ans = <-ch
+		wantRan(t, ans.res, ans.err, "hello world\n")
+
+		var created []string
+		for _, line := range strings.Split(strings.TrimSpace(a.auditLog(t)), "\n") {
+			var e struct {
+				Event    string   `json:"event"`
+				Action   string   `json:"action"`
+				Packages []string `json:"packages"`
+				Outcome  string   `json:"outcome"`
+				ExitCode *int     `json:"exit_code"`
+			}
+			if err := json.Unmarshal([]byte(line), &e); err != nil {
+				t.Fatalf("audit line %q: %v", line, err)
+			}
+			switch {
+			case e.Event == "request" && e.Action == "session_create" && strings.Join(e.Packages, ",") == spec:
+				created = append(created, "request")
+			case e.Event == "decision" && e.Outcome != "":
+				created = append(created, e.Outcome)
+			case e.Event == "run" && e.ExitCode != nil && *e.ExitCode == 0:
+				created = append(created, "run")
+			}
+		}
+		if got := strings.Join(created, ","); got != "request,denied,request,approved,run,approved,run" {
+			t.Errorf("audit log: %s, want the denied creation, the approved one and its call, each recorded", got)
+		}
+	})
 }

@@ -39,8 +39,9 @@ var Languages = map[string]LanguageSpec{
 		Aliases:      []string{"py", "python3"},
 		FileName:     "main.py",
 		Interpreters: []string{"python3", "python"},
-		// -I: isolated mode (no user site, no PYTHON* variables, no
-		// script directory surprises); -B: write no .pyc files.
+		// -I: isolated mode (no user site, no PYTHON* variables, neither
+		// the script's folder nor the current one on sys.path), with or
+		// without packages (see python.go); -B: write no .pyc files.
 		Args:      []string{"-I", "-B"},
 		ProbeArgs: []string{"-c", "import sys, platform; print(sys.executable); print(platform.python_version())"},
 	},
@@ -196,21 +197,16 @@ func lookPathIn(name, searchPath string) (string, error) {
 	return "", fmt.Errorf("%s: %w", name, exec.ErrNotFound)
 }
 
-// RunArgs are the arguments placed between the interpreter and the program
-// file for a run: a copy of Args, except that a python run with packages (withPackages)
-// drops isolated mode (-I) for -s (no user site), so that PYTHONPATH
-// reaches the interpreter: the runners scrub the environment themselves,
-// so PYTHONPATH is the only PYTHON* variable a run has.
-func (s LanguageSpec) RunArgs(withPackages bool) []string {
-	if !withPackages || s.Name != "python" {
-		return slices.Clone(s.Args)
+// ProgramArgs are the interpreter's arguments that run file as the main
+// program: Args, then file. For python with packages (withPackages: the
+// program finds its folder in PackagesVariable), Args are the same (-I
+// keeps PYTHONPATH and every other start-up hook out of python's start) and
+// a launcher runs file once python has started, with the packages on
+// sys.path after the standard library (see PythonRunMain).
+func (s LanguageSpec) ProgramArgs(file string, withPackages bool) []string {
+	args := slices.Clone(s.Args)
+	if withPackages && s.Name == "python" {
+		args = append(args, "-c", pythonLauncher)
 	}
-	out := make([]string, 0, len(s.Args))
-	for _, a := range s.Args {
-		if a == "-I" {
-			a = "-s"
-		}
-		out = append(out, a)
-	}
-	return out
+	return append(args, file)
 }

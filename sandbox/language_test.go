@@ -55,3 +55,19 @@ func TestResolveInterpretersMissing(t *testing.T) {
 		t.Errorf("bash status = %+v (want interpreter %s)", st, bash)
 	}
 }
+
+// TestProgramArgs: python starts isolated (-I) with or without packages;
+// with them, a launcher runs the file once python has started.
+func TestProgramArgs(t *testing.T) {
+	py := sandbox.Languages["python"]
+	if got := py.ProgramArgs("/w/main.py", false); strings.Join(got, " ") != "-I -B /w/main.py" {
+		t.Errorf("python without packages: %q", got)
+	}
+	got := py.ProgramArgs("/w/main.py", true)
+	if len(got) != 5 || got[0] != "-I" || got[1] != "-B" || got[2] != "-c" || !strings.Contains(got[3], "_codeexec_run_main(") || got[4] != "/w/main.py" {
+		t.Errorf("python with packages: %q", got)
+	}
+	if got := sandbox.Languages["bash"].ProgramArgs("/w/main.sh", true); strings.Join(got, " ") != "--noprofile --norc /w/main.sh" {
+		t.Errorf("bash: %q", got)
+	}
+}

@@ -121,8 +121,11 @@ type PackageDir struct {
 const PackagesPath = "/packages"
 
 // PackagesVariable names the environment variable that tells a program (and
-// the install phase) where its PackageDir is. For python, PYTHONPATH names
-// it too; for javascript, NODE_PATH names its node_modules folder.
+// the install phase) where its PackageDir is: codeexec's python start-up
+// code puts it on sys.path (python itself starts with -I, which ignores
+// PYTHONPATH; see python.go). For python, PYTHONPATH names it too, for the
+// program's own python subprocesses; for javascript, NODE_PATH names its
+// node_modules folder.
 const PackagesVariable = "CODEEXEC_PACKAGES"
 
 // PackageEnv is the environment that lets lang's programs import the

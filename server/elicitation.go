@@ -17,19 +17,22 @@ import (
 // approvalInputID is the key of the elicitation in the input requests.
 const approvalInputID = "approval"
 
-// runnerFor returns the Runner of one code_execute call: the server's
+// runnerFor returns the Runner of one tool call that needs approval where
+// runs do (code_execute, and session_create with packages): the server's
 // Runner, told (when it is an approvals.Gate) who asks, how to ask the
 // person behind the client, and the answer the call brings back, if any.
-// inSession, if not nil, is the Runner of the session sessionID that the
-// call runs in, once approved.
-func (s *Server) runnerFor(ctx context.Context, call mcp.CallToolRequest, inSession sandbox.Runner, sessionID string) sandbox.Runner {
+// c says what the call is besides its request: the session it runs in
+// (Session), the Runner that does it once approved instead of the server's
+// (Next: the session's, or the session's creation) and, for a call that
+// runs no code, what it does (Action).
+func (s *Server) runnerFor(ctx context.Context, call mcp.CallToolRequest, c approvals.Call) sandbox.Runner {
 	if s.gate == nil {
-		if inSession != nil {
-			return inSession
+		if c.Next != nil {
+			return c.Next
 		}
 		return s.runner
 	}
-	c := approvals.Call{Requester: s.requester(ctx), Session: sessionID, Next: inSession}
+	c.Requester = s.requester(ctx)
 	by := "the user of " + clientName(c.Requester)
 	if rt := call.Params.MultiRoundTripParams; rt.RequestState != "" || len(rt.InputResponses) > 0 {
 		// A retry that carries an answer: the Gate checks that its state
@@ -44,7 +47,7 @@ func (s *Server) runnerFor(ctx context.Context, call mcp.CallToolRequest, inSess
 		c.Waiting = s.progressReporter(ctx, call)
 	case mcpserver.IsModernRequest(ctx):
 		// Protocol 2026-07-28: the question goes back with the result.
-		c.Approver = inputRequest{}
+		c.Approver = inputRequester{}
 	default:
 		// Before 2026-07-28 the server asks the client itself
 		// (elicitation/create) while the console can answer too.
@@ -54,13 +57,29 @@ func (s *Server) runnerFor(ctx context.Context, call mcp.CallToolRequest, inSess
 	return s.gate.For(c)
 }
 
-// inputRequest hands the question to the client: the result of the call
+// inputRequester hands the question to the client: the result of the call
 // asks for the input (a multi-round-trip input request), and the answer
 // comes back with the next call.
-type inputRequest struct{}
+type inputRequester struct{}
 
-func (inputRequest) Approve(context.Context, approvals.Ask) (approvals.Decision, error) {
+func (inputRequester) Approve(context.Context, approvals.Ask) (approvals.Decision, error) {
 	return approvals.Decision{}, approvals.ErrInputRequired
+}
+
+// isInputRequired reports whether a Gate handed the question of err's call
+// to the client (protocol 2026-07-28).
+func isInputRequired(err error) bool {
+	var input *approvals.InputRequiredError
+	return errors.As(err, &input)
+}
+
+// inputRequest is the result of a call whose approval was handed to the
+// client (isInputRequired): the client asks the person and calls again
+// with the answer and the state.
+func inputRequest(err error) *mcp.CallToolResult {
+	var input *approvals.InputRequiredError
+	errors.As(err, &input)
+	return mcpserver.NewInputRequestBuilder(input.State).Elicit(approvalInputID, elicitation(input.Ask)).ToolResult()
 }
 
 // elicitationRequest asks the person behind the client with an
@@ -151,8 +170,12 @@ func approved(content any) bool {
 
 // elicitation is the question shown to the person: language, the full
 // code, every file (the text of each textual one) and stdin, the reasons,
-// and who asks, every hidden character escaped (approvals.Visible).
+// and who asks, every hidden character escaped (approvals.Visible); or, for
+// a session's creation, the session's language and packages.
 func elicitation(a approvals.Ask) mcp.ElicitationParams {
+	if a.Action == approvals.ActionSessionCreate {
+		return sessionElicitation(a)
+	}
 	line := approvals.VisibleLine
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s asks to run %s code (%d bytes", line(a.Requester.String()), line(a.Language), len(a.Code))
@@ -202,15 +225,37 @@ func elicitation(a approvals.Ask) mcp.ElicitationParams {
 		fenced(&b, "", a.Stdin)
 	}
 	fmt.Fprintf(&b, "\nSHA-256 of the request: %s. Unanswered by %s, it is denied.", a.CodeSHA256, a.Deadline.Format(time.RFC3339))
+	return approvalQuestion(b.String(), "Run this code", "Check to let this exact code run once.")
+}
+
+// sessionElicitation asks to create a session with packages.
+func sessionElicitation(a approvals.Ask) mcp.ElicitationParams {
+	line := approvals.VisibleLine
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s asks to create a %s session with packages (request %s). No code runs now; the code of every call in the session "+
+		"is approved on its own, and the packages' code runs when such code imports them.\n\nPackages installed for the session:\n", line(a.Requester.String()), line(a.Language), line(a.ID))
+	for _, p := range a.Packages {
+		fmt.Fprintf(&b, "- %s\n", line(p))
+	}
+	if a.Workspace != "" {
+		fmt.Fprintf(&b, "\nThe session's code can see %s.\n", line(a.Workspace))
+	}
+	fmt.Fprintf(&b, "\nSHA-256 of the request: %s. Unanswered by %s, it is denied.", a.CodeSHA256, a.Deadline.Format(time.RFC3339))
+	return approvalQuestion(b.String(), "Create this session", "Check to let this session be created once, with these packages.")
+}
+
+// approvalQuestion is an elicitation whose answer is one boolean,
+// "approve", with the given title and description.
+func approvalQuestion(message, title, description string) mcp.ElicitationParams {
 	return mcp.ElicitationParams{
-		Message: b.String(),
+		Message: message,
 		RequestedSchema: map[string]any{
 			"type": "object",
 			"properties": map[string]any{
 				"approve": map[string]any{
 					"type":        "boolean",
-					"title":       "Run this code",
-					"description": "Check to let this exact code run once.",
+					"title":       title,
+					"description": description,
 				},
 			},
 			"required": []string{"approve"},

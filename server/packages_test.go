@@ -2,16 +2,20 @@ package server
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/codeexec/codeexec/approvals"
+	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/codeexec/codeexec/approvals"
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/packages"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
+	"github.com/codeexec/codeexec/sandbox/sessions"
 )
 
 // fakePackages is a packages layer as the server sees it.
@@ -102,5 +106,58 @@ func TestElicitationNamesPackages(t *testing.T) {
 		if !strings.Contains(msg, want) {
 			t.Errorf("the elicitation message lacks %q:\n%s", want, msg)
 		}
+	}
+}
+
+// countingBackend is fakeBackend that counts the sessions it started.
+type countingBackend struct{ started *atomic.Int32 }
+
+func (b countingBackend) Start(ctx context.Context, spec sessions.Spec) (sessions.Session, error) {
+	b.started.Add(1)
+	return fakeBackend{}.Start(ctx, spec)
+}
+
+// TestSessionCreateWithPackagesIsApproved: session_create with packages
+// goes through the approvals gate like a run: on protocol 2026-07-28 the
+// client is asked to let a session with those packages be created, nothing
+// starts before the answer, and the retry with the approval creates it. A
+// session without packages is not a request.
+func TestSessionCreateWithPackagesIsApproved(t *testing.T) {
+	t.Parallel()
+	started := new(atomic.Int32)
+	m := sessions.New(sessions.Config{Backend: countingBackend{started}, MaxSessions: 4, IdleTimeout: time.Minute, MaxLifetime: time.Hour})
+	t.Cleanup(func() { _ = m.Shutdown() })
+	fake := &sandboxtest.Fake{Caps: sandbox.Capabilities{Mode: sandbox.ModeProcess}}
+	gate := approvals.NewGate(fake, approvals.GateConfig{Policy: approvals.PolicyAlways, Timeout: time.Minute, Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(func() { gate.Close() })
+	opts := testOptions()
+	opts.Elicit = true
+	opts.Sessions, opts.SessionIdleTimeout = m, time.Minute
+	opts.Packages = fakePackages{packages.Info{Enabled: true, PipIndexURL: "http://127.0.0.1:1/simple/", Detail: "on"}}
+	s := New(gate, opts)
+
+	args := map[string]any{"language": "python", "packages": []any{"Requests==2.31.0"}}
+	res, err := s.handleSessionCreate(modern(), toolCall(ToolSessionCreate, args))
+	if err != nil || res.ResultType != mcp.ResultTypeInputRequired || started.Load() != 0 {
+		t.Fatalf("first call: %v, result type %q, sessions started %d", err, res.ResultType, started.Load())
+	}
+	ask := res.InputRequests[approvalInputID].Elicitation
+	if ask == nil || !strings.Contains(ask.Message, "asks to create a python session with packages") || !strings.Contains(ask.Message, "- requests==2.31.0\n") {
+		t.Fatalf("the question: %+v", ask)
+	}
+	retry := toolCall(ToolSessionCreate, args)
+	retry.Params.MultiRoundTripParams = mcp.MultiRoundTripParams{
+		RequestState: res.RequestState,
+		InputResponses: mcp.InputResponses{approvalInputID: mcp.NewElicitationInputResponse(mcp.ElicitationResult{
+			ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseActionAccept, Content: map[string]any{"approve": true}},
+		})},
+	}
+	res, err = s.handleSessionCreate(modern(), retry)
+	if err != nil || res.IsError || started.Load() != 1 || !slices.Equal(res.StructuredContent.(SessionOutput).Packages, []string{"requests==2.31.0"}) {
+		t.Fatalf("approved retry: %v isError=%v started=%d %q", err, res.IsError, started.Load(), resultText(res))
+	}
+	res, _ = s.handleSessionCreate(modern(), toolCall(ToolSessionCreate, map[string]any{"language": "python"}))
+	if res.IsError || started.Load() != 2 {
+		t.Fatalf("a session without packages: isError=%v started=%d %q", res.IsError, started.Load(), resultText(res))
 	}
 }

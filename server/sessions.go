@@ -15,6 +15,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
+	"github.com/codeexec/codeexec/approvals"
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/sessions"
 )
@@ -221,9 +222,15 @@ func (s *Server) handleSessionCreate(ctx context.Context, req mcp.CallToolReques
 	if err := decodeArgs(req.GetRawArguments(), sessionCreateArgs(&a, &s.opts)); err != nil {
 		return mcp.NewToolResultError(err.Error()), nil
 	}
-	lim := s.opts.Limits
-	info, err := s.opts.Sessions.Create(ctx, s.owner(ctx), sessions.CreateOptions{Language: a.Language, Limits: lim, IdleTimeout: a.IdleTimeout, Packages: a.Packages})
-	if err != nil {
+	o := sessions.CreateOptions{Language: a.Language, Limits: s.opts.Limits, IdleTimeout: a.IdleTimeout, Packages: a.Packages}
+	info, err := s.createSession(ctx, req, o)
+	switch {
+	case isInputRequired(err):
+		return inputRequest(err), nil
+	case err != nil:
+		if msg, ok := approvalErrorMessage(err); ok {
+			return mcp.NewToolResultError(strings.Replace(msg, "The code did not run", "The session was not created", 1)), nil
+		}
 		return mcp.NewToolResultError(sessionErrorMessage(err)), nil
 	}
 	out := sessionOutput(info, time.Now())
@@ -235,6 +242,47 @@ func (s *Server) handleSessionCreate(ctx context.Context, req mcp.CallToolReques
 		info.ID, info.Language, info.ID, keeps, info.IdleTimeout)
 	return &mcp.CallToolResult{Content: []mcp.Content{mcp.NewTextContent(text)}, StructuredContent: out}, nil
 }
+
+// createSession creates a session for the caller. One with packages is a
+// request like a run's, with no code: where there is an approvals gate it
+// goes through it (runnerFor), so that it waits for a person when the
+// policy says so (always: the risk check finds nothing in empty code) and
+// is recorded in the audit log; its packages are installed and the session
+// starts only once it is allowed.
+func (s *Server) createSession(ctx context.Context, call mcp.CallToolRequest, o sessions.CreateOptions) (sessions.Info, error) {
+	owner := s.owner(ctx)
+	if len(o.Packages) == 0 || s.gate == nil {
+		return s.opts.Sessions.Create(ctx, owner, o)
+	}
+	c := &sessionCreation{m: s.opts.Sessions, owner: owner, opts: o, caps: s.runner.Capabilities()}
+	req := sandbox.Request{Language: o.Language, Packages: o.Packages}
+	_, err := s.runnerFor(ctx, call, approvals.Call{Next: c, Action: approvals.ActionSessionCreate}).Run(ctx, req)
+	return c.info, err
+}
+
+// sessionCreation is the Runner that creates a session once the gate let
+// its request through; info is the session, once created.
+type sessionCreation struct {
+	m     *sessions.Manager
+	owner string
+	opts  sessions.CreateOptions
+	caps  sandbox.Capabilities
+	info  sessions.Info
+}
+
+func (c *sessionCreation) Run(ctx context.Context, _ sandbox.Request) (*sandbox.Result, error) {
+	start := time.Now()
+	info, err := c.m.Create(ctx, c.owner, c.opts)
+	if err != nil {
+		return nil, err
+	}
+	c.info = info
+	return &sandbox.Result{Sandbox: c.caps.Mode, Duration: time.Since(start)}, nil
+}
+
+func (c *sessionCreation) Capabilities() sandbox.Capabilities { return c.caps }
+
+func (c *sessionCreation) Close() error { return nil }
 
 func (s *Server) handleSessionClose(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	var id string

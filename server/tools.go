@@ -414,14 +414,11 @@ func (s *Server) execute(ctx context.Context, req mcp.CallToolRequest) *mcp.Call
 	}
 	ctx, live := s.liveOutput(ctx, req)
 	runReq.Observe = live.observe()
-	res, err := s.opts.Metrics.Wrap(s.runnerFor(ctx, req, inSession, args.SessionID), s.mode).Run(ctx, runReq)
+	res, err := s.opts.Metrics.Wrap(s.runnerFor(ctx, req, approvals.Call{Session: args.SessionID, Next: inSession}), s.mode).Run(ctx, runReq)
 	live.close()
-	var input *approvals.InputRequiredError
 	switch {
-	case errors.As(err, &input):
-		// Protocol 2026-07-28: the client asks the person and calls again
-		// with the answer and the state.
-		return mcpserver.NewInputRequestBuilder(input.State).Elicit(approvalInputID, elicitation(input.Ask)).ToolResult()
+	case isInputRequired(err):
+		return inputRequest(err)
 	case err != nil && args.SessionID != "" && isSessionError(err):
 		return mcp.NewToolResultError(sessionErrorMessage(err))
 	case errors.Is(err, artifacts.ErrInvalidFile):

@@ -110,10 +110,14 @@ printf '%s %s %s\n' "$n" "$rc" "$o" >&2
 `
 
 // pythonBootstrap runs the program as __main__ in the already-started
-// interpreter: sys.argv, __file__, tracebacks (the bootstrap's own frame is
-// left out) and exit statuses are those of python3 -I -B /tmp/main.py.
-const pythonBootstrap = `import os, sys
-def _codeexec_main():
+// interpreter (sandbox.PythonRunMain): sys.argv, __file__, tracebacks (the
+// bootstrap's own frame is left out) and exit statuses are those of python3
+// -I -B /tmp/main.py. The package entry the header names (or the folder
+// bound for the container, which its environment names) goes on sys.path
+// after the standard library, once the bootstrap has imported all it needs;
+// the environment names it too, for the program's own python subprocesses.
+const pythonBootstrap = sandbox.PythonRunMain + `def _codeexec_main():
+    import os
     def fail(msg):
         os.write(2, b"codeexec: " + msg + b"\n")
         os._exit(125)
@@ -142,12 +146,14 @@ def _codeexec_main():
         fail(b"bad program header")
     if lang != b"python":
         fail(b"this container runs python, not " + lang)
+    # A container given its own package folder (not an entry of the cache)
+    # names it in its environment.
+    p = os.environ.get("` + sandbox.PackagesVariable + `")
     if len(fields) > 3:
         key = fields[3].decode()
         if len(key) != 32 or key.strip("0123456789abcdef"):
             fail(b"bad package entry")
         p = "` + PackagesCachePath + `/" + key
-        sys.path.insert(0, p)
         os.environ["` + sandbox.PackagesVariable + `"] = os.environ["PYTHONPATH"] = p
     code = exactly(n, b"the program was cut short")
     for _ in range(nfiles):
@@ -163,22 +169,7 @@ def _codeexec_main():
     with open("/tmp/main.py", "wb") as f:
         f.write(code)
     os.write(1, b"\x06")
-    g = sys.modules["__main__"].__dict__
-    del g["_codeexec_main"]
-    g["__file__"] = "/tmp/main.py"
-    g["__cached__"] = None
-    sys.argv[:] = ["/tmp/main.py"]
-    if "-c" in sys.orig_argv:
-        sys.orig_argv[sys.orig_argv.index("-c"):] = ["/tmp/main.py"]
-    try:
-        exec(compile(bytes(code), "/tmp/main.py", "exec", dont_inherit=True), g)
-    except SystemExit:
-        raise
-    except BaseException as e:
-        tb = e.__traceback__.tb_next if e.__traceback__ is not None else None
-        e.__traceback__ = tb
-        sys.excepthook(type(e), e, tb)
-        sys.exit(130 if isinstance(e, KeyboardInterrupt) else 1)
+    _codeexec_run_main("/tmp/main.py", code, p)
 _codeexec_main()
 `
 
@@ -278,9 +269,9 @@ exec "$@" /tmp/main.sh
 
 // runCommand is the entrypoint of a run container of lang: the supervisor
 // with the language's bootstrap. It is the same for warm and cold containers.
-func runCommand(lang string, in sandbox.Interpreter, nonce string, withPackages bool) []string {
+func runCommand(lang string, in sandbox.Interpreter, nonce string) []string {
 	spec := sandbox.Languages[lang]
-	interp := append([]string{in.Path}, spec.RunArgs(withPackages)...)
+	interp := append([]string{in.Path}, spec.Args...)
 	var child []string
 	switch lang {
 	case "python":

@@ -254,7 +254,7 @@ func gvisorPids(processes int) int64 {
 // Only its role and deadline labels differ between the two.
 func (r *Runner) runSpec(lang string, lim sandbox.Limits, role string, deadline time.Time, pd *sandbox.PackageDir) containerSpec {
 	nonce := trailerTag + newNonce()
-	cmd := runCommand(lang, r.interps[lang], nonce, pd != nil)
+	cmd := runCommand(lang, r.interps[lang], nonce)
 	if r.cfg.Egress != nil {
 		// The relay starts, and listens, before the supervisor script.
 		cmd[2] = relayLaunch(r.relayPython) + cmd[2]

@@ -46,6 +46,11 @@ func TestPackages(t *testing.T) {
 	if rec := servedOf(run); !slices.Contains(rec.warm, true) {
 		t.Errorf("no run with packages took a warm container: %v", rec.warm)
 	}
+	// An entry of the cache that every container sees (the program header
+	// names it), and in a session the folder bound for its container.
+	t.Run("nothing runs before the program", func(t *testing.T) {
+		packagestest.CheckNothingRunsFirst(t, setup, run.Sessions())
+	})
 }
 
 // TestPackagesInSession: a docker session created with packages imports

@@ -181,7 +181,7 @@ func (s *containerSession) startDriver(ctx context.Context) error {
 	lang := s.spec.Language
 	in := s.r.interps[lang]
 	args, _ := sessions.DriverArgs(lang, "fd:3", "fd:4")
-	cmd := append([]string{"/bin/sh", "-c", driverWrapper, "codeexec-driver", in.Path}, sandbox.Languages[lang].RunArgs(s.spec.PackageDir != nil)...)
+	cmd := append([]string{"/bin/sh", "-c", driverWrapper, "codeexec-driver", in.Path}, sandbox.Languages[lang].Args...)
 	id, att, err := s.execIn(ctx, append(cmd, args...))
 	if err != nil {
 		return err
@@ -361,7 +361,7 @@ func (s *containerSession) execFresh(ctx context.Context, req sandbox.Request) (
 	lang := s.spec.Language
 	nonce := trailerTag + newNonce()
 	in := s.r.interps[lang]
-	child := append([]string{"/bin/sh", "-c", sessionBashBootstrap, "codeexec-bootstrap", in.Path}, sandbox.Languages[lang].RunArgs(s.spec.PackageDir != nil)...)
+	child := append([]string{"/bin/sh", "-c", sessionBashBootstrap, "codeexec-bootstrap", in.Path}, sandbox.Languages[lang].Args...)
 	// "-": no program file to leave out, and no archive of the working
 	// directory (a session's files stay where they are).
 	cmd := append([]string{"/bin/sh", "-c", supervisorScript, "codeexec-supervisor", nonce, "-"}, child...)

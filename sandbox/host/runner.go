@@ -188,7 +188,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	}
 	err = executor.Spawn(ctx, executor.Spec{
 		Path:      path,
-		Args:      append(append([]string{}, spec.RunArgs(req.PackageDir != nil)...), file),
+		Args:      spec.ProgramArgs(file, req.PackageDir != nil),
 		Env:       env,
 		Dir:       dir,
 		Stdin:     req.Stdin,

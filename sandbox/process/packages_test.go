@@ -40,4 +40,8 @@ func TestPackages(t *testing.T) {
 		setup.CacheDir = filepath.Join(root, "packages-sessions")
 		packagestest.CheckSessions(t, setup, run.Sessions())
 	})
+	t.Run("nothing runs before the program", func(t *testing.T) {
+		setup.CacheDir = filepath.Join(root, "packages-hooks")
+		packagestest.CheckNothingRunsFirst(t, setup, run.Sessions())
+	})
 }

@@ -522,7 +522,7 @@ func (r *Runner) runIn(ctx context.Context, s *slot, req sandbox.Request, spec s
 			}
 		}()
 	}
-	args := append(interpreterArgs(req.Language, req.Limits), spec.RunArgs(req.PackageDir != nil)...)
+	args := append(interpreterArgs(req.Language, req.Limits), spec.ProgramArgs(file, req.PackageDir != nil)...)
 	// With a mount namespace the run directory is the run's own tmpfs, a
 	// copy of the host's: its supervisor collects the artifacts there.
 	var collect *executor.CollectSpec
@@ -534,7 +534,7 @@ func (r *Runner) runIn(ctx context.Context, s *slot, req sandbox.Request, spec s
 		EgressServe:         egressServe,
 		Isolation:           iso,
 		Path:                path,
-		Args:                append(args, file),
+		Args:                args,
 		Env:                 env,
 		Dir:                 dir,
 		Stdin:               req.Stdin,

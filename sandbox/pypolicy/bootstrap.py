@@ -16,7 +16,14 @@
 #     getattr/setattr/delattr/hasattr, no open/eval/exec/compile/globals/
 #     locals/vars/breakpoint; gadgets of the allowed modules are guarded in
 #     place (operator.attrgetter/methodcaller, functools.update_wrapper,
+#     functools.singledispatch's register, enum's _convert_,
 #     collections.UserString.format, string.Formatter.get_field).
+#
+# The bootstrap imports only standard modules, and only before the program
+# runs: python starts isolated (-I: no script folder, no PYTHON* variables,
+# no user site), and a run's package folder is put on sys.path after the
+# standard library (see sandbox/python.go), so neither the run's files
+# nor its packages can stand in for a module imported here.
 #
 # A refusal writes one line "<marker> <JSON>" on stderr and exits with status
 # 120 at once (os._exit: user code cannot catch it). Nothing of this file is
@@ -30,6 +37,7 @@ def _codeexec_policy(payload):
     import base64
     import builtins
     import collections
+    import enum
     import functools
     import importlib
     import json
@@ -93,7 +101,8 @@ def _codeexec_policy(payload):
     # things (type(self).__name__), which lead nowhere.
     readable_dunder_attrs = frozenset(("__name__", "__qualname__", "__doc__"))
     # Dunder names a class body may not assign.
-    unassignable_dunders = frozenset(("__builtins__", "__class__", "__dict__", "__bases__", "__mro__"))
+    # (__annotations__: the standard library evaluates the strings in it.)
+    unassignable_dunders = frozenset(("__builtins__", "__class__", "__dict__", "__bases__", "__mro__", "__annotations__"))
     hierarchy_attrs = frozenset(("__subclasses__", "__mro__", "__bases__", "__base__", "mro"))
     frame_attrs = frozenset((
         "gi_frame", "gi_code", "gi_yieldfrom", "gi_running", "gi_suspended",
@@ -109,6 +118,11 @@ def _codeexec_policy(payload):
         "func_globals", "func_code", "func_closure", "im_func", "im_self", "cell_contents",
     ))
     format_attrs = frozenset(("format", "format_map"))
+    # The classes that a class pattern matches as a whole (case int(n)):
+    # their one positional sub-pattern reads no attribute. For any other
+    # class, positional sub-patterns read the attributes that the class's
+    # __match_args__ names, which a metaclass controls at run time.
+    self_matching = frozenset(("bool", "bytearray", "bytes", "dict", "float", "frozenset", "int", "list", "set", "str", "tuple"))
 
     def is_dunder(name):
         return len(name) > 4 and name.startswith("__") and name.endswith("__")
@@ -361,9 +375,69 @@ def _codeexec_policy(payload):
             refuse(p[0], "string.Formatter: " + p[1])
         return real_get_field(self, field_name, args, kwargs)
 
+    # functools.singledispatch's register(f) reads f's first annotation
+    # through typing.get_type_hints, which evaluates a string annotation
+    # with the real eval and builtins. Its guarded register reads the
+    # annotation itself, once, refuses strings, and hands the real register
+    # the type: the real one never reads annotations.
+    real_singledispatch = functools.singledispatch
+    # list[int] and int | str (Python 3.9 and 3.10 on).
+    alias_types = tuple(t for t in (real_getattr(types, "GenericAlias", None), real_getattr(types, "UnionType", None)) if t)
+
+    def holds_str(t, depth=0):
+        if isinstance(t, str):
+            return True
+        if depth < 20 and type(t) in alias_types:
+            return any(holds_str(a, depth + 1) for a in real_getattr(t, "__args__", ()))
+        return False
+
+    def safe_singledispatch(func):
+        generic = real_singledispatch(func)
+        real_register = generic.register
+
+        def register(cls, func=None):
+            if func is not None:
+                return real_register(cls, func)
+            if isinstance(cls, type) or type(cls) in alias_types:
+                return lambda f: register(cls, f)
+            ann = real_getattr(cls, "__annotations__", None)
+            if type(ann) is not dict or not ann:
+                raise TypeError("Invalid first argument to `register()`: %r. Use either `@register(some_class)` "
+                                "or plain `@register` on an annotated function." % (cls,))
+            argname, typ = next(iter(dict.items(ann)))
+            if holds_str(typ):
+                refuse("gadget", "functools.singledispatch's register may not read the string annotation of %s: "
+                                 "the standard library would evaluate it as code" % q(argname))
+            if typ is None:
+                typ = type(None)
+            return real_register(typ, cls)
+
+        generic.register = register
+        return generic
+
+    # enum's _convert_ (a method of every enum class, re.RegexFlag among
+    # them) hands out the globals of any loaded module it is given the name
+    # of. The standard library calls it from a module's own code while that
+    # module is being imported, for that module: nothing else may. (It is a
+    # method of the metaclass, or a classmethod of Enum in older Pythons.)
+    convert_owner = enum.EnumMeta if "_convert_" in enum.EnumMeta.__dict__ else enum.Enum
+    convert_wrapped = convert_owner.__dict__.get("_convert_")
+    real_convert = real_getattr(convert_wrapped, "__func__", convert_wrapped)
+
+    def safe_convert(cls, name, module, *args, **kwargs):
+        mod = sys.modules.get(module) if type(module) is str else None
+        spec = real_getattr(mod, "__spec__", None)
+        caller = sys._getframe(1)
+        if mod is None or caller.f_globals is not real_getattr(mod, "__dict__", None) or real_getattr(spec, "_initializing", False) is not True:
+            refuse("gadget", "enum's _convert_ may not read the globals of the module %s" % q(module))
+        return real_convert(cls, name, module, *args, **kwargs)
+
     operator.attrgetter = safe_attrgetter
     operator.methodcaller = safe_methodcaller
     functools.update_wrapper = safe_update_wrapper
+    functools.singledispatch = safe_singledispatch
+    if real_convert is not None:
+        real_setattr(convert_owner, "_convert_", safe_convert if convert_wrapped is real_convert else classmethod(safe_convert))
     collections.UserString.format = user_string_format
     collections.UserString.format_map = user_string_format_map
     string.Formatter.get_field = safe_get_field
@@ -409,6 +483,45 @@ def _codeexec_policy(payload):
                         if isinstance(n, ast.Name):
                             class_targets.add(id(n))
 
+    # Every name the program binds anywhere, for class patterns: a builtin
+    # class's name that the program rebinds is no longer that class.
+    bound_names = set()
+    annotations = []
+    for node in nodes:
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            bound_names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound_names.add(node.name)
+        elif isinstance(node, ast.alias):
+            bound_names.add(node.asname or node.name.partition(".")[0])
+            if node.name == "*":
+                bound_names.update(self_matching)
+        elif isinstance(node, ast.arg):
+            bound_names.add(node.arg)
+            if node.annotation is not None:
+                annotations.append(node.annotation)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound_names.add(node.name)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            bound_names.update(node.names)
+        elif type(node).__name__ in ("MatchAs", "MatchStar") and node.name:
+            bound_names.add(node.name)
+        elif type(node).__name__ == "MatchMapping" and node.rest:
+            bound_names.add(node.rest)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.returns is not None:
+            annotations.append(node.returns)
+        elif isinstance(node, ast.AnnAssign):
+            annotations.append(node.annotation)
+    # The annotations that hold text: the standard library evaluates such
+    # an annotation as code (typing.get_type_hints, through
+    # functools.singledispatch), which this check never sees.
+    string_annotations = {}
+    for a in annotations:
+        for n in ast.walk(a):
+            if isinstance(n, ast.JoinedStr) or isinstance(n, ast.Constant) and isinstance(n.value, str):
+                string_annotations[id(n)] = a
+                break
+
     def name_problem(node, name, ctx):
         if name in banned_names:
             return "banned-name", "%s is not available" % name
@@ -422,6 +535,9 @@ def _codeexec_policy(payload):
 
     def check(node):
         line = getattr(node, "lineno", 0)
+        if id(node) in string_annotations:
+            refuse("annotation", "a string annotation is not allowed (the standard library evaluates annotation text as code); "
+                   "annotate with the type itself", line)
         if isinstance(node, ast.Name):
             p = name_problem(node, node.id, node.ctx)
             if p:
@@ -472,6 +588,10 @@ def _codeexec_policy(payload):
             # x.format += y reads the real method and hands it to y.__radd__.
             refuse("format-field", "an augmented assignment may not read the method %s" % q(node.target.attr), line)
         elif type(node).__name__ == "MatchClass":
+            if node.patterns and not (isinstance(node.cls, ast.Name) and node.cls.id in self_matching and node.cls.id not in bound_names):
+                refuse("match-class", "a class pattern may take positional sub-patterns only for the builtins %s (for any other class "
+                       "they read the attributes that its __match_args__ names, which the check cannot see); name the attributes "
+                       "instead, as in Point(x=a, y=b)" % ", ".join(sorted(self_matching)), line)
             for a in node.kwd_attrs:
                 p = attr_problem(a)
                 if p is None and a in format_attrs:

@@ -115,6 +115,31 @@ var escapes = []escape{
 	{name: "re-private-compiler", technique: "gadget", code: "import re\nprint(re._compiler)", rule: "module-attribute", line: 2},
 	{name: "collections-userstring-format-map", technique: "gadget", code: "import collections\nu = collections.UserString('{x.__class__}')\nprint(u.format_map({'x': 1}))", rule: "format-field", line: 3},
 
+	// Class patterns: a positional sub-pattern reads the attribute that the
+	// class's __match_args__ names, and a metaclass decides both what
+	// matches (__instancecheck__) and what __match_args__ is.
+	{name: "match-positional-metaclass", technique: "match", code: "class M(type):\n    def __instancecheck__(cls, obj):\n        return True\nclass C(metaclass=M):\n    __match_args__ = ('__globals__',)\ndef f():\n    pass\nmatch f:\n    case C(g):\n        print(g)", rule: "match-class", line: 9},
+	{name: "match-positional-metaclass-getattr", technique: "match", code: "class M(type):\n    def __instancecheck__(cls, obj):\n        return True\n    def __getattr__(cls, name):\n        return ('__globals__',)\nclass C(metaclass=M):\n    pass\ndef f():\n    pass\nmatch f:\n    case C(g):\n        print(g)", rule: "match-class", line: 11},
+	{name: "match-positional-class-made-at-run-time", technique: "match", code: "M = type('M', (type,), {'__instancecheck__': lambda c, o: True})\nC = M('C', (), {'__match_args__': ('__globals__',)})\ndef f():\n    pass\nmatch f:\n    case C(g):\n        print(g)", rule: "match-class", line: 6},
+	{name: "match-positional-rebound-builtin", technique: "match", code: "class M(type):\n    def __instancecheck__(cls, obj):\n        return True\nclass int(metaclass=M):\n    __match_args__ = ('__globals__',)\ndef f():\n    pass\nmatch f:\n    case int(g):\n        print(g)", rule: "match-class", line: 9},
+
+	// Strings that the standard library evaluates as code: annotations,
+	// which functools.singledispatch's register reads through
+	// typing.get_type_hints, with the real eval and builtins.
+	{name: "annotation-string-singledispatch", technique: "string-eval", code: "import functools\n@functools.singledispatch\ndef f(x):\n    return 0\ndef g(x: \"().__class__.__base__.__subclasses__()\"):\n    return 1\nf.register(g)", rule: "annotation", line: 5},
+	{name: "annotation-string-in-generic-alias", technique: "string-eval", code: "import functools\nf = functools.singledispatch(lambda x: 0)\ndef g(x: list['().__class__']):\n    return 1\nf.register(g)", rule: "annotation", line: 3},
+	{name: "annotation-string-class-body", technique: "string-eval", code: "class P:\n    x: 'int'\n    y: int = 0", rule: "annotation", line: 2},
+	{name: "annotation-built-at-run-time", technique: "string-eval", code: "import functools\nf = functools.singledispatch(lambda x: 0)\ns = '().__class__.__base__'\ndef g(x: s):\n    return 1\nf.register(g)", rule: "gadget", line: 6},
+	{name: "annotation-from-getattr-hook", technique: "string-eval", code: "import functools\nclass A:\n    def __getattr__(self, name):\n        if name == '__annotations__':\n            return {'x': \"__import__('os').popen('id').read()\"}\n        raise AttributeError(name)\n    def __call__(self, x):\n        return 1\nf = functools.singledispatch(lambda x: 0)\nf.register(A())", rule: "gadget", line: 10},
+	{name: "annotation-singledispatchmethod", technique: "string-eval", code: "import functools\ns = '().__class__'\nclass K:\n    @functools.singledispatchmethod\n    def m(self, x):\n        return 0\n    def n(self, x: s):\n        return 1\n    m.register(n)", rule: "gadget", line: 9},
+	{name: "annotations-dict-class-body", technique: "string-eval", code: "class W:\n    __annotations__ = {'x': '().__class__'}", rule: "dunder-name", line: 2},
+	{name: "attrgetter-dotted-dunder", technique: "string-eval", code: "import operator\nprint(operator.attrgetter('real.__class__')(1))", rule: "attribute-name", line: 2},
+	{name: "format-map-missing", technique: "string-eval", code: "class D(dict):\n    def __missing__(self, k):\n        return len\nprint('{x.__self__}'.format_map(D()))", rule: "format-field", line: 4},
+
+	// enum's _convert_, reachable from every enum of the allowed modules
+	// (re.RegexFlag): it reads any loaded module's globals by name.
+	{name: "enum-convert-module-globals", technique: "gadget", code: "import re\nX = re.RegexFlag._convert_('X', 'os', lambda k: k == 'popen')\nprint(X.popen('id').read())", rule: "gadget", line: 2},
+
 	// Caps.
 	{name: "ast-node-cap", technique: "size", code: "x = [" + strings.Repeat("1, ", 200) + "]", rule: "ast-size", nodes: 100},
 	{name: "source-size-cap", technique: "size", code: "# " + strings.Repeat("x", 300<<10) + "\nprint(1)", rule: "source-size"},
@@ -151,6 +176,9 @@ var ordinaries = []ordinary{
 	{name: "match-statement", code: "class Point:\n    __match_args__ = ('x', 'y')\n    def __init__(self, x, y):\n        self.x, self.y = x, y\ndef where(p):\n    match p:\n        case Point(x=0, y=0):\n            return 'origin'\n        case Point(x=0):\n            return 'y-axis'\n        case {'k': v}:\n            return f'map {v}'\n        case _:\n            return 'elsewhere'\nprint(where(Point(0, 0)), where(Point(0, 3)), where({'k': 1}), where(5))", want: "origin y-axis map 1 elsewhere\n"},
 	{name: "getattr-public", code: "class C:\n    size = 3\nc = C()\nsetattr(c, 'color', 'red')\nprint(getattr(c, 'size'), getattr(c, 'missing', None), hasattr(c, 'color'), c.color)\ndelattr(c, 'color')\nprint(hasattr(c, 'color'))", want: "3 None True red\nFalse\n"},
 	{name: "star-import-and-unicode-names", code: "from math import *\ncafé = floor(2.5)\nprint(café, pi > 3)", want: "2 True\n"},
+	{name: "match-builtin-positional", code: "def kind(v):\n    match v:\n        case int(n) if n > 0:\n            return f'positive {n}'\n        case str(s):\n            return 'text ' + s\n        case [int(a), int(b)]:\n            return a + b\n        case _:\n            return 'other'\nprint(kind(3), kind('x'), kind([1, 2]), kind(2.5))", want: "positive 3 text x 3 other\n"},
+	{name: "annotations-and-singledispatch", code: "import functools\n@functools.singledispatch\ndef show(x) -> str:\n    return 'thing'\n@show.register\ndef _(x: int) -> str:\n    return 'int'\n@show.register(list)\ndef _(x):\n    return 'list'\n@show.register\ndef _(x: float | str) -> str:\n    return 'float or str'\ndef total(xs: list[int], *rest: int, scale: float = 1.0) -> float:\n    return (sum(xs) + sum(rest)) * scale\ny: int = 3\nprint(show(1), show([1]), show(2.5), show('s'), show(None), total([1, 2], 3, scale=2.0), y)", want: "int list float or str float or str thing 12.0 3\n"},
+	{name: "re-flags-and-namedtuple", code: "import re, collections\nprint(bool(re.search('a.c', 'A\\nC', re.I | re.S)), re.I.name, int(re.M))\nP = collections.namedtuple('P', 'x y', defaults=[0])\np = P(1)\nprint(p, p._asdict(), p._replace(y=5))", want: "True IGNORECASE 8\nP(x=1, y=0) {'x': 1, 'y': 0} P(x=1, y=5)\n"},
 	{name: "exit-status", code: "print('bye')\nexit(3)", want: "bye\n", exit: 3},
 	{name: "uncaught-exception", code: "print('before')\nraise ValueError('boom')", want: "before\n", exit: 1},
 }

@@ -56,14 +56,17 @@ const MaxSourceBytes = 256 << 10
 
 // Defeating lists modules that would let a program around the policy: they
 // hand out the interpreter itself (frames, the module table, code objects,
-// raw memory, arbitrary imports) or evaluate strings as code that the check
-// never sees (typing's forward references, dataclasses). Validate refuses
-// them.
+// raw memory, arbitrary imports), evaluate strings as code that the check
+// never sees (typing's forward references, dataclasses, timeit, the
+// profilers, doctest, rlcompleter), resolve dotted names into modules
+// (logging.config, pydoc) or walk attributes named in unchecked format
+// strings (logging's "{" style). Validate refuses them.
 var Defeating = []string{"builtins", "sys", "importlib", "inspect", "gc", "ctypes", "types", "code", "codeop",
 	"runpy", "pickle", "_pickle", "marshal", "copyreg", "pkgutil", "zipimport", "imp", "traceback", "threading",
 	"_thread", "os", "posix", "io", "_io", "subprocess", "multiprocessing", "pty", "socket", "signal", "weakref",
 	"ast", "dis", "linecache", "abc", "typing", "dataclasses", "unittest", "pdb", "bdb", "site", "sysconfig",
-	"faulthandler", "tracemalloc", "asyncio", "concurrent", "shelve", "dbm", "pathlib", "shutil", "tempfile", "glob"}
+	"faulthandler", "tracemalloc", "asyncio", "concurrent", "shelve", "dbm", "pathlib", "shutil", "tempfile", "glob",
+	"logging", "timeit", "profile", "cProfile", "trace", "doctest", "pydoc", "rlcompleter"}
 
 // exitStatus is the bootstrap's exit status on a refusal.
 const exitStatus = 120
@@ -116,7 +119,8 @@ func (p Policy) Describe() string {
 	}
 	return fmt.Sprintf("python code is checked and run under the restricted policy inside the sandbox, before its first line: "+
 		"imports allowed: %s; no open, eval, exec, compile, globals, locals, vars, breakpoint, dunder attributes "+
-		"(also through format strings), class-hierarchy or frame internals, getattr-family calls with non-public names; "+
+		"(also through format strings), class-hierarchy or frame internals, getattr-family calls with non-public names, "+
+		"string annotations, positional sub-patterns in match class patterns but for builtins; "+
 		"at most %d syntax-tree nodes and %d KiB of source; a layer on top of the sandbox, not instead of it",
 		imports, p.maxNodes(), MaxSourceBytes>>10)
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/artifacts"
 	"github.com/codeexec/codeexec/sandbox/docker"
 	"github.com/codeexec/codeexec/sandbox/host"
 	"github.com/codeexec/codeexec/sandbox/process"
@@ -259,6 +260,16 @@ func TestValidate(t *testing.T) {
 		{[]string{"os"}, false},
 		{[]string{"sys"}, false},
 		{[]string{"typing"}, false},
+		// They evaluate strings as code, or resolve dotted names into
+		// modules, that the check never sees.
+		{[]string{"logging"}, false},
+		{[]string{"timeit"}, false},
+		{[]string{"cProfile"}, false},
+		{[]string{"profile"}, false},
+		{[]string{"trace"}, false},
+		{[]string{"doctest"}, false},
+		{[]string{"pydoc"}, false},
+		{[]string{"rlcompleter"}, false},
 		{[]string{"os.path"}, false},
 		{[]string{"_io"}, false},
 		{[]string{""}, false},
@@ -275,4 +286,58 @@ func abbrev(s string) string {
 		return s[:400] + "…"
 	}
 	return s
+}
+
+// shadows are modules that, found first on python's path, would run before
+// the policy checks anything: the standard modules the bootstrap imports,
+// and the hooks that python's start imports by themselves.
+var shadows = []string{"ast", "base64", "collections", "functools", "importlib", "json", "linecache", "operator",
+	"string", "traceback", "types", "unicodedata", "enum", "sitecustomize", "usercustomize"}
+
+// shadowCode is a module that says that it ran.
+func shadowCode(name string) string {
+	return "import os as _o\n_o.write(2, b'SHADOW-RAN " + name + "\\n')\n"
+}
+
+// TestNothingRunsBeforeThePolicy: neither the run's files nor its package
+// folder can put a module in front of the bootstrap's imports, or a start-up
+// hook (sitecustomize, usercustomize, .pth) in front of the bootstrap, in
+// any mode; the packages are still importable once the policy allows them.
+func TestNothingRunsBeforeThePolicy(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			base := newBase(t, mode)
+			pkgs := filepath.Join(workRoot(t), "packages")
+			if err := os.Mkdir(pkgs, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			var files []artifacts.Input
+			write := func(name, code string) {
+				t.Helper()
+				if err := os.WriteFile(filepath.Join(pkgs, name), []byte(code), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, m := range shadows {
+				files = append(files, artifacts.Input{Path: m + ".py", Data: []byte(shadowCode("file " + m))})
+				write(m+".py", shadowCode("package "+m))
+			}
+			write("codeexec_hooks.pth", "import os; os.write(2, b'SHADOW-RAN package .pth\\n')\n")
+			write("codeexec_probe.py", "VALUE = 7\n")
+			r := pypolicy.Wrap(base, policyFor([]string{"codeexec_probe"}, 0))
+			req := sandboxtest.Req("python", "import codeexec_probe\nprint('ok', codeexec_probe.VALUE)")
+			req.Files = files
+			req.PackageDir = &sandbox.PackageDir{HostDir: pkgs}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			res, err := r.Run(ctx, req)
+			if err != nil {
+				t.Fatalf("the run failed: %v", err)
+			}
+			if res.ExitCode != 0 || res.Stdout != "ok 7\n" || strings.Contains(res.Stderr, "SHADOW-RAN") {
+				t.Fatalf("something ran before the policy, or the packages were not importable: exit %d, stdout %q, stderr %q", res.ExitCode, res.Stdout, abbrev(res.Stderr))
+			}
+		})
+	}
 }

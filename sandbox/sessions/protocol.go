@@ -45,7 +45,11 @@ import (
 // frame is checked, never believed beyond its own session.
 
 //go:embed drivers/python.py
-var pythonDriver string
+var pythonDriverSource string
+
+// pythonDriver is the python driver after the function that puts the
+// session's packages on sys.path.
+var pythonDriver = sandbox.PythonUsePackages + pythonDriverSource
 
 //go:embed drivers/javascript.js
 var javascriptDriver string

@@ -20,6 +20,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -220,7 +221,7 @@ func (s *Session) startInterpreter(ctx context.Context) error {
 	lim.Timeout = time.Until(s.spec.Deadline) + time.Minute
 	lim.OutputBytes = driverOutput
 	part, serve := newEgressPart(s.h.Egress, s.spec.ID)
-	spec, cleanup, err := s.h.Spec(s.lang.Name, s.dir, s.interp.Path, append(s.lang.RunArgs(s.spec.PackageDir != nil), args...), "", lim, serve)
+	spec, cleanup, err := s.h.Spec(s.lang.Name, s.dir, s.interp.Path, append(slices.Clone(s.lang.Args), args...), "", lim, serve)
 	if err != nil {
 		_ = part.close()
 		return fail("preparing the interpreter", err)
@@ -381,7 +382,7 @@ func (s *Session) runFresh(ctx context.Context, req sandbox.Request) (*sandbox.R
 	lim := s.spec.Limits
 	lim.Timeout, lim.OutputBytes = req.Limits.Timeout, req.Limits.OutputBytes
 	part, serve := newEgressPart(s.h.Egress, s.spec.ID)
-	spec, cleanup, err := s.h.Spec(s.lang.Name, s.dir, s.interp.Path, append(s.lang.RunArgs(s.spec.PackageDir != nil), file), req.Stdin, lim, serve)
+	spec, cleanup, err := s.h.Spec(s.lang.Name, s.dir, s.interp.Path, s.lang.ProgramArgs(file, s.spec.PackageDir != nil), req.Stdin, lim, serve)
 	if err != nil {
 		_ = part.close()
 		return nil, err

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/artifacts"
 	"github.com/codeexec/codeexec/sandbox/packages"
 	"github.com/codeexec/codeexec/sandbox/sessions"
 )
@@ -24,7 +25,13 @@ var (
 		{Name: "codeexec-demo", Version: "1.0", Files: map[string]string{"__init__.py": "VALUE = 42\n"}},
 		{Name: "codeexec-extra", Version: "2.0", Files: map[string]string{"__init__.py": "NAME = 'extra'\n"}},
 		{Name: "codeexec-slow", Version: "1.0", Stall: true},
+		Hooks,
 	}
+	// Hooks: codeexec-hooks 1.0 (import codeexec_hooks; VALUE is 7), whose
+	// wheel also holds every file that python could run before the program
+	// if the packages were on its path as it starts or came before the
+	// standard library (see HookFiles).
+	Hooks = Package{Name: "codeexec-hooks", Version: "1.0", Files: map[string]string{"__init__.py": "VALUE = 7\n"}, TopLevel: HookFiles("package")}
 	// JavaScript: codeexec-demo 1.0.0 (value is 42) and codeexec-extra 2.0.0.
 	JavaScript = []Package{
 		{Name: "codeexec-demo", Version: "1.0.0", Files: map[string]string{"index.js": "module.exports = { value: 42 };\n"}},
@@ -349,4 +356,78 @@ func CheckSessions(t *testing.T, s Setup, backend sessions.Backend) {
 	if st := layer.Info().Cache; st.InUse != 0 || st.Entries != 1 {
 		t.Errorf("after the session closed: %+v, want one entry, none in use", st)
 	}
+}
+
+// hookModules are the modules that python would run before a program if a
+// folder of the run came first on its path: the start-up hooks that site
+// imports by themselves, and standard modules that codeexec's bootstraps,
+// the session driver and the restricted-Python policy import.
+var hookModules = []string{"sitecustomize", "usercustomize", "traceback", "ast", "base64", "linecache", "string", "json/__init__", "types", "enum"}
+
+// HookFiles are python files that say, when they run, that they ran
+// ("HOOK-RAN <where> <name>" on stderr, and "<where> <name>" in
+// builtins.CODEEXEC_HOOKS), for a package's top level or a run's files
+// (where says which): the modules of hookModules, and a .pth file that
+// imports one more. sitecustomize also replaces builtins.compile, as a
+// package did in an attack, so that every program compiled after it
+// prints HIJACKED instead.
+func HookFiles(where string) map[string]string {
+	files := map[string]string{}
+	for _, m := range append(slices.Clone(hookModules), "codeexec_hooks_pth") {
+		code := "import builtins as _b, os as _o\n_o.write(2, b'HOOK-RAN " + where + " " + m + "\\n')\n" +
+			"_b.CODEEXEC_HOOKS = getattr(_b, 'CODEEXEC_HOOKS', []) + ['" + where + " " + m + "']\n"
+		if m == "sitecustomize" {
+			code += "_c = _b.compile\n_b.compile = lambda s, *a, **k: _c(\"print('HIJACKED')\", *a, **k)\n"
+		}
+		files[m+".py"] = code
+	}
+	files["codeexec-hooks.pth"] = "import codeexec_hooks_pth\n"
+	return files
+}
+
+// hookProgram imports the standard modules that HookFiles imitate and the
+// hooks package, and prints "hello 7 []" when nothing of HookFiles ran.
+const hookProgram = "import builtins, json, string, traceback, ast, base64, linecache, types, enum\nimport codeexec_hooks\n" +
+	"print('hello', codeexec_hooks.VALUE, sorted(getattr(builtins, 'CODEEXEC_HOOKS', [])))\n"
+
+// CheckNothingRunsFirst checks that no file of a python package, and no
+// file of the run, runs before the program does, in a run or in a session
+// (backend is the mode's session backend; nil skips sessions): neither as
+// a start-up hook (sitecustomize, usercustomize, a .pth file) nor as a
+// module standing in for a standard one; the package itself is importable.
+func CheckNothingRunsFirst(t *testing.T, s Setup, backend sessions.Backend) {
+	layer := s.Layer(t)
+	ctx := context.Background()
+	spec := Hooks.Name + "==" + Hooks.Version
+	check := func(t *testing.T, res *sandbox.Result, err error, want string) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.ExitCode != 0 || res.Stdout != want || strings.Contains(res.Stderr, "HOOK-RAN") {
+			t.Fatalf("something ran before the program: exit %d, stdout %q (want %q), stderr %q", res.ExitCode, res.Stdout, want, res.Stderr)
+		}
+	}
+	t.Run("run", func(t *testing.T) {
+		var files []artifacts.Input
+		for name, code := range HookFiles("file") {
+			files = append(files, artifacts.Input{Path: name, Data: []byte(code)})
+		}
+		res, err := layer.Run(ctx, sandbox.Request{Language: "python", Code: hookProgram, Packages: []string{spec}, Files: files, Limits: RunLimits})
+		check(t, res, err, "hello 7 []\n")
+	})
+	if backend == nil {
+		return
+	}
+	t.Run("session", func(t *testing.T) {
+		sess, err := layer.Sessions(backend).Start(ctx, sessions.Spec{ID: "ses_hooks", Language: "python", Limits: RunLimits, Deadline: time.Now().Add(time.Minute), Packages: []string{spec}})
+		if err != nil {
+			t.Fatalf("starting a session with packages: %v", err)
+		}
+		defer func() { _ = sess.Close() }()
+		res, err := sess.Exec(ctx, sandbox.Request{Language: "python", Code: "print('hello world')", Limits: RunLimits})
+		check(t, res, err, "hello world\n")
+		res, err = sess.Exec(ctx, sandbox.Request{Language: "python", Code: hookProgram, Limits: RunLimits})
+		check(t, res, err, "hello 7 []\n")
+	})
 }

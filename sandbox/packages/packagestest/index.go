@@ -30,6 +30,10 @@ type Package struct {
 	Name    string
 	Version string
 	Files   map[string]string
+	// TopLevel maps paths at the top of a python wheel, beside the import
+	// package (sitecustomize.py, a .pth file, a module named like a
+	// standard one), to their contents.
+	TopLevel map[string]string
 	// Stall makes the index never finish sending the package's wheel or
 	// tarball (it waits until the client goes away): an install that runs
 	// out of time.
@@ -183,7 +187,8 @@ func WheelName(p Package) string {
 }
 
 // Wheel builds p's wheel: the import package p.Name (dashes as
-// underscores) with p.Files, and its dist-info (METADATA, WHEEL, RECORD).
+// underscores) with p.Files, p.TopLevel beside it, and its dist-info
+// (METADATA, WHEEL, RECORD).
 func Wheel(t testing.TB, p Package) []byte {
 	t.Helper()
 	mod := strings.ReplaceAll(p.Name, "-", "_")
@@ -194,6 +199,9 @@ func Wheel(t testing.TB, p Package) []byte {
 	}
 	if _, ok := p.Files["__init__.py"]; !ok {
 		files[mod+"/__init__.py"] = ""
+	}
+	for path, content := range p.TopLevel {
+		files[path] = content
 	}
 	files[info+"METADATA"] = "Metadata-Version: 2.1\nName: " + p.Name + "\nVersion: " + p.Version + "\n"
 	files[info+"WHEEL"] = "Wheel-Version: 1.0\nGenerator: codeexec-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"

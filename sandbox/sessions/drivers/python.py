@@ -1,12 +1,16 @@
 # codeexec session driver for python: one live interpreter whose __main__
 # namespace persists between calls, as in a notebook. See sandbox/sessions
 # (protocol.go) for the protocol; argv: the control input and output, each a
-# path (a FIFO, unlinked once open) or fd:N.
+# path (a FIFO, unlinked once open) or fd:N. The server runs it with python
+# -I (see sandbox/python.go) after sandbox.PythonUsePackages, which defines
+# _codeexec_use_packages: the session's packages (CODEEXEC_PACKAGES) go on
+# sys.path once the driver has imported all it needs.
 import os, sys
 
 
 def _codeexec_session(argv):
     import io, linecache, struct, threading, traceback
+    _codeexec_use_packages(os.environ.get("CODEEXEC_PACKAGES"))
 
     def ctl(spec, flags):
         if spec.startswith("fd:"):
@@ -47,6 +51,7 @@ def _codeexec_session(argv):
     os.dup2(null, 1)
     g = sys.modules["__main__"].__dict__
     g.pop("_codeexec_session", None)
+    g.pop("_codeexec_use_packages", None)
     g["__file__"] = "<session>"
     sys.argv[:] = [""]
     frame(b"R", ("python " + sys.version.split()[0]).encode())
