@@ -130,7 +130,9 @@
   function newCard(a) {
     const li = el("li", "ask");
     li.dataset.id = a.id;
-    li.append(el("h2", null, a.language + " — request " + a.id));
+    const creates = a.action === "session_create";
+    li.append(el("h2", null, (creates ? "New " + a.language + " session" : a.language) + " — request " + a.id));
+    if (creates) li.append(el("p", "meta action", "Asks to create a " + a.language + " session with the packages below; no code runs now, and every call in the session is approved on its own."));
     li.append(el("p", "meta requester", "Requested by " + requester(a.requester)));
     li.append(el("p", "meta deadline", "Denied automatically in " + left(a.deadline)));
     const files = a.files || [];
@@ -139,7 +141,7 @@
       " · timeout " + (a.timeout_ms / 1000) + " s · sha256 " + a.code_sha256.slice(0, 16) + "…"));
     if (a.session) li.append(el("p", "meta session", "Runs in session " + a.session + ", whose earlier calls' state it sees."));
     if (a.workspace) li.append(el("p", "meta workspace", "The code can see " + a.workspace + "."));
-    if (a.packages && a.packages.length) li.append(el("p", "meta packages", "Packages installed for it first (their code runs with the program's): " + a.packages.join(", ")));
+    if (a.packages && a.packages.length) li.append(el("p", "meta packages", (creates ? "Packages installed for the session (their code runs with each call that imports them): " : "Packages installed for it first (their code runs with the program's): ") + a.packages.join(", ")));
     if (a.reasons && a.reasons.length) {
       const ul = el("ul", "reasons");
       for (const reason of a.reasons) ul.append(el("li", null, reason));
@@ -147,8 +149,10 @@
     } else {
       li.append(el("p", "noreasons", "The risk check flagged nothing."));
     }
-    li.append(el("h3", null, "Code"));
-    li.append(textBlock(a.code, "code"));
+    if (!creates) {
+      li.append(el("h3", null, "Code"));
+      li.append(textBlock(a.code, "code"));
+    }
     for (const f of files) {
       const h = el("h3", "file", "File " + f.path);
       h.append(el("span", "meta", " (" + f.size + " bytes, sha256 " + f.sha256 + ")"));

@@ -250,6 +250,9 @@ func printAsk(w io.Writer, a approvals.Ask) {
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
 	row := func(label, value string) { fmt.Fprintf(tw, "%s\t%s\n", label, shown(value)) }
 	row("request", a.ID)
+	if a.Action == approvals.ActionSessionCreate {
+		row("asks", "to create a "+a.Language+" session with the packages below (no code runs now; every call in it is approved on its own)")
+	}
 	row("language", a.Language)
 	row("requester", a.Requester.String())
 	if a.Session != "" {
@@ -289,8 +292,10 @@ func printAsk(w io.Writer, a approvals.Ask) {
 		row(label, r)
 	}
 	_ = tw.Flush()
-	fmt.Fprintln(w, "code:")
-	printText(w, a.Code)
+	if a.Action != approvals.ActionSessionCreate {
+		fmt.Fprintln(w, "code:")
+		printText(w, a.Code)
+	}
 	for _, f := range a.Files {
 		if !f.Binary {
 			fmt.Fprintf(w, "file %s:\n", shown(f.Path))

@@ -57,8 +57,15 @@ func (f adminFixture) startRun(t *testing.T, code string) (approvals.Ask, chan e
 // of its result, once it is pending.
 func (f adminFixture) start(t *testing.T, requester approvals.Requester, req sandbox.Request) (approvals.Ask, chan error) {
 	t.Helper()
+	return f.startCall(t, approvals.Call{Requester: requester}, req)
+}
+
+// startCall starts req through the gate as call and returns it, with the
+// channel of its result, once it is pending.
+func (f adminFixture) startCall(t *testing.T, call approvals.Call, req sandbox.Request) (approvals.Ask, chan error) {
+	t.Helper()
 	errc := make(chan error, 1)
-	run := f.gate.For(approvals.Call{Requester: requester})
+	run := f.gate.For(call)
 	go func() {
 		_, err := run.Run(context.Background(), req)
 		errc <- err
@@ -193,6 +200,33 @@ func TestApprovalsListShowsEverythingSafely(t *testing.T) {
 	var back []approvals.Ask
 	if err := json.Unmarshal(out.Bytes(), &back); err != nil || len(back) != 1 || back[0].Requester.Client != requester.Client || back[0].Code != req.Code {
 		t.Errorf("list --json does not decode to the request as sent: %v %+v", err, back)
+	}
+	if _, err := f.gate.Broker().Decide(approvals.Decision{ID: ask.ID, Outcome: approvals.OutcomeDenied, By: "test", Via: approvals.ViaCLI}); err != nil {
+		t.Fatal(err)
+	}
+	<-errc
+}
+
+// A session's creation with packages runs no code: the CLI says what it
+// asks for and shows its packages, and prints no empty code block.
+func TestApprovalsListShowsASessionCreation(t *testing.T) {
+	t.Parallel()
+	f := newAdminFixture(t, testAdminToken)
+	env := []string{"CODE_EXEC_ADMIN_ADDR=" + strings.TrimPrefix(f.srv.URL, "http://"), "CODE_EXEC_ADMIN_TOKEN=" + testAdminToken}
+	call := approvals.Call{Requester: approvals.Requester{Client: "agent 1.0", Transport: "stdio"}, Action: approvals.ActionSessionCreate}
+	ask, errc := f.startCall(t, call, sandbox.Request{Language: "python", Packages: []string{"tabulate==0.9.0"}, Limits: sandbox.Limits{Timeout: time.Second}})
+	var out, errb bytes.Buffer
+	if code := approvalsCommand([]string{"list"}, env, &out, &errb); code != 0 {
+		t.Fatalf("list = %d %q", code, errb.String())
+	}
+	shown := out.String()
+	for _, w := range []string{"to create a python session", "tabulate==0.9.0", ask.ID} {
+		if !strings.Contains(shown, w) {
+			t.Errorf("list does not show %q:\n%s", w, shown)
+		}
+	}
+	if strings.Contains(shown, "code:") {
+		t.Errorf("list shows a code block for a request that runs no code:\n%s", shown)
 	}
 	if _, err := f.gate.Broker().Decide(approvals.Decision{ID: ask.ID, Outcome: approvals.OutcomeDenied, By: "test", Via: approvals.ViaCLI}); err != nil {
 		t.Fatal(err)
