@@ -304,13 +304,13 @@ ensure_binaries() {
     mv "$tmp" "$bin_dir"
 }
 
-# The inputs of a running cluster: the binaries, this script and its files.
-# A cluster started from other inputs is restarted.
+# The inputs of a running cluster: the binaries, this script and the
+# configuration files. A cluster started from other inputs is restarted.
 state_hash() {
     {
         printf '%s\n' "$bin_dir" "$etcd_dir" "$containerd_dir" "$runc_dir" "$cni_dir"
         sha256sum <"${BASH_SOURCE[0]}"
-        (cd "$kdir" && find . -maxdepth 1 -type f | LC_ALL=C sort | xargs sha256sum)
+        (cd "$kdir" && sha256sum containerd.toml cni.conflist kubelet.yaml namespace.yaml)
     } | sha256sum | cut -c1-16
 }
 

@@ -121,14 +121,16 @@ while_running() {
 # imported_id REF: the config digest (= Docker's image id) of REF in the
 # cluster's containerd.
 imported_id() {
-    local ctr=("$k8s_root/bin/ctr" --address "$k8s_root/containerd/containerd.sock" --namespace k8s.io) digest
-    digest=$("${ctr[@]}" images ls | awk -v r="$1" '$1 == r {print $3}')
+    local digest
+    digest=$(ctr images ls | awk -v r="$1" '$1 == r {print $3}')
     [[ -n $digest ]] || return 0
-    "${ctr[@]}" content get "$digest" | /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["config"]["digest"])'
+    ctr content get "$digest" | /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["config"]["digest"])'
 }
+ctr() { "$k8s_root/bin/ctr" --address "$k8s_root/containerd/containerd.sock" --namespace k8s.io "$@"; }
 
 # 1c. an image whose id changes in Docker is imported again by the next start
-# (one the test makes from the sandbox image, removed again at the end).
+# (one the test makes from the sandbox image, removed from Docker and from the
+# cluster at the end).
 reimport() {
     local tag="codeexec-k8s-lifecycle:$$" ref="docker.io/library/codeexec-k8s-lifecycle:$$" n id
     trap 'docker rmi "'"$tag"'" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
@@ -142,6 +144,7 @@ reimport() {
         say "start imported $tag ($id) into the cluster's containerd"
     done
     docker rmi "$tag" >/dev/null
+    ctr images rm "$ref" >/dev/null
 }
 
 start_and_check() { # label
