@@ -131,7 +131,7 @@ func (r UIDRange) String() string { return fmt.Sprintf("%d-%d", r.First, r.Last)
 // of the variable names, defaults, descriptions (help) and accepted values
 // (accepted) that --help and docs/configuration.md show.
 type Config struct {
-	Sandbox   sandbox.Mode `env:"SANDBOX" envDefault:"process" accepted:"docker, process or none" help:"sandbox mode: docker (a fresh locked-down container per run, for untrusted code), process (a supervised child process with limits), none (no isolation, local development only)"`
+	Sandbox   sandbox.Mode `env:"SANDBOX" envDefault:"process" accepted:"docker, process, none or kubernetes" help:"sandbox mode: docker (a fresh locked-down container per run, for untrusted code), process (a supervised child process with limits), none (no isolation, local development only), kubernetes (docker mode's containment, a fresh pod per run on a cluster)"`
 	Transport Transport    `env:"TRANSPORT" envDefault:"stdio" accepted:"stdio, sse or http" help:"how MCP clients connect: stdio, sse (HTTP+SSE, protocol 2024-11-05) or http (streamable HTTP); the --transport flag overrides it"`
 	Addr      string       `env:"ADDR" envDefault:"127.0.0.1:8080" accepted:"host:port" help:"listen address of the sse and http transports; an address other than loopback requires CODE_EXEC_AUTH_TOKEN; the --addr flag overrides it"`
 	AuthToken string       `env:"AUTH_TOKEN" accepted:"a secret of at least 16 characters" help:"bearer token that HTTP clients must send (Authorization: Bearer ...); required to listen beyond loopback" secret:"true"`
@@ -184,6 +184,15 @@ type Config struct {
 	// agent loop (the next is made while the model thinks), the second
 	// absorbs a pair of calls, and 2 per language costs about 200 MB.
 	DockerPoolSize int `env:"DOCKER_POOL_SIZE" envDefault:"2" accepted:"a whole number from 0 to 64" help:"warm containers docker mode keeps per language, created and started ahead of demand and locked down like any other; each serves one run and is then removed; 0 creates every container on demand"`
+
+	// Kubernetes mode (CODE_EXEC_SANDBOX=kubernetes); validated in kube.go.
+	K8sNamespace         string   `env:"K8S_NAMESPACE" envDefault:"codeexec-runs" accepted:"a namespace name (lower-case letters, digits and -)" help:"kubernetes mode: the namespace of the runs' pods and of each replica's Lease; deploy/kubernetes/ makes it with Pod Security restricted and a deny-all NetworkPolicy"`
+	K8sImage             string   `env:"K8S_IMAGE" accepted:"an image reference the cluster's nodes can pull or have" help:"kubernetes mode: the sandbox image of the runs' pods; empty means the value of CODE_EXEC_DOCKER_IMAGE, the sandbox image name"`
+	K8sRuntimeClass      string   `env:"K8S_RUNTIME_CLASS" accepted:"the name of a RuntimeClass of the cluster, such as gvisor" help:"kubernetes mode: the RuntimeClass of the runs' pods (gVisor, Kata ...); empty means the cluster's default runtime"`
+	K8sPoolSize          int      `env:"K8S_POOL_SIZE" envDefault:"2" accepted:"a whole number from 0 to 64" help:"kubernetes mode: warm pods per language and replica, started and attached ahead of demand and locked down like any other; each serves one run and is then deleted; 0 starts every pod on demand"`
+	K8sUserNamespaces    bool     `env:"K8S_USER_NAMESPACES" envDefault:"false" accepted:"true or false" help:"kubernetes mode: give each pod a user namespace of its own (hostUsers: false), which needs nodes whose container runtime supports it"`
+	K8sNetworkCheck      string   `env:"K8S_NETWORK_CHECK" envDefault:"refuse" accepted:"refuse or warn" help:"kubernetes mode: what happens when the probe pod that runs at start reaches the API server, this server, a cloud's metadata service or an address of CODE_EXEC_K8S_NETWORK_CHECK_ADDRS: refuse to start, or warn (loudly, at start and in sandbox_info, which then reports the network as not isolated)"`
+	K8sNetworkCheckAddrs []string `env:"K8S_NETWORK_CHECK_ADDRS" envSeparator:"," accepted:"a comma-separated list of host:port (IP addresses: pods have no DNS)" help:"kubernetes mode: more destinations the probe pod must not reach, such as a database of the cluster's network"`
 
 	Network               Network       `env:"NETWORK" envDefault:"none" accepted:"none or allowlist" help:"what runs may reach: none (no network at all) or allowlist (only the destinations of CODE_EXEC_NETWORK_ALLOW, through codeexec's egress proxy; HTTP_PROXY and HTTPS_PROXY are set for programs)"`
 	NetworkAllow          []string      `env:"NETWORK_ALLOW" envSeparator:"," accepted:"a comma-separated list of host, host:port, *.suffix or *.suffix:port" help:"with CODE_EXEC_NETWORK=allowlist, the destinations runs may reach; an entry without a port allows 80 and 443; *.example.com matches every subdomain of example.com, not example.com itself"`
@@ -358,6 +367,7 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs, c.validateNetwork()...)
 	errs = append(errs, c.validatePackages()...)
+	errs = append(errs, c.validateKubernetes()...)
 	check(slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel), "LogLevel", c.LogLevel, "unknown level")
 	check(c.LogFormat == "text" || c.LogFormat == "json", "LogFormat", c.LogFormat, "unknown format")
 	for _, o := range c.AllowedOrigins {

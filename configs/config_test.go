@@ -36,7 +36,7 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 		env  []string
 		want []string
 	}{
-		{[]string{"CODE_EXEC_SANDBOX=dockr"}, []string{"CODE_EXEC_SANDBOX", `"dockr"`, "docker, process or none"}},
+		{[]string{"CODE_EXEC_SANDBOX=dockr"}, []string{"CODE_EXEC_SANDBOX", `"dockr"`, "docker, process, none or kubernetes"}},
 		{[]string{"CODE_EXEC_TIMEOUT=ten"}, []string{"CODE_EXEC_TIMEOUT", `"ten"`, "duration"}},
 		{[]string{"CODE_EXEC_MEMORY=lots"}, []string{"CODE_EXEC_MEMORY", "byte size"}},
 		{[]string{"CODE_EXEC_MEMORY=1m"}, []string{"CODE_EXEC_MEMORY", "32m"}},

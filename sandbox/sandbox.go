@@ -2,8 +2,10 @@
 // backends that run code: a Runner takes a Request and returns a Result.
 //
 // The backends are sibling packages with the same shape: sandbox/docker (a
-// fresh container per run), sandbox/process (a child process with rlimits and
-// its own process group) and sandbox/host (mode none: no isolation).
+// fresh container per run), sandbox/kube (a fresh pod per run on a
+// Kubernetes cluster, with docker mode's containment), sandbox/process (a
+// child process with rlimits and its own process group) and sandbox/host
+// (mode none: no isolation).
 // Cross-cutting behaviour such as the concurrency limit or human approval wraps
 // a Runner in another Runner (see Limit).
 package sandbox
@@ -24,13 +26,14 @@ type Mode string
 
 // The sandbox modes.
 const (
-	ModeDocker  Mode = "docker"
-	ModeProcess Mode = "process"
-	ModeNone    Mode = "none"
+	ModeDocker     Mode = "docker"
+	ModeProcess    Mode = "process"
+	ModeNone       Mode = "none"
+	ModeKubernetes Mode = "kubernetes"
 )
 
 // Modes lists every mode in the order the documentation gives them.
-var Modes = []Mode{ModeDocker, ModeProcess, ModeNone}
+var Modes = []Mode{ModeDocker, ModeProcess, ModeNone, ModeKubernetes}
 
 // ParseMode returns the Mode named s, or an error that lists the accepted values.
 func ParseMode(s string) (Mode, error) {
@@ -39,7 +42,7 @@ func ParseMode(s string) (Mode, error) {
 			return m, nil
 		}
 	}
-	return "", fmt.Errorf("unknown sandbox mode %q (accepted: docker, process, none)", s)
+	return "", fmt.Errorf("unknown sandbox mode %q (accepted: docker, process, none, kubernetes)", s)
 }
 
 // UnmarshalText implements encoding.TextUnmarshaler so that configuration

@@ -79,6 +79,7 @@ Settings (environment variables):
 Examples:
   codeexec                                    # stdio, process mode (Claude Desktop, IDEs)
   CODE_EXEC_SANDBOX=docker codeexec --transport http --addr 127.0.0.1:8080
+  KUBECONFIG=~/.kube/config CODE_EXEC_SANDBOX=kubernetes codeexec --transport http
 `)
 }
 
@@ -428,6 +429,8 @@ func newRunner(ctx context.Context, cfg *configs.Config, log *slog.Logger) (sand
 			UIDRange: process.UIDRange{First: cfg.ProcessUIDRange.First, Last: cfg.ProcessUIDRange.Last}, PoolSize: cfg.ProcessPoolSize, Egress: egressProxy, Workspace: cfg.WorkspaceConfig()})
 	case sandbox.ModeNone:
 		return host.New(ctx, host.Config{Languages: cfg.Languages, WorkRoot: cfg.WorkDir, Logger: log, Egress: egressProxy, Workspace: cfg.WorkspaceConfig()})
+	case sandbox.ModeKubernetes:
+		return newKubernetes(ctx, cfg, log)
 	}
 	return nil, fmt.Errorf("unknown sandbox mode %q", cfg.Sandbox)
 }

@@ -37,32 +37,37 @@ func startMetrics(ctx context.Context, cfg *configs.Config, log *slog.Logger) (*
 }
 
 // watchReadiness makes /readyz answer 200 once the sandbox is ready: the
-// runner started (docker mode probed its image), and docker mode's warm
-// pool, if any, has held a container of every language once. It stays
+// runner started (docker mode probed its image), and the warm pool of docker
+// or kubernetes mode, if any, has held a container (pod) of every language
+// once. It stays
 // ready after that, whatever the load, until ctx ends.
 func watchReadiness(ctx context.Context, m *metrics.Metrics, runner sandbox.Runner) {
 	if m == nil {
 		return
 	}
 	d, isDocker := runner.(*docker.Runner)
+	pool, pooled := kubePool(runner)
 	if isDocker {
-		m.SetPool(func() metrics.PoolStats {
+		pool, pooled = func() metrics.PoolStats {
 			st := d.PoolStats()
 			return metrics.PoolStats{Ready: st.Ready, Hits: st.Hits, Misses: st.Misses}
-		})
+		}, true
+	}
+	if pooled {
+		m.SetPool(pool)
 	}
 	var warm atomic.Bool
 	m.SetReady(func(context.Context) error {
 		if ctx.Err() != nil {
 			return errors.New("shutting down")
 		}
-		if !isDocker || warm.Load() {
+		if !pooled || warm.Load() {
 			return nil
 		}
-		st := d.PoolStats()
+		st := pool()
 		for lang, n := range st.Ready {
 			if n == 0 {
-				return fmt.Errorf("the warm pool has no %s container yet", lang)
+				return fmt.Errorf("the warm pool has no %s container or pod yet", lang)
 			}
 		}
 		warm.Store(true)

@@ -1,0 +1,170 @@
+package kube
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/codeexec/codeexec/sandbox"
+)
+
+// unavailable is what kubernetes mode does not offer yet; sandbox_info says
+// so among the warnings, and the server refuses these settings at start.
+const unavailable = "kubernetes mode offers no sessions (the session tools are not listed), and refuses CODE_EXEC_NETWORK=allowlist, CODE_EXEC_PACKAGES=true and CODE_EXEC_WORKSPACE at start: runs have no network, no packages beyond the image's and no workspace"
+
+// capabilities describes the protections in force, as the probe pod saw
+// them: each is checked, not assumed.
+func (r *Runner) capabilities() sandbox.Capabilities {
+	f := r.facts
+	lim := probeLimits
+	nonRoot := f.uid != "" && f.uid != "0"
+	capsDropped := strings.Trim(f.capEff, "0") == "" && f.capEff != ""
+	tmpCapped := strings.HasPrefix(f.tmp, "tmpfs ") && strings.Contains(f.tmp, "size=")
+	userns := f.uidMap != "" && !strings.HasPrefix(f.uidMap, " 0 0 4294967295") && !strings.HasPrefix(f.uidMap, "0 0 4294967295")
+	envOK := r.envScrubbed()
+	netOK := len(f.reached) == 0
+	ps := []sandbox.Protection{
+		{Name: "fresh pod per run", Active: true, Detail: "each run gets a new pod of " + r.cfg.Image + " in namespace " + r.cfg.Namespace + " that has run nothing before, deleted after the run; Kubernetes places it, codeexec never chooses a node"},
+		{Name: "warm pool", Active: r.cfg.PoolSize > 0, Detail: poolDetail(r.cfg.PoolSize)},
+		{Name: "network", Active: netOK, Detail: r.networkDetail()},
+		{Name: "read-only root filesystem", Active: !f.rootRW, Detail: checked(!f.rootRW, "the probe pod could not write to /", "the probe pod wrote to /")},
+		{Name: "size-capped /tmp", Active: tmpCapped, Detail: "/tmp is a memory-backed emptyDir sized by the file size limit (the probe pod's: " + orNone(f.tmp) + "); /dev/shm is capped at the same size or 64 MiB; both count against the pod's memory limit"},
+		{Name: "non-root user", Active: nonRoot, Detail: "each pod runs as a uid of its own, drawn from " + strconv.Itoa(runUIDFirst) + "-" + strconv.Itoa(runUIDLast) + " (the probe pod ran as uid " + f.uid + "); runAsNonRoot"},
+		{Name: "capabilities dropped", Active: capsDropped, Detail: "capabilities drop ALL (the probe pod's CapEff: " + orNone(f.capEff) + ")"},
+		{Name: "no privilege escalation", Active: f.noNewPrivs == "1", Detail: "allowPrivilegeEscalation: false (the probe pod's NoNewPrivs: " + orNone(f.noNewPrivs) + ")"},
+		{Name: "seccomp", Active: f.seccomp == "2", Detail: "seccompProfile RuntimeDefault, the container runtime's default profile (the probe pod's seccomp mode: " + orNone(f.seccomp) + ", 2 is a filter)"},
+		{Name: "no service account token", Active: !f.saToken, Detail: checked(!f.saToken, "automountServiceAccountToken: false; the probe pod had no token", "the probe pod had a service account token mounted")},
+		{Name: "memory limit", Active: f.memory != "" && f.memory != "max" && f.memory == strconv.FormatInt(lim.MemoryBytes, 10), Detail: "requests = limits; the probe pod's memory cgroup limit: " + orNone(f.memory) + "; an OOM kill is reported as oom_killed"},
+		{Name: "cpu limit", Active: cpuLimited(f.cpu), Detail: "requests = limits; the probe pod's CPU quota: " + orNone(f.cpu)},
+		{Name: "pids limit", Active: f.nproc == strconv.Itoa(lim.Processes), Detail: "RLIMIT_NPROC of the pod's own uid (ulimit -p; the probe pod's: " + orNone(f.nproc) + "): Kubernetes has no per-pod process limit; the pod's pids cgroup allows " + orNone(f.pids) + " (the node's podPidsLimit)"},
+		{Name: "open files limit", Active: f.nofile == strconv.Itoa(lim.OpenFiles), Detail: "ulimit -n (the probe pod's: " + orNone(f.nofile) + ")"},
+		{Name: "file size limit", Active: f.fsize == strconv.FormatInt((lim.FileSizeBytes+511)/512, 10), Detail: "ulimit -f (the probe pod's: " + orNone(f.fsize) + " blocks of 512 bytes)"},
+		{Name: "environment scrubbed", Active: envOK, Detail: "the pod gets PATH, HOME, LANG and TMPDIR, the image's own variables, and what Kubernetes adds to every container (HOSTNAME, the API server's Service address in KUBERNETES_SERVICE_HOST and KUBERNETES_PORT*); no service links; nothing of the server's environment (the probe pod saw: " + strings.Join(f.env, ", ") + ")"},
+		{Name: "own process namespace", Active: f.procs > 0 && f.procs < 16, Detail: fmt.Sprintf("the pod's processes alone (the probe pod saw %d in /proc)", f.procs)},
+		{Name: "pod security restricted", Active: f.podSec, Detail: f.podSecMsg},
+		{Name: "runtime class", Active: r.cfg.RuntimeClass != "", Detail: runtimeDetail(r.cfg.RuntimeClass)},
+		{Name: "user namespace", Active: userns, Detail: usernsDetail(r.cfg.UserNamespaces, f.uidMap)},
+		{Name: "container logs off", Active: false, Detail: "the node's kubelet keeps each pod's output in its log until the pod is deleted, at the end of the run"},
+		{Name: "leftovers removed", Active: true, Detail: "every pod carries " + LabelManagedBy + "=" + ManagedBy + ", " + LabelReplica + " and an owner reference to the replica's Lease (renewed every " + leaseRenew.String() + "); a sweeper, at start and every " + sweepEvery.String() + ", deletes the pods of replicas whose Lease is stale or gone and pods past their deadline"},
+		{Name: "cluster", Active: true, Detail: fmt.Sprintf("Kubernetes %s at %s (from %s)", orNone(f.version), r.c.config.Host, r.c.source)},
+	}
+	warnings := []string{unavailable}
+	if !netOK {
+		warnings = append(warnings, "runs are NOT cut off from the network: a probe pod reached "+reachedList(f.reached)+" (CODE_EXEC_K8S_NETWORK_CHECK=warn)")
+	}
+	if !f.podSec {
+		warnings = append(warnings, "namespace "+r.cfg.Namespace+" does not enforce Pod Security \"restricted\": "+f.podSecMsg)
+	}
+	if !nonRoot {
+		warnings = append(warnings, "code runs as root inside the pod")
+	}
+	return sandbox.Capabilities{
+		Mode: sandbox.ModeKubernetes,
+		Isolation: sandbox.Isolation{
+			Network:     netOK,
+			Filesystem:  !f.rootRW && tmpCapped,
+			Identity:    nonRoot && capsDropped,
+			Environment: envOK,
+			Processes:   f.procs > 0 && f.procs < 16,
+		},
+		Summary: "a fresh pod per run on a Kubernetes cluster (namespace " + r.cfg.Namespace + "): " + ifElse(netOK, "no network reached by the probe", "network NOT isolated") +
+			", read-only root filesystem except a size-capped /tmp, a non-root uid of its own, all capabilities dropped, no privilege escalation, seccomp, memory, CPU, process and open-file limits; deleted after the run",
+		Languages:   r.langs,
+		Protections: ps,
+		Warnings:    warnings,
+	}
+}
+
+// envScrubbed reports whether the probe pod's environment held nothing of
+// the server's: no variable the server has, but those the pod
+// specification sets itself and those a shell or Kubernetes add to every
+// container (the image's own ENV is the image's).
+func (r *Runner) envScrubbed() bool {
+	own := []string{"HOSTNAME", "PWD", "SHLVL", "_", "OLDPWD"}
+	for _, e := range podEnv {
+		own = append(own, e.Name)
+	}
+	for _, k := range r.facts.env {
+		if _, set := os.LookupEnv(k); set && !slices.Contains(own, k) && !strings.HasPrefix(k, "KUBERNETES_") {
+			return false
+		}
+	}
+	return len(r.facts.env) > 0
+}
+
+func (r *Runner) networkDetail() string {
+	f := r.facts
+	var b strings.Builder
+	if len(f.reached) == 0 {
+		b.WriteString("none: at start a probe pod, placed like a run's, tried to reach ")
+	} else {
+		b.WriteString("NOT isolated: at start a probe pod, placed like a run's, tried to reach ")
+	}
+	var tried []string
+	for _, t := range f.network {
+		tried = append(tried, fmt.Sprintf("%s at %s (%s)", t.What, t.addr(), t.Result))
+	}
+	b.WriteString(strings.Join(tried, "; "))
+	if f.accepted > 0 {
+		fmt.Fprintf(&b, "; this server's probe port accepted %d connections", f.accepted)
+	}
+	if len(f.netSkip) > 0 {
+		b.WriteString("; not tried: " + strings.Join(f.netSkip, "; "))
+	}
+	b.WriteString(". Kubernetes has no per-pod switch for the network: a deny-all NetworkPolicy, enforced by the cluster's network plugin, keeps runs off it; the pod has no cluster DNS (dnsPolicy None)")
+	return b.String()
+}
+
+func reachedList(ts []probeTarget) string {
+	var s []string
+	for _, t := range ts {
+		s = append(s, t.What+" at "+t.addr())
+	}
+	return strings.Join(s, ", ")
+}
+
+func cpuLimited(cpu string) bool {
+	f := strings.Fields(cpu)
+	return len(f) == 2 && f[0] != "max" && f[0] != "-1"
+}
+
+func runtimeDetail(rc string) string {
+	if rc == "" {
+		return "none: the cluster's default runtime (CODE_EXEC_K8S_RUNTIME_CLASS sets one, such as gvisor)"
+	}
+	return "runtimeClassName " + rc + " (the probe pod ran under it)"
+}
+
+func usernsDetail(asked bool, uidMap string) string {
+	switch {
+	case asked:
+		return "hostUsers: false (the probe pod's uid map: " + orNone(uidMap) + ")"
+	}
+	return "off (CODE_EXEC_K8S_USER_NAMESPACES=true asks for hostUsers: false, which needs a node that supports it)"
+}
+
+func poolDetail(size int) string {
+	if size <= 0 {
+		return "off (CODE_EXEC_K8S_POOL_SIZE=0): each run waits for its pod to be scheduled and started"
+	}
+	return fmt.Sprintf("%d pods per language per replica are made, started and attached ahead of demand, locked down exactly like the others, "+
+		"with the interpreter loaded and waiting for a program; each serves one run and is then deleted", size)
+}
+
+func checked(ok bool, yes, no string) string { return ifElse(ok, yes, no) }
+
+func orNone(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
+func ifElse(c bool, a, b string) string {
+	if c {
+		return a
+	}
+	return b
+}

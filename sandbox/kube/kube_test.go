@@ -1,0 +1,180 @@
+package kube
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/kube/kubetest"
+	"github.com/codeexec/codeexec/sandbox/sandboxtest"
+)
+
+// These tests run against the real cluster that KUBECONFIG names
+// (.ci/ensure-kubernetes.sh makes one) and the sandbox image imported into
+// it. Without one they skip, unless CODE_EXEC_REQUIRE_K8S=1, in which case
+// they fail. The cluster's node is this machine, so the processes of its
+// pods show in this host's /proc.
+
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+type tWriter struct{ t testing.TB }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// newRunner starts a Runner on the test cluster and closes it at the end,
+// then checks that it left neither pod nor Lease behind.
+func newRunner(t testing.TB, cfg Config) *Runner {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(t)
+	}
+	if cfg.Image == "" {
+		cfg.Image = kubetest.Image()
+	}
+	if cfg.PoolLimits != (sandbox.Limits{}) {
+		cfg.PoolLimits = kubetest.Limits(cfg.PoolLimits)
+	}
+	rec := &served{}
+	r := kubetest.Start(t, func(ctx context.Context) (*Runner, error) {
+		r, err := New(ctx, cfg)
+		if err == nil {
+			r.onRun = rec.add
+			servedMu.Lock()
+			servedBy[r] = rec
+			servedMu.Unlock()
+		}
+		return r, err
+	})
+	c, replica := r.c, r.replica
+	t.Cleanup(func() {
+		// Registered after kubetest.Start's: runs first... so close here too.
+		if err := r.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		if left := replicaPods(t, c, replica); len(left) > 0 {
+			t.Errorf("pods of replica %s are left on the cluster: %v", replica, left)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := c.leases.Get(ctx, replica, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the Lease of replica %s is left on the cluster (get: %v)", replica, err)
+		}
+	})
+	return r
+}
+
+// replicaPods lists the pods of one replica that the API server still has.
+func replicaPods(t testing.TB, c *clients, replica string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	list, err := c.pods.List(ctx, metav1.ListOptions{LabelSelector: LabelReplica + "=" + replica})
+	if err != nil {
+		t.Fatalf("listing pods: %v", err)
+	}
+	var names []string
+	for _, p := range list.Items {
+		names = append(names, p.Name)
+	}
+	return names
+}
+
+// served records which pods served the runs of a Runner.
+type served struct {
+	mu    sync.Mutex
+	names []string
+	warm  []bool
+}
+
+var (
+	servedMu sync.Mutex
+	servedBy = map[*Runner]*served{}
+)
+
+func servedOf(r *Runner) *served {
+	servedMu.Lock()
+	defer servedMu.Unlock()
+	return servedBy[r]
+}
+
+func (s *served) add(name string, warm bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.names = append(s.names, name)
+	s.warm = append(s.warm, warm)
+}
+
+func (s *served) list() ([]string, []bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.names), slices.Clone(s.warm)
+}
+
+// alive reports processes with marker in this host's /proc (the node is
+// this machine), and pods that served a run of r and are still on the
+// cluster once their deletion has had cleanupTimeout to go through.
+func alive(r *Runner) func(t *testing.T, marker string) bool {
+	return func(t *testing.T, marker string) bool {
+		t.Helper()
+		return sandboxtest.ProcessesAlive(t, marker) || len(lingering(t, r)) > 0
+	}
+}
+
+// lingering returns the pods that served runs of r and are still on the
+// cluster after waiting for their deletion.
+func lingering(t testing.TB, r *Runner) []string {
+	t.Helper()
+	names, _ := servedOf(r).list()
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	var left []string
+	for _, n := range names {
+		if err := waitGone(ctx, r, n); err != nil {
+			left = append(left, n)
+		}
+	}
+	return left
+}
+
+// waitGone waits, by following r's pods, until the pod called name is gone.
+func waitGone(ctx context.Context, r *Runner, name string) error {
+	st := r.watch.follow(name)
+	defer r.watch.forget(name, st)
+	if _, err := r.c.pods.Get(ctx, name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		return nil
+	}
+	return st.wait(ctx, cleanupTimeout, func(_ *corev1.Pod, gone bool) (bool, error) { return gone, nil }, describePending)
+}
+
+func run(t *testing.T, r sandbox.Runner, req sandbox.Request) *sandbox.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	req.Limits = kubetest.Limits(req.Limits)
+	res, err := r.Run(ctx, req)
+	if err != nil {
+		t.Fatalf("Run(%s): %v", req.Language, err)
+	}
+	return res
+}
+
+// TestSuite runs the shared suite (files in and artifacts out included)
+// on cold pods.
+func TestSuite(t *testing.T) {
+	r := newRunner(t, Config{})
+	sandboxtest.RunSuite(t, kubetest.Scaled{Runner: r}, sandboxtest.Options{Mode: sandbox.ModeKubernetes, ScrubsEnv: true, Alive: alive(r)})
+}

@@ -1,0 +1,91 @@
+// Package kubetest connects kubernetes-mode tests to a real cluster: the one
+// KUBECONFIG names (.ci/ensure-kubernetes.sh makes one and prints the path
+// of its kubeconfig). Without a cluster the tests skip, saying why, unless
+// CODE_EXEC_REQUIRE_K8S=1, in which case they fail.
+package kubetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/codeexec/codeexec/sandbox"
+)
+
+// RequireVariable makes a test that finds no cluster fail instead of skip.
+const RequireVariable = "CODE_EXEC_REQUIRE_K8S"
+
+// CPUs is the CPU limit, and so request, of the pods tests make: the test
+// cluster is one node of two cores, and each pod requests what it is
+// limited to, so pods of a whole CPU would not fit beside each other.
+const CPUs = 0.2
+
+// SkipOrFail skips the test, or fails it when CODE_EXEC_REQUIRE_K8S=1.
+func SkipOrFail(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if os.Getenv(RequireVariable) == "1" {
+		t.Fatalf("%s (%s=1)", msg, RequireVariable)
+	}
+	t.Skipf("%s; set %s=1 to fail instead of skipping", msg, RequireVariable)
+}
+
+// Kubeconfig returns the path KUBECONFIG names, or skips (fails) the test
+// when it names no readable file.
+func Kubeconfig(t testing.TB) string {
+	t.Helper()
+	kc := os.Getenv("KUBECONFIG")
+	if kc == "" {
+		SkipOrFail(t, "no Kubernetes cluster: KUBECONFIG is not set (export KUBECONFIG=$(sudo .ci/ensure-kubernetes.sh))")
+	}
+	if _, err := os.Stat(kc); err != nil {
+		SkipOrFail(t, "no Kubernetes cluster: KUBECONFIG=%s: %v", kc, err)
+	}
+	return kc
+}
+
+// Image is the sandbox image of the tests: CODE_EXEC_K8S_IMAGE ("" means
+// kubernetes mode's default).
+func Image() string { return os.Getenv("CODE_EXEC_K8S_IMAGE") }
+
+// Limits are sandboxtest's limits with the tests' CPU.
+func Limits(l sandbox.Limits) sandbox.Limits {
+	l.CPUs = CPUs
+	return l
+}
+
+// Start starts a Runner on the test cluster with start, or skips (fails)
+// the test when no cluster answers; the test's cleanup closes it.
+func Start[R sandbox.Runner](t testing.TB, start func(ctx context.Context) (R, error)) R {
+	t.Helper()
+	Kubeconfig(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	r, err := start(ctx)
+	if errors.Is(err, sandbox.ErrSandboxUnavailable) && os.Getenv(RequireVariable) != "1" {
+		t.Skipf("kubernetes mode unavailable: %v; set %s=1 to fail instead of skipping", err, RequireVariable)
+	}
+	if err != nil {
+		t.Fatalf("starting kubernetes mode: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := r.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return r
+}
+
+// Scaled is a Runner that runs each request with the tests' CPU limit (see
+// CPUs), so that the shared suites, written for one CPU per run, fit the
+// test cluster.
+type Scaled struct{ sandbox.Runner }
+
+// Run runs req with CPUs.
+func (s Scaled) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
+	req.Limits = Limits(req.Limits)
+	return s.Runner.Run(ctx, req)
+}
