@@ -15,7 +15,6 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
-	"github.com/codeexec/codeexec/approvals"
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/sessions"
 )
@@ -244,45 +243,24 @@ func (s *Server) handleSessionCreate(ctx context.Context, req mcp.CallToolReques
 }
 
 // createSession creates a session for the caller. One with packages is a
-// request like a run's, with no code: where there is an approvals gate it
-// goes through it (runnerFor), so that it waits for a person when the
-// policy says so (always: the risk check finds nothing in empty code) and
-// is recorded in the audit log; its packages are installed and the session
-// starts only once it is allowed.
+// request like a run's, with no code (sandbox.Request.NewSession): it goes
+// through the runner chain, so that it waits for a person where the policy
+// says so (always: the risk check finds nothing in empty code) and is
+// recorded in the audit log; its packages are installed and the session
+// starts, in the session router, only once it is allowed. One without
+// packages starts nothing before its first call and is not a request.
 func (s *Server) createSession(ctx context.Context, call mcp.CallToolRequest, o sessions.CreateOptions) (sessions.Info, error) {
 	owner := s.owner(ctx)
-	if len(o.Packages) == 0 || s.gate == nil {
+	if len(o.Packages) == 0 {
 		return s.opts.Sessions.Create(ctx, owner, o)
 	}
-	c := &sessionCreation{m: s.opts.Sessions, owner: owner, opts: o, caps: s.runner.Capabilities()}
-	req := sandbox.Request{Language: o.Language, Packages: o.Packages}
-	_, err := s.runnerFor(ctx, call, approvals.Call{Next: c, Action: approvals.ActionSessionCreate}).Run(ctx, req)
-	return c.info, err
-}
-
-// sessionCreation is the Runner that creates a session once the gate let
-// its request through; info is the session, once created.
-type sessionCreation struct {
-	m     *sessions.Manager
-	owner string
-	opts  sessions.CreateOptions
-	caps  sandbox.Capabilities
-	info  sessions.Info
-}
-
-func (c *sessionCreation) Run(ctx context.Context, _ sandbox.Request) (*sandbox.Result, error) {
-	start := time.Now()
-	info, err := c.m.Create(ctx, c.owner, c.opts)
+	req := sandbox.Request{Language: o.Language, Packages: o.Packages, Limits: o.Limits, NewSession: &sandbox.NewSession{IdleTimeout: o.IdleTimeout}}
+	res, err := s.runner.Run(s.callContext(ctx, call), req)
 	if err != nil {
-		return nil, err
+		return sessions.Info{}, err
 	}
-	c.info = info
-	return &sandbox.Result{Sandbox: c.caps.Mode, Duration: time.Since(start)}, nil
+	return s.opts.Sessions.Check(owner, res.Session)
 }
-
-func (c *sessionCreation) Capabilities() sandbox.Capabilities { return c.caps }
-
-func (c *sessionCreation) Close() error { return nil }
 
 func (s *Server) handleSessionClose(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	var id string
@@ -340,19 +318,3 @@ func sessionErrorMessage(err error) string {
 	}
 	return fmt.Sprintf("The session could not be used: %v.", err)
 }
-
-// sessionRunner runs a call in one session of one owner: the Runner that
-// the approvals gate (or the handler) hands the call to.
-type sessionRunner struct {
-	m         *sessions.Manager
-	owner, id string
-	caps      sandbox.Capabilities
-}
-
-func (r sessionRunner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
-	return r.m.Exec(ctx, r.owner, r.id, req)
-}
-
-func (r sessionRunner) Capabilities() sandbox.Capabilities { return r.caps }
-
-func (r sessionRunner) Close() error { return nil }

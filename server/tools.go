@@ -14,7 +14,6 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
-	"github.com/codeexec/codeexec/approvals"
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/artifacts"
 	"github.com/codeexec/codeexec/sandbox/egress"
@@ -367,54 +366,30 @@ func (s *Server) execute(ctx context.Context, req mcp.CallToolRequest) *mcp.Call
 			return mcp.NewToolResultError(err.Error())
 		}
 	}
-	// Run slots are handed out in turn by client; a task's run leaves one
-	// to the calls that clients wait on (see sandbox.Limit).
-	ctx = sandbox.WithCaller(ctx, sandbox.Caller{Client: s.owner(ctx), Background: inTask(ctx)})
 	if !inTask(ctx) {
 		// A task's run lives as long as the task, not the session.
 		var done func()
 		ctx, done = s.trackRun(ctx)
 		defer done()
 	}
-
-	limits := s.opts.Limits
-	limits.Timeout = args.Timeout
-	runReq := sandbox.Request{
-		Language: args.Language,
-		Code:     args.Code,
-		Stdin:    args.Stdin,
-		Limits:   limits,
-		Files:    args.Files,
-		Packages: args.Packages,
+	runReq, refusal := s.runRequest(args)
+	if refusal != nil {
+		return refusal
 	}
-	if s.opts.Artifacts.MaxArtifacts > 0 {
-		o := s.opts.Artifacts
-		runReq.Artifacts = &o
-	}
-	var inSession sandbox.Runner
-	if args.SessionID != "" && len(args.Packages) > 0 {
-		// A session's packages are installed when it starts.
-		return mcp.NewToolResultError("packages cannot be sent with session_id: a session gets its packages when it is created (session_create's packages argument); create a session with the whole list, or run without session_id")
-	}
-	if args.SessionID != "" {
+	if runReq.Session != "" {
 		// The session must be the caller's before anyone is asked to
-		// approve code for it.
-		owner := s.owner(ctx)
-		info, err := s.opts.Sessions.Check(owner, args.SessionID)
+		// approve code for it; the person approving the call sees the
+		// packages the session installed when it started.
+		info, err := s.opts.Sessions.Check(s.owner(ctx), runReq.Session)
 		if err != nil {
 			return mcp.NewToolResultError(sessionErrorMessage(err))
 		}
-		// The session's packages, for the person approving the call:
-		// the session installed them when it started.
 		runReq.Packages = info.Packages
-		inSession = sessionRunner{m: s.opts.Sessions, owner: owner, id: args.SessionID, caps: s.runner.Capabilities()}
-		if s.opts.SessionSlots != nil {
-			inSession = s.opts.SessionSlots(inSession)
-		}
 	}
 	ctx, live := s.liveOutput(ctx, req)
+	ctx = s.callContext(ctx, req)
 	runReq.Observe = live.observe()
-	res, err := s.opts.Metrics.Wrap(s.runnerFor(ctx, req, approvals.Call{Session: args.SessionID, Next: inSession}), s.mode).Run(ctx, runReq)
+	res, err := s.runner.Run(ctx, runReq)
 	live.close()
 	switch {
 	case isInputRequired(err):
@@ -467,6 +442,31 @@ func (s *Server) execute(ctx context.Context, req mcp.CallToolRequest) *mcp.Call
 		IsError:           res.LimitHit() != "",
 	}
 	return result
+}
+
+// runRequest is the request of a call of code_execute with args, or the
+// result that refuses it.
+func (s *Server) runRequest(args ExecuteArgs) (sandbox.Request, *mcp.CallToolResult) {
+	if args.SessionID != "" && len(args.Packages) > 0 {
+		// A session's packages are installed when it starts.
+		return sandbox.Request{}, mcp.NewToolResultError("packages cannot be sent with session_id: a session gets its packages when it is created (session_create's packages argument); create a session with the whole list, or run without session_id")
+	}
+	limits := s.opts.Limits
+	limits.Timeout = args.Timeout
+	req := sandbox.Request{
+		Language: args.Language,
+		Code:     args.Code,
+		Stdin:    args.Stdin,
+		Limits:   limits,
+		Files:    args.Files,
+		Packages: args.Packages,
+		Session:  args.SessionID,
+	}
+	if s.opts.Artifacts.MaxArtifacts > 0 {
+		o := s.opts.Artifacts
+		req.Artifacts = &o
+	}
+	return req, nil
 }
 
 // runErrorMessage turns a runner error into one sentence for the model.

@@ -14,7 +14,6 @@ import (
 	"github.com/codeexec/codeexec/sandbox/host"
 	"github.com/codeexec/codeexec/sandbox/packages"
 	"github.com/codeexec/codeexec/sandbox/process"
-	"github.com/codeexec/codeexec/sandbox/sessions"
 )
 
 // newPackages wraps runner in the packages layer (CODE_EXEC_PACKAGES=true):
@@ -80,15 +79,6 @@ func newPackages(ctx context.Context, cfg *configs.Config, runner sandbox.Runner
 		"cache_dir", st.Dir, "cache_entries", st.Entries, "cache_bytes", st.Bytes, "cache_max_bytes", st.MaxBytes, "install_timeout", cfg.PackagesTimeout)
 	return layer, nil
 }
-
-// packagedSessions gives the mode's sessions packages (session_create's
-// packages argument), installed by the packages layer.
-type packagedSessions struct {
-	layer *packages.Runner
-	mode  interface{ Sessions() sessions.Backend }
-}
-
-func (p packagedSessions) Sessions() sessions.Backend { return p.layer.Sessions(p.mode.Sessions()) }
 
 // packagesCacheDir makes the package cache folder for docker mode's run
 // containers, which see it read-only (CODE_EXEC_PACKAGES=true), and
