@@ -276,14 +276,14 @@ const WorkspaceVariable = "WORKSPACE"
 type WorkspaceStatus struct {
 	// Path is where runs see it (WorkspacePath, or the host folder itself
 	// where the sandbox cannot move it).
-	Path string `json:"path"`
+	Path string `json:"path" jsonschema:"where runs see it; the WORKSPACE variable says so too"`
 	// HostDir is the folder on the host.
 	HostDir string `json:"host_dir"`
 	// Writable: runs may change it.
 	Writable bool `json:"writable"`
 	// Enforced: read-only really is read-only for runs (always true when
 	// Writable).
-	Enforced bool `json:"enforced"`
+	Enforced bool `json:"enforced" jsonschema:"read-only really is read-only for runs"`
 	// Detail says how it is made visible and protected.
 	Detail string `json:"detail,omitempty"`
 }

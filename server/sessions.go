@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -105,20 +104,20 @@ var sessionListArgs = argList{tool: ToolSessionList}
 
 // SessionOutput describes one session in the tools' structuredContent.
 type SessionOutput struct {
-	SessionID string `json:"session_id"`
+	SessionID string `json:"session_id" jsonschema:"Pass it to code_execute to run code in the session."`
 	Language  string `json:"language"`
 	// KeepsVariables says whether variables persist (python, javascript)
 	// or only files (bash).
-	KeepsVariables     bool    `json:"keeps_variables"`
-	Calls              int     `json:"calls"`
-	Busy               bool    `json:"busy"`
-	AgeSeconds         float64 `json:"age_seconds"`
-	IdleSeconds        float64 `json:"idle_seconds"`
+	KeepsVariables     bool    `json:"keeps_variables" jsonschema:"Variables persist between calls (python, javascript); otherwise only files do (bash)."`
+	Calls              int     `json:"calls" schema:"optional"`
+	Busy               bool    `json:"busy" schema:"optional"`
+	AgeSeconds         float64 `json:"age_seconds" schema:"optional"`
+	IdleSeconds        float64 `json:"idle_seconds" schema:"optional"`
 	IdleTimeoutSeconds float64 `json:"idle_timeout_seconds"`
 	// ExpiresInSeconds is how long the session has left if no call comes.
-	ExpiresInSeconds float64 `json:"expires_in_seconds"`
+	ExpiresInSeconds float64 `json:"expires_in_seconds" jsonschema:"The session ends after this long without a call."`
 	// Packages are the packages installed for the session at its creation.
-	Packages []string `json:"packages,omitempty"`
+	Packages []string `json:"packages,omitempty" jsonschema:"The packages installed for the session when it was created."`
 }
 
 func sessionOutput(i sessions.Info, now time.Time) SessionOutput {
@@ -132,42 +131,16 @@ func sessionOutput(i sessions.Info, now time.Time) SessionOutput {
 	}
 }
 
-const sessionOutputSchema = `{
-  "type": "object",
-  "properties": {
-    "session_id": {"type": "string", "description": "Pass it to code_execute to run code in the session."},
-    "language": {"type": "string"},
-    "keeps_variables": {"type": "boolean", "description": "Variables persist between calls (python, javascript); otherwise only files do (bash)."},
-    "calls": {"type": "integer"},
-    "busy": {"type": "boolean"},
-    "age_seconds": {"type": "number"},
-    "idle_seconds": {"type": "number"},
-    "idle_timeout_seconds": {"type": "number"},
-    "expires_in_seconds": {"type": "number", "description": "The session ends after this long without a call."},
-    "packages": {"type": "array", "items": {"type": "string"}, "description": "The packages installed for the session when it was created."}
-  },
-  "required": ["session_id", "language", "keeps_variables", "idle_timeout_seconds", "expires_in_seconds"]
-}`
-
-var sessionListOutputSchema = `{
-  "type": "object",
-  "properties": {
-    "sessions": {"type": "array", "items": ` + sessionOutputSchema + `},
-    "max_sessions": {"type": "integer", "description": "Sessions that may exist at once, all clients together."}
-  },
-  "required": ["sessions", "max_sessions"]
-}`
-
-var sessionCloseOutputSchema = `{
-  "type": "object",
-  "properties": {"session_id": {"type": "string"}, "closed": {"type": "boolean"}},
-  "required": ["session_id", "closed"]
-}`
-
 // SessionListOutput is session_list's structuredContent.
 type SessionListOutput struct {
 	Sessions    []SessionOutput `json:"sessions"`
-	MaxSessions int             `json:"max_sessions"`
+	MaxSessions int             `json:"max_sessions" jsonschema:"Sessions that may exist at once, all clients together."`
+}
+
+// SessionCloseOutput is session_close's structuredContent.
+type SessionCloseOutput struct {
+	SessionID string `json:"session_id"`
+	Closed    bool   `json:"closed"`
 }
 
 func sessionTools(o *Options) []mcp.Tool {
@@ -182,7 +155,7 @@ func sessionTools(o *Options) []mcp.Tool {
 				"Sessions end after %s without a call, %s after they start, or with session_close; at most %d exist at once.",
 				idle, life, maxN),
 			RawInputSchema:  argSchema(sessionCreateArgs(&SessionCreateArgs{}, o)),
-			RawOutputSchema: json.RawMessage(sessionOutputSchema),
+			RawOutputSchema: outputSchema[SessionOutput](),
 			Annotations: mcp.ToolAnnotation{
 				Title: "Create a session", ReadOnlyHint: mcp.ToBoolPtr(false), DestructiveHint: mcp.ToBoolPtr(false),
 				IdempotentHint: mcp.ToBoolPtr(false), OpenWorldHint: mcp.ToBoolPtr(false),
@@ -193,7 +166,7 @@ func sessionTools(o *Options) []mcp.Tool {
 			Title:           "Close a session",
 			Description:     "End a session: its processes stop and its files and container are removed.",
 			RawInputSchema:  argSchema(sessionCloseArgs(new(string))),
-			RawOutputSchema: json.RawMessage(sessionCloseOutputSchema),
+			RawOutputSchema: outputSchema[SessionCloseOutput](),
 			Annotations: mcp.ToolAnnotation{
 				Title: "Close a session", ReadOnlyHint: mcp.ToBoolPtr(false), DestructiveHint: mcp.ToBoolPtr(true),
 				IdempotentHint: mcp.ToBoolPtr(true), OpenWorldHint: mcp.ToBoolPtr(false),
@@ -204,7 +177,7 @@ func sessionTools(o *Options) []mcp.Tool {
 			Title:           "List your sessions",
 			Description:     "List the sessions this client created and that are still open, with their age, idle time and when they expire.",
 			RawInputSchema:  argSchema(sessionListArgs),
-			RawOutputSchema: json.RawMessage(sessionListOutputSchema),
+			RawOutputSchema: outputSchema[SessionListOutput](),
 			Annotations: mcp.ToolAnnotation{
 				Title: "List your sessions", ReadOnlyHint: mcp.ToBoolPtr(true), DestructiveHint: mcp.ToBoolPtr(false),
 				IdempotentHint: mcp.ToBoolPtr(true), OpenWorldHint: mcp.ToBoolPtr(false),
@@ -272,7 +245,7 @@ func (s *Server) handleSessionClose(ctx context.Context, req mcp.CallToolRequest
 	}
 	return &mcp.CallToolResult{
 		Content:           []mcp.Content{mcp.NewTextContent("Session " + id + " is closed: its processes stopped and its files are removed.")},
-		StructuredContent: map[string]any{"session_id": id, "closed": true},
+		StructuredContent: SessionCloseOutput{SessionID: id, Closed: true},
 	}, nil
 }
 
