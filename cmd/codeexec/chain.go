@@ -88,7 +88,7 @@ func (c *chain) addPackages(ctx context.Context, cfg *configs.Config, backend *s
 // run's own interpreter. Python sessions are refused under it.
 func (c *chain) addPythonPolicy(cfg *configs.Config, backend *sessions.Backend) {
 	if cfg.RestrictedPython() {
-		c.runner = pypolicy.Wrap(c.runner, cfg.PythonPolicyConfig())
+		c.runner = pypolicy.Wrap(c.runner, pythonPolicy(cfg))
 		*backend = noPythonSessions{*backend}
 	}
 }
@@ -151,7 +151,7 @@ func riskCheck(cfg *configs.Config) func(language, code string) []approvals.Find
 	if !cfg.RestrictedPython() {
 		return approvals.Assess
 	}
-	policy := cfg.PythonPolicyConfig()
+	policy := pythonPolicy(cfg)
 	return func(language, code string) []approvals.Finding {
 		findings := approvals.Assess(language, code)
 		if language != "python" {

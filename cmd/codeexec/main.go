@@ -144,6 +144,9 @@ func configure(args, environ []string, stdout, stderr io.Writer) (*configs.Confi
 			err = cfg.ValidateListen()
 		}
 	}
+	if err == nil {
+		err = checkSettings(cfg)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "codeexec: configuration error: %v\n", err)
 		return nil, 2
@@ -248,7 +251,7 @@ func serverOptions(cfg *configs.Config, log *slog.Logger, consoleURL string) ser
 		Version:        buildVersion(),
 		Logger:         log,
 		Languages:      cfg.Languages,
-		Limits:         cfg.Limits(cfg.Timeout),
+		Limits:         runLimits(cfg, cfg.Timeout),
 		MaxTimeout:     cfg.MaxTimeout,
 		MaxCode:        int64(cfg.MaxCode),
 		MaxStdin:       int64(cfg.MaxStdin),

@@ -29,7 +29,7 @@ type mode struct {
 // and runs have no network.
 func newMode(ctx context.Context, cfg *configs.Config, log *slog.Logger) (mode, error) {
 	var egressProxy *proxy.Proxy
-	if policy, on := cfg.EgressPolicy(); on {
+	if policy, on := egressPolicy(cfg); on {
 		egressProxy = proxy.New(policy, log.With("component", "egress"))
 		log.Info("network allowlist", "allow", policy.Allow.Strings(), "allow_private", policy.AllowPrivate,
 			"max_connections", policy.Caps.Connections, "max_bytes", cfg.NetworkMaxBytes.String())
@@ -44,7 +44,7 @@ func newMode(ctx context.Context, cfg *configs.Config, log *slog.Logger) (mode, 
 			return mode{}, err
 		}
 		r, err := docker.New(ctx, docker.Config{Image: cfg.DockerImage, Runtime: cfg.DockerRuntime, Languages: cfg.Languages, Logger: log,
-			PoolSize: cfg.DockerPoolSize, PoolLimits: cfg.Limits(cfg.Timeout), Egress: egressProxy, Workspace: cfg.WorkspaceConfig(), PackagesCache: cache})
+			PoolSize: cfg.DockerPoolSize, PoolLimits: runLimits(cfg, cfg.Timeout), Egress: egressProxy, Workspace: workspace(cfg), PackagesCache: cache})
 		if err != nil {
 			return mode{}, err
 		}
@@ -58,14 +58,18 @@ func newMode(ctx context.Context, cfg *configs.Config, log *slog.Logger) (mode, 
 		if err != nil {
 			return mode{}, err
 		}
+		uids, err := uidRange(cfg)
+		if err != nil {
+			return mode{}, err
+		}
 		r, err := process.New(ctx, process.Config{Languages: cfg.Languages, WorkRoot: cfg.WorkDir, Logger: log, Disable: disable, Strict: cfg.ProcessStrict,
-			UIDRange: process.UIDRange{First: cfg.ProcessUIDRange.First, Last: cfg.ProcessUIDRange.Last}, PoolSize: cfg.ProcessPoolSize, Egress: egressProxy, Workspace: cfg.WorkspaceConfig()})
+			UIDRange: uids, PoolSize: cfg.ProcessPoolSize, Egress: egressProxy, Workspace: workspace(cfg)})
 		if err != nil {
 			return mode{}, err
 		}
 		return mode{runner: r, sessions: r.Sessions()}, nil
 	case sandbox.ModeNone:
-		r, err := host.New(ctx, host.Config{Languages: cfg.Languages, WorkRoot: cfg.WorkDir, Logger: log, Egress: egressProxy, Workspace: cfg.WorkspaceConfig()})
+		r, err := host.New(ctx, host.Config{Languages: cfg.Languages, WorkRoot: cfg.WorkDir, Logger: log, Egress: egressProxy, Workspace: workspace(cfg)})
 		if err != nil {
 			return mode{}, err
 		}

@@ -25,11 +25,11 @@ func newPackages(ctx context.Context, cfg *configs.Config, runner sandbox.Runner
 		return nil, nil
 	}
 	log = log.With("component", "packages")
-	policy, err := cfg.PackagesPolicy()
+	policy, err := packagesPolicy(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("CODE_EXEC_PACKAGES: %w", err)
 	}
-	cache, err := packages.OpenCache(cfg.PackagesCache(), int64(cfg.PackagesCacheBytes), int64(cfg.PackagesMaxBytes))
+	cache, err := packages.OpenCache(packagesCache(cfg), int64(cfg.PackagesCacheBytes), int64(cfg.PackagesMaxBytes))
 	if err != nil {
 		return nil, fmt.Errorf("CODE_EXEC_PACKAGES_CACHE_DIR: %w", err)
 	}
@@ -56,8 +56,12 @@ func newPackages(ctx context.Context, cfg *configs.Config, runner sandbox.Runner
 		if perr != nil {
 			return nil, perr
 		}
+		uids, uerr := uidRange(cfg)
+		if uerr != nil {
+			return nil, uerr
+		}
 		install, err = process.New(ctx, process.Config{Languages: langs, WorkRoot: cfg.WorkDir, Logger: log, Disable: disable, Strict: cfg.ProcessStrict,
-			UIDRange: process.UIDRange{First: cfg.ProcessUIDRange.First, Last: cfg.ProcessUIDRange.Last}, Egress: indexProxy})
+			UIDRange: uids, Egress: indexProxy})
 	case sandbox.ModeNone:
 		install, err = host.New(ctx, host.Config{Languages: langs, WorkRoot: cfg.WorkDir, Logger: log, Egress: indexProxy})
 	}
@@ -66,8 +70,8 @@ func newPackages(ctx context.Context, cfg *configs.Config, runner sandbox.Runner
 	}
 	layer := packages.Wrap(runner, packages.Config{
 		Cache:           cache,
-		Installer:       &packages.RunnerInstaller{Runner: install, Index: cfg.PackagesIndex(), Limits: cfg.PackagesLimits()},
-		Index:           cfg.PackagesIndex(),
+		Installer:       &packages.RunnerInstaller{Runner: install, Index: packagesIndex(cfg), Limits: packagesLimits(cfg)},
+		Index:           packagesIndex(cfg),
 		InstallAllow:    policy.Allow.Strings(),
 		InstallTimeout:  cfg.PackagesTimeout,
 		MaxInstallBytes: int64(cfg.PackagesMaxBytes),
@@ -87,7 +91,7 @@ func packagesCacheDir(cfg *configs.Config) (string, error) {
 	if !cfg.Packages {
 		return "", nil
 	}
-	dir := cfg.PackagesCache()
+	dir := packagesCache(cfg)
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return "", fmt.Errorf("CODE_EXEC_PACKAGES_CACHE_DIR: %w", err)
 	}
