@@ -12,10 +12,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -26,6 +28,9 @@ import (
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/artifacts"
 	"github.com/codeexec/codeexec/sandbox/process"
+	// Runs process mode's helpers (see helpers) before the packages
+	// below initialize, when this binary was started as one of them.
+	_ "github.com/codeexec/codeexec/sandbox/process/early"
 	"github.com/codeexec/codeexec/server"
 	"github.com/codeexec/codeexec/server/metrics"
 	"github.com/codeexec/codeexec/server/tasks"
@@ -35,8 +40,13 @@ import (
 var version = ""
 
 func main() {
-	// The sandbox supervisor is this same binary, re-executed.
-	process.MaybeRunHelper()
+	// Process mode's helpers run before anything else, with the descriptors
+	// they were started with (package early runs them sooner still).
+	if len(os.Args) > 1 {
+		if c, ok := commands[os.Args[1]]; ok && c.internal {
+			os.Exit(c.run(nil, nil, nil, nil))
+		}
+	}
 	// Descriptors inherited without close-on-exec stay with the server:
 	// no program it starts, in any mode, gets them.
 	_ = process.CloseInheritedOnExec()
@@ -58,11 +68,15 @@ func usage(w io.Writer, fs *flag.FlagSet) {
 
 Usage:
   codeexec [flags]
-  codeexec approvals list|approve ID|deny ID   answer pending runs (see CODE_EXEC_APPROVAL)
-  codeexec audit verify FILE                   check a CODE_EXEC_AUDIT_LOG file
-
-Flags:
 `, buildVersion())
+	for _, name := range slices.Sorted(maps.Keys(commands)) {
+		if c := commands[name]; !c.internal {
+			fmt.Fprintf(w, "  %-44s %s\n", "codeexec "+name+" "+c.args, c.help)
+		}
+	}
+	fmt.Fprint(w, `
+Flags:
+`)
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 	fmt.Fprint(w, `
@@ -76,21 +90,12 @@ Examples:
 `)
 }
 
-// commands are codeexec's subcommands, by their first argument; each is
-// given the arguments after it and returns the exit status.
-var commands = map[string]func(args, environ []string, stdout, stderr io.Writer) int{
-	"approvals": approvalsCommand,
-	"audit": func(args, _ []string, stdout, stderr io.Writer) int {
-		return auditCommand(args, stdout, stderr)
-	},
-}
-
 // run is main without the process exit, for tests: a subcommand, or the
 // server.
 func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) > 0 {
-		if command, ok := commands[args[0]]; ok {
-			return command(args[1:], environ, stdout, stderr)
+		if c, ok := commands[args[0]]; ok {
+			return c.run(args[1:], environ, stdout, stderr)
 		}
 	}
 	cfg, status := configure(args, environ, stdout, stderr)
