@@ -175,26 +175,27 @@ func (m *Metrics) count(f *func() int) func() float64 {
 	}
 }
 
+// setCount sets the counting function *to (a field of m) to f.
+func (m *Metrics) setCount(to *func() int, f func() int) {
+	m.mu.Lock()
+	*to = f
+	m.mu.Unlock()
+}
+
 // SetApprovalsPending sets the function that counts pending approvals at
 // scrape time.
 func (m *Metrics) SetApprovalsPending(f func() int) {
-	if m == nil {
-		return
+	if m != nil {
+		m.setCount(&m.pending, f)
 	}
-	m.mu.Lock()
-	m.pending = f
-	m.mu.Unlock()
 }
 
 // SetSessions sets the function that counts the open sessions at scrape
 // time (codeexec_sessions).
 func (m *Metrics) SetSessions(f func() int) {
-	if m == nil {
-		return
+	if m != nil {
+		m.setCount(&m.sessions, f)
 	}
-	m.mu.Lock()
-	m.sessions = f
-	m.mu.Unlock()
 }
 
 // SetReady sets the check behind /readyz: nil means ready. Until it is set,
