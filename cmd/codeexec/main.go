@@ -28,8 +28,8 @@ import (
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/artifacts"
 	"github.com/codeexec/codeexec/sandbox/process"
-	// Runs process mode's helpers (see helpers) before the packages
-	// below initialize, when this binary was started as one of them.
+	// Runs process mode's run helpers (see commands) before the server's
+	// packages initialize, when this binary was started as one of them.
 	_ "github.com/codeexec/codeexec/sandbox/process/early"
 	"github.com/codeexec/codeexec/server"
 	"github.com/codeexec/codeexec/server/metrics"
