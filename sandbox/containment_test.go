@@ -119,6 +119,7 @@ var gvisorGaps = map[string]string{
 	"cross-run-kill":       "gVisor lets a program SIGKILL its container's pid 1: the run ends with a server error instead of a result; other runs are in other sandboxes and are not touched",
 	"sig-dispositions":     "gVisor's /proc/self/status has no SigBlk or SigIgn lines, so the case cannot tell",
 	"kernel-syscalls":      "the engine's seccomp profile is not applied: the nested user namespace and the raw socket are gVisor's own, with no network and nothing of the host's kernel (with runsc --oci-seccomp Node aborts at start)",
+	"priv-user-namespace":  "the engine's seccomp profile is not applied: a program can make a user namespace and, in gVisor's kernel, device nodes (mknod, even without one) and a tun interface",
 	"res-memory-bomb":      gvisorOOM,
 	"res-memory-whole-run": gvisorOOM,
 	"res-fill-workdir":     "gVisor's tmpfs does not enforce /tmp's inode cap (nr_inodes); the files count against the container's memory limit instead",
