@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 
 	"github.com/codeexec/codeexec/configs"
-	"github.com/codeexec/codeexec/sandbox"
-	"github.com/codeexec/codeexec/sandbox/docker"
 	"github.com/codeexec/codeexec/server/httpserve"
 	"github.com/codeexec/codeexec/server/metrics"
 )
@@ -38,29 +36,25 @@ func startMetrics(ctx context.Context, cfg *configs.Config, log *slog.Logger) (*
 
 // watchReadiness makes /readyz answer 200 once the sandbox is ready: the
 // runner started (docker mode probed its image), and docker mode's warm
-// pool, if any, has held a container of every language once. It stays
-// ready after that, whatever the load, until ctx ends.
-func watchReadiness(ctx context.Context, m *metrics.Metrics, runner sandbox.Runner) {
+// pool, if any (pool is nil in other modes), has held a container of every
+// language once. It stays ready after that, whatever the load, until ctx
+// ends.
+func watchReadiness(ctx context.Context, m *metrics.Metrics, pool func() metrics.PoolStats) {
 	if m == nil {
 		return
 	}
-	d, isDocker := runner.(*docker.Runner)
-	if isDocker {
-		m.SetPool(func() metrics.PoolStats {
-			st := d.PoolStats()
-			return metrics.PoolStats{Ready: st.Ready, Hits: st.Hits, Misses: st.Misses}
-		})
+	if pool != nil {
+		m.SetPool(pool)
 	}
 	var warm atomic.Bool
 	m.SetReady(func(context.Context) error {
 		if ctx.Err() != nil {
 			return errors.New("shutting down")
 		}
-		if !isDocker || warm.Load() {
+		if pool == nil || warm.Load() {
 			return nil
 		}
-		st := d.PoolStats()
-		for lang, n := range st.Ready {
+		for lang, n := range pool().Ready {
 			if n == 0 {
 				return fmt.Errorf("the warm pool has no %s container yet", lang)
 			}
