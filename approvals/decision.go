@@ -126,9 +126,35 @@ type Ask struct {
 }
 
 // ActionSessionCreate is the Action of a request to create a session with
-// packages (session_create): its Code is empty, and what it asks for is a
-// session of Language whose calls can import Packages.
+// packages (session_create, a sandbox.Request with NewSession): its Code is
+// empty, and what it asks for is a session of Language whose calls can
+// import Packages.
 const ActionSessionCreate = "session_create"
+
+// Describe is req as a person approving it and the audit record see it,
+// asked by requester of a Runner with caps: a new ID, created now, without
+// Reasons or Deadline (the Gate's).
+func Describe(req sandbox.Request, requester Requester, caps sandbox.Capabilities) Ask {
+	a := Ask{
+		ID:         newID(),
+		Language:   req.Language,
+		Code:       req.Code,
+		StdinBytes: len(req.Stdin),
+		Stdin:      req.Stdin,
+		TimeoutMS:  req.Limits.Timeout.Milliseconds(),
+		CodeSHA256: HashRequest(req),
+		Requester:  requester,
+		Session:    req.Session,
+		Created:    time.Now().UTC(),
+		Files:      askFiles(req.Files),
+		Workspace:  DescribeWorkspace(caps.Workspace),
+		Packages:   req.Packages,
+	}
+	if req.NewSession != nil {
+		a.Action = ActionSessionCreate
+	}
+	return a
+}
 
 // AskFile is one file of a request, as a person approving it sees it: all
 // of its text, or, for a binary file, what kind of file it is.

@@ -63,9 +63,10 @@ type Answer struct {
 // few seconds, with what is waiting and how long is left.
 type WaitFunc func(a Ask, waited, left time.Duration)
 
-// Call is what a Gate is told about one call besides its sandbox.Request.
-// The MCP server makes one per tool call and passes it with Gate.For; the
-// zero Call names no requester and asks only on the Broker.
+// Call is who asks for a request and how to ask the person behind them:
+// what a Gate is told about one call besides its sandbox.Request. The MCP
+// server puts one in the context of each tool call (WithCall); the zero
+// Call names no requester and asks only on the Broker.
 type Call struct {
 	// Requester says who asks: it is shown to the approver and recorded.
 	Requester Requester
@@ -78,16 +79,40 @@ type Call struct {
 	Answer *Answer
 	// Waiting, if not nil, is called while the run waits for a person.
 	Waiting WaitFunc
-	// Session, if not empty, names the session (sandbox/sessions) the
-	// call runs in: it is shown to the approver and recorded.
-	Session string
-	// Next, if not nil, runs the call once approved instead of the Gate's
-	// own next Runner (a session runs calls on its own sandbox).
-	Next sandbox.Runner
-	// Action, if not empty, says that the call runs no code but asks for
-	// something else (ActionSessionCreate, with Next doing it): it is
-	// shown to the approver and recorded.
-	Action string
+}
+
+type callKey struct{}
+
+// WithCall returns ctx carrying c, which a Gate (and the audit record)
+// read with CallFrom.
+func WithCall(ctx context.Context, c Call) context.Context {
+	return context.WithValue(ctx, callKey{}, c)
+}
+
+// CallFrom returns the Call that ctx carries (the zero Call if none).
+func CallFrom(ctx context.Context) Call {
+	c, _ := ctx.Value(callKey{}).(Call)
+	return c
+}
+
+type decisionKey struct{}
+
+// Decided returns the decision that let the request of ctx through a Gate,
+// for the Runners after it (the audit record files the run under its ID);
+// false when no Gate decided on it.
+func Decided(ctx context.Context) (Decision, bool) {
+	d, ok := ctx.Value(decisionKey{}).(Decision)
+	return d, ok
+}
+
+// Recorder keeps the record of what a Gate decides (approvals/audit
+// implements it): Requested before a request is decided, with the policy
+// in force, and Decided for every decision, the console's and the
+// timeouts' included. A Gate runs nothing it could not record: an error of
+// either stops the request.
+type Recorder interface {
+	Requested(a Ask, p Policy) error
+	Decided(d Decision) error
 }
 
 // GateConfig configures a Gate.
@@ -96,8 +121,9 @@ type GateConfig struct {
 	Policy Policy
 	// Timeout is how long a request waits for a person before it is denied.
 	Timeout time.Duration
-	// Audit records every request, decision and run; nil records nothing.
-	Audit *AuditLog
+	// Record keeps the record of every request and decision; nil keeps
+	// none.
+	Record Recorder
 	// OutOfBand reports whether people answer on the approvals console or
 	// CLI (the Gate's Broker). Without it, a run that needs approval and
 	// whose Call has no Approver is denied OutcomeUnavailable.
@@ -117,22 +143,20 @@ type GateConfig struct {
 // Gate is a sandbox.Runner that asks before it runs: when its Policy
 // requires approval for a request, the request waits (before it takes a run
 // slot in the Runner it wraps) for a person's decision, given on the Gate's
-// Broker or through the call's Approver, whichever answers first. Code that
-// is not approved never reaches the next Runner; Run then returns a
-// *DeniedError (or an *InputRequiredError when the question went back to
-// the client). Every request, decision and run is appended to the audit log
-// before Run returns.
+// Broker or through the Approver of the request's Call (see WithCall),
+// whichever answers first. Code that is not approved never reaches the next
+// Runner; Run then returns a *DeniedError (or an *InputRequiredError when
+// the question went back to the client). Every request and decision is
+// recorded (GateConfig.Record) before the request goes on; the next Runner
+// finds the decision in its context (Decided).
 //
-// Run itself knows nothing of the call; For gives the Runner of one call.
-// Closing the Gate withdraws pending requests and closes the next Runner,
-// not the audit log.
+// Closing the Gate withdraws pending requests and closes the next Runner.
 type Gate struct {
-	next    sandbox.Runner
-	cfg     GateConfig
-	broker  *Broker
-	signer  *Signer
-	log     *slog.Logger
-	history *history
+	next   sandbox.Runner
+	cfg    GateConfig
+	broker *Broker
+	signer *Signer
+	log    *slog.Logger
 }
 
 var _ sandbox.Runner = (*Gate)(nil)
@@ -151,8 +175,7 @@ func NewGate(next sandbox.Runner, cfg GateConfig) *Gate {
 	if cfg.RiskCheck == nil {
 		cfg.RiskCheck = Assess
 	}
-	g := &Gate{next: next, cfg: cfg, log: cfg.Logger, signer: NewSigner(nil), history: newHistory(historySize)}
-	g.history.add(cfg.Audit.Tail()...)
+	g := &Gate{next: next, cfg: cfg, log: cfg.Logger, signer: NewSigner(nil)}
 	g.broker = NewBroker(g.recordDecision)
 	return g
 }
@@ -166,36 +189,14 @@ func (g *Gate) Policy() Policy { return g.cfg.Policy }
 // Timeout returns the approval timeout.
 func (g *Gate) Timeout() time.Duration { return g.cfg.Timeout }
 
-// Audit returns the audit log (nil when none).
-func (g *Gate) Audit() *AuditLog { return g.cfg.Audit }
-
-// Recent returns what the audit record says about the latest n requests,
-// latest activity first: the entries the Gate recorded since it started,
-// after the last ones of the audit log it was given (a few dozen requests
-// are kept, with their code cut to 4 KiB).
-func (g *Gate) Recent(n int) []Activity { return g.history.recent(n) }
-
-// record appends e to the audit log and keeps it for Recent.
-func (g *Gate) record(e Entry) error {
-	if e.Time.IsZero() {
-		e.Time = time.Now().UTC()
-	}
-	if err := g.cfg.Audit.Append(e); err != nil {
-		return err
-	}
-	g.history.add(e)
-	return nil
-}
-
-// For returns the Runner of one call: Run as the Gate's, told who asks and
-// how to ask them (see Call). Its Close does nothing: close the Gate.
-func (g *Gate) For(c Call) sandbox.Runner { return callRunner{g: g, call: c} }
-
-// Run decides whether req may run, asking only on the Broker and naming no
-// requester (For names them), runs it on the next Runner if so, and
-// records the outcome.
+// Run decides whether req may run, asking as the Call in ctx says, and
+// runs it on the next Runner if so.
 func (g *Gate) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
-	return g.run(ctx, req, Call{})
+	d, err := g.decide(ctx, req, CallFrom(ctx))
+	if err != nil {
+		return nil, err
+	}
+	return g.next.Run(context.WithValue(ctx, decisionKey{}, d), req)
 }
 
 // Capabilities returns the next Runner's capabilities.
@@ -206,20 +207,6 @@ func (g *Gate) Close() error {
 	g.broker.Close()
 	return g.next.Close()
 }
-
-// callRunner is the Gate as one call sees it.
-type callRunner struct {
-	g    *Gate
-	call Call
-}
-
-func (c callRunner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
-	return c.g.run(ctx, req, c.call)
-}
-
-func (c callRunner) Capabilities() sandbox.Capabilities { return c.g.Capabilities() }
-
-func (c callRunner) Close() error { return nil }
 
 // riskCheck is the configured risk check of the code and, when runs reach
 // the network through an allowlist, which destinations the code names that
@@ -234,98 +221,56 @@ func (g *Gate) riskCheck(req sandbox.Request) []Finding {
 	return append(f, AssessInputs(req.Files, req.Stdin)...)
 }
 
-// ErrAudit is wrapped when the audit log cannot be written. Nothing runs
-// that could not be recorded.
-var ErrAudit = errors.New("the audit log could not be written")
-
-func (g *Gate) run(ctx context.Context, req sandbox.Request, c Call) (*sandbox.Result, error) {
+// decide returns the decision that lets req run, or the error that stops
+// it (a *DeniedError, an *InputRequiredError, or the Recorder's error).
+func (g *Gate) decide(ctx context.Context, req sandbox.Request, c Call) (Decision, error) {
 	hash := HashRequest(req)
 	var d Decision
 	if c.Answer != nil {
 		var err error
 		if d, err = g.redeem(req, hash, c); err != nil {
-			return nil, err
+			return Decision{}, err
 		}
 	} else {
 		var findings []Finding
 		if g.cfg.Policy != PolicyNever {
 			findings = g.riskCheck(req)
 		}
-		a, err := g.newAsk(req, c.Requester, c.Session, c.Action, findings)
+		a, err := g.newAsk(req, c.Requester, findings)
 		if err != nil {
-			return nil, err
+			return Decision{}, err
 		}
 		switch {
 		case !g.cfg.Policy.Requires(findings):
 			d = Decision{ID: a.ID, Outcome: OutcomeNotRequired, By: "codeexec", Via: ViaPolicy, At: time.Now().UTC(), CodeSHA256: hash, Note: "policy " + string(g.cfg.Policy)}
 			if err := g.appendDecision(d); err != nil {
-				return nil, err
+				return Decision{}, err
 			}
 		case c.Approver == nil && !g.cfg.OutOfBand:
-			return nil, g.reject(req, c.Requester, a.ID, OutcomeUnavailable, "no way to ask a person")
+			return Decision{}, g.reject(req, c.Requester, a.ID, OutcomeUnavailable, "no way to ask a person")
 		default:
 			if d, err = g.ask(ctx, a, c); err != nil {
-				return nil, err
+				return Decision{}, err
 			}
 		}
 	}
 	if !d.Outcome.Allows() {
-		return nil, &DeniedError{Decision: d}
+		return Decision{}, &DeniedError{Decision: d}
 	}
-	next := g.next
-	if c.Next != nil {
-		next = c.Next
-	}
-	res, err := next.Run(ctx, req)
-	e := Entry{Event: EventRun, ID: d.ID, CodeSHA256: hash, Session: c.Session}
-	if res != nil {
-		code, ms := res.ExitCode, float64(res.Duration.Microseconds())/1000
-		e.ExitCode, e.DurationMS, e.LimitHit, e.Signal, e.Sandbox = &code, &ms, res.LimitHit(), res.Signal, string(res.Sandbox)
-		e.Network = res.Network
-	}
-	if e.Sandbox == "" {
-		e.Sandbox = string(g.next.Capabilities().Mode)
-	}
-	if err != nil {
-		e.Error = err.Error()
-	}
-	if aerr := g.record(e); aerr != nil {
-		g.log.Error("audit log", "err", aerr)
-		return nil, fmt.Errorf("%w after the run: %v", ErrAudit, aerr)
-	}
-	return res, err
+	return d, nil
 }
 
 // newAsk builds the Ask of req and records the request.
-func (g *Gate) newAsk(req sandbox.Request, requester Requester, session, action string, findings []Finding) (Ask, error) {
-	now := time.Now().UTC()
-	a := Ask{
-		ID:         newID(),
-		Language:   req.Language,
-		Code:       req.Code,
-		StdinBytes: len(req.Stdin),
-		Stdin:      req.Stdin,
-		TimeoutMS:  req.Limits.Timeout.Milliseconds(),
-		CodeSHA256: HashRequest(req),
-		Reasons:    Reasons(findings),
-		Requester:  requester,
-		Session:    session,
-		Created:    now,
-		Deadline:   now.Add(g.cfg.Timeout),
-		Files:      askFiles(req.Files),
-		Workspace:  DescribeWorkspace(g.next.Capabilities().Workspace),
-		Packages:   req.Packages,
-		Action:     action,
+func (g *Gate) newAsk(req sandbox.Request, requester Requester, findings []Finding) (Ask, error) {
+	a := Describe(req, requester, g.next.Capabilities())
+	a.Reasons = Reasons(findings)
+	a.Deadline = a.Created.Add(g.cfg.Timeout)
+	if g.cfg.Record == nil {
+		return a, nil
 	}
-	stdin, timeout := a.StdinBytes, a.TimeoutMS
-	err := g.record(Entry{
-		Event: EventRequest, ID: a.ID, CodeSHA256: a.CodeSHA256, Language: a.Language, Code: a.Code, Files: withoutText(a.Files), Workspace: a.Workspace, Packages: a.Packages, Action: action,
-		StdinSize: &stdin, TimeoutMS: &timeout, Policy: g.cfg.Policy, Reasons: a.Reasons, Requester: &requester, Session: session, Time: now,
-		NetworkPolicy: g.next.Capabilities().Egress,
-	})
-	if err != nil {
+	if err := g.cfg.Record.Requested(a, g.cfg.Policy); err != nil {
 		g.log.Error("audit log", "err", err)
-		return a, fmt.Errorf("%w: %v", ErrAudit, err)
+		return a, err
 	}
 	return a, nil
 }
@@ -439,7 +384,7 @@ func (g *Gate) redeem(req sandbox.Request, hash string, c Call) (Decision, error
 // request first.
 func (g *Gate) reject(req sandbox.Request, requester Requester, id string, outcome Outcome, note string) error {
 	if id == "" {
-		a, err := g.newAsk(req, requester, "", "", g.riskCheck(req))
+		a, err := g.newAsk(req, requester, g.riskCheck(req))
 		if err != nil {
 			return err
 		}
@@ -457,10 +402,12 @@ func (g *Gate) appendDecision(d Decision) error {
 	if g.cfg.OnDecision != nil {
 		g.cfg.OnDecision(d)
 	}
-	err := g.record(Entry{Event: EventDecision, ID: d.ID, CodeSHA256: d.CodeSHA256, Outcome: d.Outcome, By: d.By, Via: d.Via, Note: d.Note, Time: d.At})
-	if err != nil {
+	if g.cfg.Record == nil {
+		return nil
+	}
+	if err := g.cfg.Record.Decided(d); err != nil {
 		g.log.Error("audit log", "err", err)
-		return fmt.Errorf("%w: %v", ErrAudit, err)
+		return err
 	}
 	return nil
 }

@@ -4,58 +4,86 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 )
 
 type gateFixture struct {
-	gate  *Gate
-	runs  *atomic.Int32
-	audit string
+	gate *Gate
+	runs *atomic.Int32
+	rec  *memoryRecord
 }
 
+// memoryRecord is a Recorder that keeps what a Gate records.
+type memoryRecord struct {
+	mu        sync.Mutex
+	asks      []Ask
+	policies  []Policy
+	decisions []Decision
+}
+
+func (m *memoryRecord) Requested(a Ask, p Policy) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.asks, m.policies = append(m.asks, a), append(m.policies, p)
+	return nil
+}
+
+func (m *memoryRecord) Decided(d Decision) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.decisions = append(m.decisions, d)
+	return nil
+}
+
+// requests returns the requests recorded so far.
+func (m *memoryRecord) requests() []Ask {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]Ask(nil), m.asks...)
+}
+
+// outcomes returns the decisions recorded so far, as "outcome by via".
+func (m *memoryRecord) outcomes() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for _, d := range m.decisions {
+		out = append(out, strings.TrimSpace(string(d.Outcome)+" "+d.By+" "+string(d.Via)))
+	}
+	return strings.Join(out, "; ")
+}
+
+// newGate is a Gate with cfg over a fake runner that counts its runs, whose
+// record is kept in memory.
 func newGate(t *testing.T, cfg GateConfig) gateFixture {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "audit.jsonl")
-	log, err := OpenAudit(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { log.Close() })
 	runs := new(atomic.Int32)
 	fake := &sandboxtest.Fake{
 		Caps: sandbox.Capabilities{Mode: sandbox.ModeProcess},
 		RunFunc: func(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
 			runs.Add(1)
+			if _, ok := Decided(ctx); !ok {
+				t.Error("the next Runner does not see the decision in its context")
+			}
 			return &sandbox.Result{ExitCode: 0, Stdout: "ok\n", Sandbox: sandbox.ModeProcess, Duration: time.Millisecond}, nil
 		},
 	}
-	cfg.Audit = log
+	rec := &memoryRecord{}
+	cfg.Record = rec
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	if cfg.WaitInterval == 0 {
 		cfg.WaitInterval = 10 * time.Millisecond
 	}
 	g := NewGate(fake, cfg)
 	t.Cleanup(func() { g.Close() })
-	return gateFixture{gate: g, runs: runs, audit: path}
-}
-
-func (f gateFixture) auditText(t *testing.T) string {
-	t.Helper()
-	if _, err := VerifyFile(f.audit); err != nil {
-		t.Fatalf("the audit log does not verify: %v", err)
-	}
-	b, _ := os.ReadFile(f.audit)
-	return string(b)
+	return gateFixture{gate: g, runs: runs, rec: rec}
 }
 
 var (
@@ -128,17 +156,14 @@ func TestGatePolicies(t *testing.T) {
 					t.Errorf("Sentence() = %q: want one sentence saying the code did not run", s)
 				}
 			}
-			log := f.auditText(t)
-			for _, want := range []string{`"event":"request"`, `"event":"decision"`, `"outcome":"` + string(c.wantOut) + `"`, HashRequest(c.req)} {
-				if !strings.Contains(log, want) {
-					t.Errorf("audit log lacks %s:\n%s", want, log)
-				}
+			if asks := f.rec.requests(); len(asks) != 1 || asks[0].CodeSHA256 != HashRequest(c.req) || f.rec.policies[0] != c.policy {
+				t.Errorf("recorded requests %+v, want this one under policy %s", asks, c.policy)
 			}
-			if hasRun := strings.Contains(log, `"event":"run"`); hasRun != c.wantRun {
-				t.Errorf("audit run entry = %v, want %v", hasRun, c.wantRun)
+			if got := f.rec.outcomes(); !strings.HasPrefix(got, string(c.wantOut)) || strings.Contains(got, ";") {
+				t.Errorf("recorded decisions %q, want one %s", got, c.wantOut)
 			}
-			if c.answer != "" && !strings.Contains(log, `"by":"alice","via":"console"`) {
-				t.Errorf("audit log does not say who decided how:\n%s", log)
+			if c.answer != "" && !strings.Contains(f.rec.outcomes(), "alice console") {
+				t.Errorf("the record does not say who decided how: %q", f.rec.outcomes())
 			}
 			mu.Lock()
 			defer mu.Unlock()
@@ -164,12 +189,12 @@ func TestGateWithdrawsWhenTheClientLeaves(t *testing.T) {
 	f := newGate(t, GateConfig{Policy: PolicyAlways, Timeout: time.Minute, OutOfBand: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	waited := make(chan struct{}, 100)
-	run := f.gate.For(Call{
+	ctx = WithCall(ctx, Call{
 		Requester: Requester{Client: "test 1.0", Session: "s1"},
 		Waiting:   func(a Ask, waited_, left time.Duration) { waited <- struct{}{} },
 	})
 	errc := make(chan error, 1)
-	go func() { _, err := run.Run(ctx, harmless); errc <- err }()
+	go func() { _, err := f.gate.Run(ctx, harmless); errc <- err }()
 	<-waited
 	asks, _ := f.gate.Broker().Pending()
 	if len(asks) != 1 || asks[0].Requester.Client != "test 1.0" || asks[0].Code != harmless.Code {
@@ -182,8 +207,8 @@ func TestGateWithdrawsWhenTheClientLeaves(t *testing.T) {
 	if asks, _ := f.gate.Broker().Pending(); len(asks) != 0 {
 		t.Fatalf("the request is still pending after its client left: %+v", asks)
 	}
-	if log := f.auditText(t); !strings.Contains(log, `"outcome":"withdrawn"`) || !strings.Contains(log, `"client":"test 1.0"`) {
-		t.Fatalf("audit log does not record the requester and the withdrawal:\n%s", log)
+	if asks := f.rec.requests(); len(asks) != 1 || asks[0].Requester.Client != "test 1.0" || !strings.HasPrefix(f.rec.outcomes(), "withdrawn") {
+		t.Fatalf("the record does not keep the requester and the withdrawal: %+v, %q", asks, f.rec.outcomes())
 	}
 }
 
@@ -207,18 +232,18 @@ func TestGateAsksTheCallsApprover(t *testing.T) {
 	t.Run("approved", func(t *testing.T) {
 		t.Parallel()
 		f := newGate(t, GateConfig{Policy: PolicyRisky, Timeout: time.Minute})
-		res, err := f.gate.For(Call{Requester: Requester{Client: "ide 2.0"}, Approver: elicit(OutcomeApproved)}).Run(context.Background(), risky)
+		res, err := f.gate.Run(WithCall(context.Background(), Call{Requester: Requester{Client: "ide 2.0"}, Approver: elicit(OutcomeApproved)}), risky)
 		if err != nil || res.Stdout != "ok\n" || f.runs.Load() != 1 {
 			t.Fatalf("Run = %+v, %v (runs %d)", res, err, f.runs.Load())
 		}
-		if log := f.auditText(t); !strings.Contains(log, `"outcome":"approved","by":"the user of ide 2.0","via":"elicitation"`) {
-			t.Fatalf("audit log:\n%s", log)
+		if got := f.rec.outcomes(); got != "approved the user of ide 2.0 elicitation" {
+			t.Fatalf("recorded decisions %q", got)
 		}
 	})
 	t.Run("declined", func(t *testing.T) {
 		t.Parallel()
 		f := newGate(t, GateConfig{Policy: PolicyRisky, Timeout: time.Minute})
-		_, err := f.gate.For(Call{Requester: Requester{Client: "ide 2.0"}, Approver: elicit(OutcomeDenied)}).Run(context.Background(), risky)
+		_, err := f.gate.Run(WithCall(context.Background(), Call{Requester: Requester{Client: "ide 2.0"}, Approver: elicit(OutcomeDenied)}), risky)
 		var de *DeniedError
 		if !errors.As(err, &de) || de.Decision.Outcome != OutcomeDenied || f.runs.Load() != 0 {
 			t.Fatalf("Run = %v (runs %d), want denied", err, f.runs.Load())
@@ -234,7 +259,7 @@ func TestGateAsksTheCallsApprover(t *testing.T) {
 			return Decision{}, ctx.Err()
 		})
 		answer(t, f.gate, OutcomeDenied)
-		_, err := f.gate.For(Call{Approver: slow}).Run(context.Background(), harmless)
+		_, err := f.gate.Run(WithCall(context.Background(), Call{Approver: slow}), harmless)
 		var de *DeniedError
 		if !errors.As(err, &de) || de.Decision.By != "alice" {
 			t.Fatalf("Run = %v, want alice's denial", err)
@@ -251,7 +276,7 @@ func TestGateAsksTheCallsApprover(t *testing.T) {
 		broken := approverFunc(func(ctx context.Context, a Ask) (Decision, error) {
 			return Decision{}, errors.New("elicitation failed: the client hung up")
 		})
-		_, err := f.gate.For(Call{Approver: broken}).Run(context.Background(), harmless)
+		_, err := f.gate.Run(WithCall(context.Background(), Call{Approver: broken}), harmless)
 		var de *DeniedError
 		if !errors.As(err, &de) || de.Decision.Outcome != OutcomeUnavailable || !strings.Contains(de.Decision.Note, "the client hung up") {
 			t.Fatalf("Run = %v, want unavailable with the reason", err)
@@ -268,7 +293,7 @@ func TestGateInputRequired(t *testing.T) {
 	later := approverFunc(func(ctx context.Context, a Ask) (Decision, error) { return Decision{}, ErrInputRequired })
 	ask := func(req sandbox.Request) *InputRequiredError {
 		t.Helper()
-		_, err := f.gate.For(Call{Approver: later}).Run(context.Background(), req)
+		_, err := f.gate.Run(WithCall(context.Background(), Call{Approver: later}), req)
 		var ir *InputRequiredError
 		if !errors.As(err, &ir) || !errors.Is(err, ErrInputRequired) || errors.Is(err, ErrNotApproved) || ir.State == "" || ir.Ask.Code != req.Code {
 			t.Fatalf("Run = %v, want an *InputRequiredError for this code", err)
@@ -277,7 +302,7 @@ func TestGateInputRequired(t *testing.T) {
 	}
 	approve := Decision{Outcome: OutcomeApproved, By: "the user of x", Via: ViaElicitation}
 	retry := func(state string, req sandbox.Request, d Decision) error {
-		_, err := f.gate.For(Call{Answer: &Answer{State: state, Decision: d}}).Run(context.Background(), req)
+		_, err := f.gate.Run(WithCall(context.Background(), Call{Answer: &Answer{State: state, Decision: d}}), req)
 		return err
 	}
 	outcome := func(err error) Outcome {
@@ -318,10 +343,10 @@ func TestGateInputRequired(t *testing.T) {
 	if f.runs.Load() != 1 {
 		t.Fatalf("runs = %d, want exactly 1", f.runs.Load())
 	}
-	log := f.auditText(t)
-	for _, w := range []string{`"outcome":"replayed"`, `"outcome":"forged"`, `"outcome":"denied","by":"bob"`} {
+	log := f.rec.outcomes()
+	for _, w := range []string{"replayed", "forged", "denied bob cli"} {
 		if !strings.Contains(log, w) {
-			t.Errorf("audit log lacks %s", w)
+			t.Errorf("the recorded decisions lack %s: %q", w, log)
 		}
 	}
 }
@@ -341,67 +366,6 @@ func TestBrokerFirstAnswerWins(t *testing.T) {
 	}
 	if _, err := b.Decide(Decision{ID: "nope", Outcome: OutcomeApproved}); !errors.Is(err, ErrUnknownRequest) {
 		t.Fatalf("unknown id: %v", err)
-	}
-}
-
-// TestGateRecent: the Gate keeps what it records for the console, grouped
-// by request, latest first, and a new Gate picks up the end of the audit
-// log it is given.
-func TestGateRecent(t *testing.T) {
-	t.Parallel()
-	f := newGate(t, GateConfig{Policy: PolicyRisky, Timeout: time.Minute, OutOfBand: true})
-	if _, err := f.gate.Run(context.Background(), harmless); err != nil {
-		t.Fatal(err)
-	}
-	answer(t, f.gate, OutcomeDenied)
-	if _, err := f.gate.Run(context.Background(), risky); !errors.Is(err, ErrNotApproved) {
-		t.Fatalf("risky run: %v", err)
-	}
-	recent := f.gate.Recent(10)
-	if len(recent) != 2 {
-		t.Fatalf("Recent = %+v, want 2 requests", recent)
-	}
-	denied, ran := recent[0], recent[1]
-	if denied.Request == nil || denied.Request.Code != risky.Code || len(denied.Decisions) != 1 || denied.Decisions[0].Outcome != OutcomeDenied || denied.Decisions[0].By != "alice" || denied.Run != nil {
-		t.Errorf("latest = %+v", denied)
-	}
-	if ran.Request == nil || len(ran.Decisions) != 1 || ran.Decisions[0].Outcome != OutcomeNotRequired || ran.Run == nil || ran.Run.ExitCode == nil || *ran.Run.ExitCode != 0 {
-		t.Errorf("earlier = %+v", ran)
-	}
-	if got := f.gate.Recent(1); len(got) != 1 || got[0].ID != denied.ID {
-		t.Errorf("Recent(1) = %+v", got)
-	}
-
-	// A Gate over the same log, reopened, shows the same.
-	f.gate.Close()
-	log, err := OpenAudit(f.audit)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer log.Close()
-	g := NewGate(&sandboxtest.Fake{}, GateConfig{Policy: PolicyRisky, Audit: log, Logger: slog.New(slog.DiscardHandler)})
-	if again := g.Recent(10); len(again) != 2 || again[0].ID != denied.ID || again[1].Run == nil {
-		t.Errorf("after reopening: %+v", again)
-	}
-}
-
-func TestHistoryKeepsTheLatest(t *testing.T) {
-	t.Parallel()
-	h := newHistory(4)
-	long := strings.Repeat("é", historyCodeBytes) // two bytes a rune
-	h.add(Entry{ID: "a", Event: EventRequest, Code: long, Time: time.Unix(1, 0)})
-	for i := range 5 {
-		h.add(Entry{ID: string(rune('b' + i)), Event: EventRequest, Time: time.Unix(int64(2+i), 0)})
-	}
-	got := h.recent(10)
-	if len(got) != 4 || got[0].ID != "f" || got[3].ID != "c" {
-		t.Fatalf("recent = %+v, want f, e, d, c", got)
-	}
-	h2 := newHistory(4)
-	h2.add(Entry{ID: "a", Event: EventRequest, Code: long})
-	code := h2.recent(1)[0].Request.Code
-	if len(code) > historyCodeBytes+100 || !utf8.ValidString(code) || !strings.Contains(code, "audit log has all of it") {
-		t.Fatalf("kept code of %d bytes, valid UTF-8 %v", len(code), utf8.ValidString(code))
 	}
 }
 
@@ -438,46 +402,38 @@ func TestRiskCheckNotes(t *testing.T) {
 	if _, err := f.gate.Run(context.Background(), risky); err != nil {
 		t.Fatalf("the approver did not see the network reason and the refusal note: %v", err)
 	}
-	if !strings.Contains(f.auditText(t), "would be refused anyway") {
-		t.Errorf("the audit log does not record the note")
+	if asks := f.rec.requests(); len(asks) != 2 || !strings.Contains(strings.Join(asks[1].Reasons, "\n"), "would be refused anyway") {
+		t.Errorf("the record does not keep the note: %+v", asks)
 	}
 }
 
-// A call in a session is asked about and recorded with the session's name,
-// and runs on the session's Runner, never on the Gate's own.
-func TestGateRunsASessionCallOnItsRunner(t *testing.T) {
+// A call in a session is asked about and recorded with the session's
+// name, and goes on to the next Runner (the session router's) as it came.
+func TestGateNamesTheSession(t *testing.T) {
+	t.Parallel()
 	f := newGate(t, GateConfig{Policy: PolicyAlways, OutOfBand: true})
-	var inSession atomic.Int32
-	sess := &sandboxtest.Fake{RunFunc: func(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
-		inSession.Add(1)
-		return &sandbox.Result{Stdout: "42\n", Sandbox: sandbox.ModeProcess}, nil
-	}}
-	var asked Ask
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		var v uint64
-		for ctx.Err() == nil {
-			var asks []Ask
-			asks, v = f.gate.Broker().Changes(ctx, v)
-			if len(asks) > 0 {
-				asked = asks[0]
-				_, _ = f.gate.Broker().Decide(Decision{ID: asks[0].ID, Outcome: OutcomeApproved, By: "alice", Via: ViaConsole})
-				return
-			}
-		}
-	}()
-	res, err := f.gate.For(Call{Session: "ses_0123", Next: sess}).Run(context.Background(), harmless)
-	if err != nil || res.Stdout != "42\n" {
-		t.Fatalf("Run: %v, %v", res, err)
+	answer(t, f.gate, OutcomeApproved)
+	req := harmless
+	req.Session = "ses_0123"
+	if _, err := f.gate.Run(context.Background(), req); err != nil || f.runs.Load() != 1 {
+		t.Fatalf("Run: %v (runs %d)", err, f.runs.Load())
 	}
-	if inSession.Load() != 1 || f.runs.Load() != 0 {
-		t.Fatalf("%d runs in the session, %d on the Gate's runner; want 1 and 0", inSession.Load(), f.runs.Load())
+	if asks := f.rec.requests(); len(asks) != 1 || asks[0].Session != "ses_0123" {
+		t.Errorf("the request recorded and asked about is %+v, want session ses_0123", asks)
 	}
-	if asked.Session != "ses_0123" {
-		t.Errorf("the approver was asked about session %q, want ses_0123", asked.Session)
+}
+
+// A request that creates a session is asked about as one (Action), with
+// its packages.
+func TestGateAsksAboutASessionsCreation(t *testing.T) {
+	t.Parallel()
+	f := newGate(t, GateConfig{Policy: PolicyAlways, OutOfBand: true})
+	answer(t, f.gate, OutcomeApproved)
+	req := sandbox.Request{Language: "python", Packages: []string{"requests==2.31.0"}, NewSession: &sandbox.NewSession{}}
+	if _, err := f.gate.Run(context.Background(), req); err != nil {
+		t.Fatal(err)
 	}
-	if n := strings.Count(f.auditText(t), `"session":"ses_0123"`); n != 2 {
-		t.Errorf("the session is named in %d audit entries, want 2 (the request and the run):\n%s", n, f.auditText(t))
+	if asks := f.rec.requests(); len(asks) != 1 || asks[0].Action != ActionSessionCreate || len(asks[0].Packages) != 1 {
+		t.Errorf("the request recorded and asked about is %+v, want a session's creation with its packages", asks)
 	}
 }

@@ -1,13 +1,10 @@
 package approvals
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
-
-	"github.com/codeexec/codeexec/sandbox"
 )
 
 // TestAssessFlagsHiddenText: characters that make text read otherwise than
@@ -132,15 +129,5 @@ func TestEscapeHiddenJSON(t *testing.T) {
 	}
 	if !strings.Contains(string(out), `\udb40\udc41`) {
 		t.Errorf("a character beyond U+FFFF is not written as a surrogate pair: %s", out)
-	}
-
-	f := newGate(t, GateConfig{Policy: PolicyNever})
-	req := sandbox.Request{Language: "python", Code: "print('a\u202eb')"}
-	if _, err := f.gate.Run(context.Background(), req); err != nil {
-		t.Fatal(err)
-	}
-	log := f.auditText(t)
-	if strings.ContainsRune(log, 0x202e) || !strings.Contains(log, `print('a\u202eb')`) {
-		t.Errorf("the audit log does not escape hidden characters:\n%s", log)
 	}
 }

@@ -257,17 +257,3 @@ func askFiles(files []artifacts.Input) []AskFile {
 	}
 	return out
 }
-
-// withoutText is files without their text, for the audit log (which binds
-// them by their digests).
-func withoutText(files []AskFile) []AskFile {
-	if files == nil {
-		return nil
-	}
-	out := make([]AskFile, len(files))
-	for i, f := range files {
-		f.Text = ""
-		out[i] = f
-	}
-	return out
-}

@@ -43,7 +43,7 @@ func askedAbout(t *testing.T, req sandbox.Request) (Ask, bool) {
 		shown = &a
 		return Decision{Outcome: OutcomeApproved, By: "me", Via: ViaElicitation}, nil
 	})
-	if _, err := f.gate.For(Call{Approver: approve}).Run(context.Background(), req); err != nil {
+	if _, err := f.gate.Run(WithCall(context.Background(), Call{Approver: approve}), req); err != nil {
 		t.Fatal(err)
 	}
 	if shown == nil {

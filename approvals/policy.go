@@ -1,6 +1,5 @@
 // Package approvals decides whether a person must approve a run before it
-// starts, asks them, and keeps a tamper-evident record of every request,
-// decision and outcome.
+// starts, and asks them.
 //
 // The pieces:
 //   - Policy (never, always, risky) and Assess, a per-language risk check
@@ -15,14 +14,14 @@
 //     codeexec approvals CLI list and answer (the first answer wins, and no
 //     answer by the deadline is a denial).
 //   - Gate, a sandbox.Runner that, when the policy requires it, waits for a
-//     decision on its Broker and from the Approver of the call (Call, For:
-//     the MCP server supplies one that asks through the client) before it
-//     calls the next Runner, and records everything in an AuditLog.
+//     decision on its Broker and from the Approver of the request's Call
+//     (carried by its context: WithCall; the MCP server supplies one that
+//     asks through the client) before it calls the next Runner, and records
+//     every request and decision through a Recorder (approvals/audit keeps
+//     the tamper-evident log).
 //   - Signer, which the Gate uses to bind an approval that round-trips
 //     through an MCP client (a multi-round-trip input request) to the exact
 //     request that was shown, once, until it expires.
-//   - AuditLog and Verify: an append-only JSON Lines log whose entries carry
-//     the hash of the previous one.
 package approvals
 
 import (

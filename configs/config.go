@@ -2,6 +2,10 @@
 // environment variable CODE_EXEC_*, parsed with caarlos0/env, with a default,
 // a description and the values it accepts. Load parses and validates; a bad
 // value is an error that names the variable and the accepted values.
+//
+// A Config is plain data: the values of the settings, parsed and checked.
+// The domain values they describe (limits, policies, the workspace) are
+// built where they are used, in cmd/codeexec.
 package configs
 
 import (
@@ -22,7 +26,6 @@ import (
 
 	"github.com/codeexec/codeexec/approvals"
 	"github.com/codeexec/codeexec/sandbox"
-	"github.com/codeexec/codeexec/sandbox/process"
 	"github.com/codeexec/codeexec/sandbox/pypolicy"
 	"github.com/codeexec/codeexec/server/httpserve"
 )
@@ -113,14 +116,20 @@ type UIDRange struct {
 	First, Last int
 }
 
-// UnmarshalText reads FIRST-LAST; the range must hold ids from 1 to
-// 4294967294 and not 65534 (nobody).
+// UnmarshalText reads FIRST-LAST (or a single id). Which ids a range may
+// hold is process mode's to say (process.UIDRange.Validate), where the
+// range is built (cmd/codeexec).
 func (r *UIDRange) UnmarshalText(b []byte) error {
-	v, err := process.ParseUIDRange(string(b))
-	if err != nil {
-		return err
+	a, z, found := strings.Cut(strings.TrimSpace(string(b)), "-")
+	if !found {
+		z = a
 	}
-	*r = UIDRange{First: v.First, Last: v.Last}
+	first, err1 := strconv.Atoi(strings.TrimSpace(a))
+	last, err2 := strconv.Atoi(strings.TrimSpace(z))
+	if err1 != nil || err2 != nil {
+		return fmt.Errorf("invalid uid range %q", string(b))
+	}
+	*r = UIDRange{First: first, Last: last}
 	return nil
 }
 
@@ -249,6 +258,7 @@ func Load(environ []string) (*Config, error) {
 	}
 	c.Languages = normalizeList(c.Languages, sandbox.CanonicalLanguage)
 	c.AllowedOrigins = normalizeList(c.AllowedOrigins, httpserve.ParseOrigin)
+	c.PythonAllowedImports = normalizeList(c.PythonAllowedImports, func(m string) (string, error) { return m, nil })
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -301,8 +311,10 @@ func fieldByName(name string) (reflect.StructField, bool) {
 	return reflect.TypeFor[Config]().FieldByName(name)
 }
 
-// invalid builds the error of a value that parsed but is out of range.
-func invalid(field string, value any, why string) error {
+// Invalid is the error of a value of the setting of Config's field that
+// parsed but is not valid, for why: it names the variable, the value and
+// the accepted values.
+func Invalid(field string, value any, why string) error {
 	f, _ := fieldByName(field)
 	return fmt.Errorf("%s=%v is not valid: %s; use %s", Prefix+f.Tag.Get("env"), value, why, f.Tag.Get("accepted"))
 }
@@ -312,7 +324,7 @@ func (c *Config) Validate() error {
 	var errs []error
 	check := func(ok bool, field string, value any, why string) {
 		if !ok {
-			errs = append(errs, invalid(field, value, why))
+			errs = append(errs, Invalid(field, value, why))
 		}
 	}
 	check(c.Timeout > 0, "Timeout", c.Timeout, "it must be positive")
@@ -343,26 +355,26 @@ func (c *Config) Validate() error {
 	check(c.WorkspaceMode == "ro" || c.WorkspaceMode == "rw", "WorkspaceMode", c.WorkspaceMode, "unknown mode")
 	if c.Workspace != "" {
 		if fi, err := os.Stat(c.Workspace); !filepath.IsAbs(c.Workspace) || err != nil || !fi.IsDir() {
-			errs = append(errs, invalid("Workspace", c.Workspace, "it is not an absolute path to an existing folder"))
+			errs = append(errs, Invalid("Workspace", c.Workspace, "it is not an absolute path to an existing folder"))
 		}
 	}
 	if len(c.Languages) == 0 {
-		errs = append(errs, invalid("Languages", `""`, "no language is enabled"))
+		errs = append(errs, Invalid("Languages", `""`, "no language is enabled"))
 	}
 	for _, l := range c.Languages {
 		if _, ok := sandbox.Languages[l]; !ok {
-			errs = append(errs, invalid("Languages", l, "unknown language"))
+			errs = append(errs, Invalid("Languages", l, "unknown language"))
 		}
 	}
 	for _, f := range c.ProcessDisable {
 		f = strings.ToLower(strings.TrimSpace(f))
 		if f != "" && !slices.Contains([]string{"user", "pid", "network", "ipc", "uts", "mount", "landlock", "seccomp", "cgroup", "uid-range"}, f) {
-			errs = append(errs, invalid("ProcessDisable", f, "unknown feature"))
+			errs = append(errs, Invalid("ProcessDisable", f, "unknown feature"))
 		}
 	}
 	check(c.PythonPolicy == "standard" || c.PythonPolicy == pypolicy.Name, "PythonPolicy", c.PythonPolicy, "unknown policy")
 	check(c.PythonMaxASTNodes >= 100 && c.PythonMaxASTNodes <= 1_000_000, "PythonMaxASTNodes", c.PythonMaxASTNodes, "it is out of range")
-	if err := c.PythonPolicyConfig().Validate(); err != nil {
+	if err := pypolicy.ValidateImports(c.PythonAllowedImports); err != nil {
 		errs = append(errs, fmt.Errorf("CODE_EXEC_PYTHON_ALLOWED_IMPORTS is not valid: %w", err))
 	}
 	errs = append(errs, c.validateNetwork()...)
@@ -372,7 +384,7 @@ func (c *Config) Validate() error {
 	check(c.LogFormat == "text" || c.LogFormat == "json", "LogFormat", c.LogFormat, "unknown format")
 	for _, o := range c.AllowedOrigins {
 		if _, err := httpserve.ParseOrigin(o); err != nil {
-			errs = append(errs, invalid("AllowedOrigins", strconv.Quote(o), err.Error()))
+			errs = append(errs, Invalid("AllowedOrigins", strconv.Quote(o), err.Error()))
 		}
 	}
 	if c.AuthToken != "" && len(c.AuthToken) < 16 {
@@ -424,7 +436,7 @@ func (c *Config) ValidateListen() error {
 	}
 	host, _, err := net.SplitHostPort(c.Addr)
 	if err != nil {
-		return invalid("Addr", c.Addr, err.Error())
+		return Invalid("Addr", c.Addr, err.Error())
 	}
 	if !IsLoopback(host) && c.AuthToken == "" {
 		return fmt.Errorf("refusing to listen on %s without authentication: CODE_EXEC_ADDR is not a loopback address, so set CODE_EXEC_AUTH_TOKEN (clients then send Authorization: Bearer <token>) or listen on 127.0.0.1", c.Addr)
@@ -500,7 +512,7 @@ func (c *Config) ValidateAdmin() error {
 	}
 	host, _, err := net.SplitHostPort(c.AdminAddr)
 	if err != nil {
-		return invalid("AdminAddr", c.AdminAddr, err.Error())
+		return Invalid("AdminAddr", c.AdminAddr, err.Error())
 	}
 	if !IsLoopback(host) && c.AdminToken == "" {
 		return fmt.Errorf("refusing to serve the approvals console on %s without authentication: CODE_EXEC_ADMIN_ADDR is not a loopback address, so set CODE_EXEC_ADMIN_TOKEN or use 127.0.0.1", c.AdminAddr)
@@ -516,7 +528,7 @@ func (c *Config) ValidateMetrics() error {
 	}
 	host, _, err := net.SplitHostPort(c.MetricsAddr)
 	if err != nil {
-		return invalid("MetricsAddr", c.MetricsAddr, err.Error())
+		return Invalid("MetricsAddr", c.MetricsAddr, err.Error())
 	}
 	if !IsLoopback(host) && c.MetricsToken == "" {
 		return fmt.Errorf("refusing to serve metrics on %s without authentication: CODE_EXEC_METRICS_ADDR is not a loopback address, so set CODE_EXEC_METRICS_TOKEN (scrapers then send Authorization: Bearer <token>) or listen on 127.0.0.1", c.MetricsAddr)
@@ -528,40 +540,8 @@ func (c *Config) ValidateMetrics() error {
 // address. An empty host means every interface, which is not loopback.
 func IsLoopback(host string) bool { return httpserve.IsLoopback(host) }
 
-// WorkspaceConfig returns the workspace runs see, or nil for none.
-func (c *Config) WorkspaceConfig() *sandbox.Workspace {
-	if c.Workspace == "" {
-		return nil
-	}
-	return &sandbox.Workspace{Dir: filepath.Clean(c.Workspace), Writable: c.WorkspaceMode == "rw"}
-}
-
-// Limits returns the operator's per-run limits with the given timeout.
-func (c *Config) Limits(timeout time.Duration) sandbox.Limits {
-	return sandbox.Limits{
-		Timeout:       timeout,
-		MemoryBytes:   int64(c.Memory),
-		CPUs:          c.CPUs,
-		Processes:     c.Pids,
-		OpenFiles:     c.OpenFiles,
-		FileSizeBytes: int64(c.FileSize),
-		OutputBytes:   int64(c.MaxOutput),
-	}
-}
-
 // RestrictedPython reports whether CODE_EXEC_PYTHON_POLICY=restricted.
 func (c *Config) RestrictedPython() bool { return c.PythonPolicy == pypolicy.Name }
-
-// PythonPolicyConfig is the restricted-Python policy of the settings.
-func (c *Config) PythonPolicyConfig() pypolicy.Policy {
-	var imports []string
-	for _, m := range c.PythonAllowedImports {
-		if m = strings.TrimSpace(m); m != "" && !slices.Contains(imports, m) {
-			imports = append(imports, m)
-		}
-	}
-	return pypolicy.Policy{AllowedImports: imports, MaxASTNodes: c.PythonMaxASTNodes}
-}
 
 // Setting describes one variable for --help and docs/configuration.md.
 type Setting struct {

@@ -20,7 +20,7 @@ func (c *Config) validateKubernetes() []error {
 	var errs []error
 	check := func(ok bool, field string, value any, why string) {
 		if !ok {
-			errs = append(errs, invalid(field, value, why))
+			errs = append(errs, Invalid(field, value, why))
 		}
 	}
 	check(namespaceName.MatchString(c.K8sNamespace), "K8sNamespace", strconv.Quote(c.K8sNamespace), "it is not a namespace name")
@@ -34,7 +34,7 @@ func (c *Config) validateKubernetes() []error {
 		h, p, err := net.SplitHostPort(a)
 		n, perr := strconv.Atoi(p)
 		if err != nil || perr != nil || n < 1 || n > 65535 || net.ParseIP(h) == nil {
-			errs = append(errs, invalid("K8sNetworkCheckAddrs", a, "it is not an IP address and a port"))
+			errs = append(errs, Invalid("K8sNetworkCheckAddrs", a, "it is not an IP address and a port"))
 		}
 	}
 	if c.Sandbox != sandbox.ModeKubernetes {
@@ -53,13 +53,4 @@ func (c *Config) validateKubernetes() []error {
 		notYet("CODE_EXEC_WORKSPACE", "a folder of this host cannot be given to pods on a cluster; put the files in the request's files argument")
 	}
 	return errs
-}
-
-// KubernetesImage is the sandbox image of kubernetes mode:
-// CODE_EXEC_K8S_IMAGE, or CODE_EXEC_DOCKER_IMAGE's value.
-func (c *Config) KubernetesImage() string {
-	if c.K8sImage != "" {
-		return c.K8sImage
-	}
-	return c.DockerImage
 }

@@ -11,15 +11,11 @@ func TestKubernetesSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.K8sNamespace != "codeexec-runs" || c.KubernetesImage() != "codeexec-sandbox:latest" || c.K8sPoolSize != 2 || c.K8sNetworkCheck != "refuse" || c.K8sRuntimeClass != "" || c.K8sUserNamespaces {
+	if c.K8sNamespace != "codeexec-runs" || c.K8sImage != "" || c.K8sPoolSize != 2 || c.K8sNetworkCheck != "refuse" || c.K8sRuntimeClass != "" || c.K8sUserNamespaces {
 		t.Fatalf("kubernetes defaults: %+v", c)
 	}
-	c, err = Load([]string{"CODE_EXEC_SANDBOX=kubernetes", "CODE_EXEC_DOCKER_IMAGE=codeexec-sandbox:datascience"})
-	if err != nil || c.KubernetesImage() != "codeexec-sandbox:datascience" {
-		t.Fatalf("CODE_EXEC_K8S_IMAGE follows CODE_EXEC_DOCKER_IMAGE: %v %v", c, err)
-	}
 	c, err = Load([]string{"CODE_EXEC_SANDBOX=kubernetes", "CODE_EXEC_K8S_IMAGE=registry.example/sandbox@sha256:00", "CODE_EXEC_K8S_NETWORK_CHECK_ADDRS=10.0.0.5:5432,[fd00::1]:80"})
-	if err != nil || c.KubernetesImage() != "registry.example/sandbox@sha256:00" || len(c.K8sNetworkCheckAddrs) != 2 {
+	if err != nil || c.K8sImage != "registry.example/sandbox@sha256:00" || len(c.K8sNetworkCheckAddrs) != 2 {
 		t.Fatalf("explicit settings: %v %v", c, err)
 	}
 	for _, tt := range []struct {

@@ -57,46 +57,24 @@ func (c *Config) validateNetwork() []error {
 	allow, err := egress.ParseAllowlist(c.NetworkAllow)
 	switch {
 	case err != nil:
-		errs = append(errs, invalid("NetworkAllow", strings.Join(c.NetworkAllow, ","), err.Error()))
+		errs = append(errs, Invalid("NetworkAllow", strings.Join(c.NetworkAllow, ","), err.Error()))
 	case len(allow.Rules()) == 0:
 		errs = append(errs, errors.New("CODE_EXEC_NETWORK=allowlist needs CODE_EXEC_NETWORK_ALLOW: with no destination allowed, use CODE_EXEC_NETWORK=none"))
 	}
 	if _, err := egress.ParsePins(c.NetworkResolve); err != nil {
-		errs = append(errs, invalid("NetworkResolve", c.NetworkResolve, err.Error()))
+		errs = append(errs, Invalid("NetworkResolve", c.NetworkResolve, err.Error()))
 	}
 	if c.NetworkMaxConnections < 1 || c.NetworkMaxConnections > 100000 {
-		errs = append(errs, invalid("NetworkMaxConnections", c.NetworkMaxConnections, "it is out of range"))
+		errs = append(errs, Invalid("NetworkMaxConnections", c.NetworkMaxConnections, "it is out of range"))
 	}
 	if c.NetworkMaxBytes < 1<<10 {
-		errs = append(errs, invalid("NetworkMaxBytes", c.NetworkMaxBytes, "it is below 1k"))
+		errs = append(errs, Invalid("NetworkMaxBytes", c.NetworkMaxBytes, "it is below 1k"))
 	}
 	if c.NetworkConnectTimeout < 100*time.Millisecond || c.NetworkConnectTimeout > 5*time.Minute {
-		errs = append(errs, invalid("NetworkConnectTimeout", c.NetworkConnectTimeout, "it is out of range"))
+		errs = append(errs, Invalid("NetworkConnectTimeout", c.NetworkConnectTimeout, "it is out of range"))
 	}
 	if c.NetworkIdleTimeout < time.Second || c.NetworkIdleTimeout > time.Hour {
-		errs = append(errs, invalid("NetworkIdleTimeout", c.NetworkIdleTimeout, "it is out of range"))
+		errs = append(errs, Invalid("NetworkIdleTimeout", c.NetworkIdleTimeout, "it is out of range"))
 	}
 	return errs
-}
-
-// EgressPolicy returns the egress proxy's policy, or false with
-// CODE_EXEC_NETWORK=none. Names not in CODE_EXEC_NETWORK_RESOLVE are
-// resolved by the system's resolver. Call it on a validated Config.
-func (c *Config) EgressPolicy() (egress.Policy, bool) {
-	if c.Network != NetworkAllowlist {
-		return egress.Policy{}, false
-	}
-	allow, _ := egress.ParseAllowlist(c.NetworkAllow)
-	pins, _ := egress.ParsePins(c.NetworkResolve)
-	return egress.Policy{
-		Allow:        allow,
-		AllowPrivate: c.NetworkAllowPrivate,
-		Resolver:     egress.PinnedResolver{Pins: pins, Next: egress.SystemResolver()},
-		Caps: egress.Caps{
-			Connections:    c.NetworkMaxConnections,
-			Bytes:          int64(c.NetworkMaxBytes),
-			ConnectTimeout: c.NetworkConnectTimeout,
-			IdleTimeout:    c.NetworkIdleTimeout,
-		},
-	}, true
 }

@@ -1,62 +1,143 @@
 #!/usr/bin/env bash
-# Installs gVisor's runsc from Debian's packages and registers it with the
-# local Docker Engine as the runtime "runsc", so that docker mode can run with
+# Builds gVisor's runsc and its containerd shim (containerd-shim-runsc-v1)
+# from gVisor's Go module at the version pinned below, installs them in
+# /usr/local/bin, and registers runsc with the local Docker Engine as the
+# runtime "runsc", with the engine's seccomp profile applied inside gVisor
+# (--oci-seccomp), so that docker mode can run with
 # CODE_EXEC_DOCKER_RUNTIME=runsc.
 #
-# Idempotent and non-interactive; needs root. Downloads nothing but Debian's
-# package (apt-get install runsc). The engine is not restarted: the runtime is
-# added to /etc/docker/daemon.json (other settings are kept) and dockerd is
+# Idempotent and non-interactive; needs root, python3, Go 1.26.3 or newer and,
+# to build, patch (installed with apt-get when missing). Downloads nothing
+# but gVisor's module and its dependencies, through the Go module proxy. The
+# build is kept in $RUNSC_CACHE_DIR under the hash of its inputs (the pinned
+# version, the patch, the build flags, the Go version and architecture), so a
+# second run builds nothing. Debian's runsc package, if installed, is left
+# alone and no longer used. The engine is not restarted: the runtime is
+# written to /etc/docker/daemon.json (other settings are kept) and dockerd is
 # sent SIGHUP, which reloads its runtimes without touching running containers.
 #
 # Environment:
-#   RUNSC_PLATFORM      gVisor platform (default ptrace: works in VMs and
-#                       containers without /dev/kvm; see README)
+#   RUNSC_PLATFORM      gVisor platform (default systrap, gVisor's default: works
+#                       in VMs and containers without /dev/kvm; see docs/modes.md)
 #   RUNSC_EXTRA_ARGS    more runsc flags, space separated (default none)
+#   RUNSC_CACHE_DIR     where builds are kept (default /var/cache/codeexec/gvisor)
 #   DOCKER_DAEMON_JSON  the engine's configuration file (default /etc/docker/daemon.json)
+#   CODE_EXEC_DOCKER_IMAGE  the image of the check run at the end (default
+#                       codeexec-sandbox:latest; the check is skipped without it)
 set -euo pipefail
 
-platform="${RUNSC_PLATFORM:-ptrace}"
+# gVisor's `go` branch, as the Go module proxy serves it (the module has no
+# tagged versions). To move on: `go list -m gvisor.dev/gvisor@latest` gives the
+# newest pseudo-version; check the patch still applies, and whether it is
+# still needed.
+gvisor_version=v0.0.0-20260905035102-160fafc42237
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# runsc's OCI seccomp converter ignores errnoRet (google/gvisor#14688), which
+# breaks every thread under Docker's profile; see the file's header.
+patch_file="$here/gvisor-oci-seccomp-errnoret.patch"
+platform="${RUNSC_PLATFORM:-systrap}"
 conf="${DOCKER_DAEMON_JSON:-/etc/docker/daemon.json}"
-export DEBIAN_FRONTEND=noninteractive
+cache="${RUNSC_CACHE_DIR:-/var/cache/codeexec/gvisor}"
+image="${CODE_EXEC_DOCKER_IMAGE:-codeexec-sandbox:latest}"
+bindir=/usr/local/bin
+runsc_path="$bindir/runsc"
 
 say() { printf 'install-gvisor: %s\n' "$*" >&2; }
 die() { say "error: $*"; exit 1; }
 
-[[ "$(id -u)" == 0 ]] || die "needs root (installs a package and edits $conf)"
+[[ "$(id -u)" == 0 ]] || die "needs root (installs into $bindir and edits $conf)"
 command -v docker >/dev/null 2>&1 || die "the docker CLI is missing (run .ci/ensure-docker.sh)"
 docker info >/dev/null 2>&1 || die "no Docker Engine answers (run .ci/ensure-docker.sh)"
-
-if ! command -v runsc >/dev/null 2>&1; then
-    command -v apt-get >/dev/null 2>&1 || die "runsc is missing and apt-get is not available: install gVisor by hand"
-    say "installing runsc with apt-get"
-    apt-get install -y -q --no-install-recommends runsc </dev/null >/dev/null 2>&1 ||
-        { apt-get update -q </dev/null >/dev/null && apt-get install -y -q --no-install-recommends runsc </dev/null; } ||
-        die "apt-get install runsc failed"
+command -v python3 >/dev/null 2>&1 || die "python3 is needed to edit $conf"
+[[ -f "$patch_file" ]] || die "$patch_file is missing"
+if ! command -v go >/dev/null 2>&1; then
+    [[ -x /usr/local/go/bin/go ]] || die "Go is needed to build runsc (1.26.3 or newer; put it on PATH)"
+    PATH="/usr/local/go/bin:$PATH"
 fi
-runsc_path="$(command -v runsc)"
+
+# The build: static binaries (no cgo), the version runsc reports set to the
+# pinned one, marked as patched. The environment's GOFLAGS, GOOS and the like
+# do not reach it.
+ldflags="-X gvisor.dev/gvisor/runsc/version.version=$gvisor_version+oci-seccomp-errnoret"
+build() { env GOFLAGS= GOWORK=off GOOS= GOARCH= CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" "$@"; }
+key="$(
+    {
+        echo "$gvisor_version"
+        declare -f build
+        echo "$ldflags"
+        sha256sum <"$patch_file"
+        go env GOVERSION GOHOSTARCH
+    } | sha256sum | cut -c1-16
+)"
+out="$cache/$key"
+
+if [[ -x "$out/runsc" && -x "$out/containerd-shim-runsc-v1" ]]; then
+    say "gVisor $gvisor_version: using the build in $out"
+else
+    say "building gVisor $gvisor_version (runsc and containerd-shim-runsc-v1) into $out"
+    if ! command -v patch >/dev/null 2>&1; then
+        command -v apt-get >/dev/null 2>&1 || die "patch is needed to build runsc, and apt-get is not available: install it by hand"
+        say "installing patch with apt-get"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get install -y -q --no-install-recommends patch </dev/null >/dev/null 2>&1 ||
+            { apt-get update -q </dev/null >/dev/null && apt-get install -y -q --no-install-recommends patch </dev/null; } ||
+            die "apt-get install patch failed"
+    fi
+    start=$SECONDS
+    mkdir -p "$cache"
+    work="$(mktemp -d "$cache/.build-XXXXXX")"
+    trap 'rm -rf "$work"' EXIT
+    src="$(cd "$work" && env GOFLAGS= GOWORK=off go mod download -json "gvisor.dev/gvisor@$gvisor_version" |
+        python3 -c 'import json, sys; d = json.load(sys.stdin); print(d.get("Dir") or sys.exit(d.get("Error", "no Dir")))')" ||
+        die "could not download gvisor.dev/gvisor@$gvisor_version through the Go module proxy ($(go env GOPROXY))"
+    cp -r "$src" "$work/src"
+    chmod -R u+w "$work/src"
+    patch -d "$work/src" -p1 --forward --batch --quiet <"$patch_file" ||
+        die "$(basename "$patch_file") does not apply to gVisor $gvisor_version: has the fix landed upstream? (see the patch's header)"
+    mkdir "$work/bin"
+    (cd "$work/src" && build -o "$work/bin/runsc" ./runsc && build -o "$work/bin/containerd-shim-runsc-v1" ./shim) ||
+        die "building runsc failed (see above)"
+    rm -rf "$out"
+    mv "$work/bin" "$out"
+    say "built in $((SECONDS - start)) s"
+fi
+
+# Install the binaries, replacing them (by rename: running sandboxes keep
+# their binary) only when they differ.
+for b in runsc containerd-shim-runsc-v1; do
+    if ! cmp -s "$out/$b" "$bindir/$b"; then
+        install -m 0755 "$out/$b" "$bindir/.$b.codeexec-tmp"
+        mv -f "$bindir/.$b.codeexec-tmp" "$bindir/$b"
+    fi
+done
 say "$("$runsc_path" --version | head -n1) at $runsc_path"
 
+# --oci-seccomp: the engine's seccomp profile (Docker's default) filters the
+# program's system calls inside gVisor, as runc applies it on the host: no user
+# namespace, keyrings, bpf, mounts and the rest it refuses.
 # --network=none: codeexec's containers have no network anyway (network mode
 # none), and runsc then has no network stack at all.
-# Not --oci-seccomp: with it, Debian's runsc applies the engine's profile in a
-# way that makes Node abort at start (node_platform.cc), so the system calls
-# Docker's profile refuses are served by gVisor's own kernel instead.
-args=("--platform=$platform" "--network=none")
+# --host-uds=open: a program may connect to a host unix socket in a folder
+# mounted into its container, as under runc: CODE_EXEC_NETWORK=allowlist
+# reaches codeexec's egress proxy that way, packages on demand too (the only
+# host folders codeexec mounts are the run's socket folder, the packages cache
+# (read-only but for an install's own folder) and CODE_EXEC_WORKSPACE when set).
+args=("--platform=$platform" "--network=none" "--oci-seccomp" "--host-uds=open")
 if [[ -n "${RUNSC_EXTRA_ARGS:-}" ]]; then
     read -r -a extra <<<"$RUNSC_EXTRA_ARGS"
     args+=("${extra[@]}")
 fi
+want="$(python3 -c 'import json, sys; print(json.dumps({"path": sys.argv[1], "runtimeArgs": sys.argv[2:]}, sort_keys=True))' "$runsc_path" "${args[@]}")"
 
-command -v python3 >/dev/null 2>&1 || die "python3 is needed to edit $conf"
 mkdir -p "$(dirname "$conf")"
-changed=$(python3 - "$conf" "$runsc_path" "${args[@]}" <<'EOF'
+changed=$(python3 - "$conf" "$want" <<'EOF'
 import json, os, sys
-conf, path, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+conf, want = sys.argv[1], json.loads(sys.argv[2])
 cur = {}
 if os.path.exists(conf) and os.path.getsize(conf) > 0:
     with open(conf) as f:
         cur = json.load(f)
-want = {"path": path, "runtimeArgs": args}
 if cur.get("runtimes", {}).get("runsc") == want:
     print("no")
     sys.exit(0)
@@ -70,7 +151,11 @@ print("yes")
 EOF
 ) || die "could not update $conf"
 
-registered() { docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; }
+# registered: the engine runs runsc as written in $conf.
+registered() {
+    docker info --format '{{json .Runtimes.runsc}}' 2>/dev/null |
+        python3 -c 'import json, sys; sys.exit(json.dumps(json.load(sys.stdin), sort_keys=True) != sys.argv[1])' "$want" 2>/dev/null
+}
 
 if [[ "$changed" == yes ]] || ! registered; then
     pid="$(pgrep -xo dockerd || true)"
@@ -81,6 +166,17 @@ if [[ "$changed" == yes ]] || ! registered; then
         registered && break
         sleep 0.5
     done
-    registered || die "dockerd did not load the runtime runsc (see its log; is $conf valid, or does a command-line flag conflict with it?)"
+    registered || die "dockerd did not load the runtime runsc as written in $conf (see its log; is $conf valid, or does a command-line flag conflict with it?)"
 fi
-say "ready: the engine knows the runtime runsc; run docker mode with CODE_EXEC_DOCKER_RUNTIME=runsc"
+
+# Which gVisor the engine now runs, and that a program can start a thread
+# under the engine's profile (it cannot without the patch).
+if docker image inspect "$image" >/dev/null 2>&1; then
+    check='cat /proc/version && { ! command -v python3 >/dev/null || python3 -c "import threading; t = threading.Thread(target=int); t.start(); t.join()"; }'
+    got="$(docker run --rm --runtime runsc --network none "$image" /bin/sh -c "$check" 2>&1)" ||
+        die "a container of $image under runsc failed: $got"
+    say "a container under runsc says: $got"
+else
+    say "$image is not there: no check run (build it with docker/build-sandbox-image.sh)"
+fi
+say "ready: the engine runs $runsc_path as the runtime runsc; run docker mode with CODE_EXEC_DOCKER_RUNTIME=runsc"

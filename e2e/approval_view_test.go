@@ -92,7 +92,10 @@ func TestApprovalConsoleShowsEveryCharacter(t *testing.T) {
 	ch := callAsync(a.cs, &mcp.CallToolParams{Name: "code_execute", Arguments: map[string]any{
 		"language": "python", "code": code, "stdin": "yes\u202e\n",
 		"files": []map[string]any{
-			{"path": "invoice\u202efdp.py", "content": "print('invoice')\n"},
+			// Bidirectional controls in a path are refused before any
+			// approval (artifacts.CleanPath); invisible characters that a
+			// path may hold are shown escaped.
+			{"path": "invoice.pdf\u200b\u00ad.py", "content": "print('invoice')\n"},
 			{"path": "lib.py", "content": lib},
 		},
 	}})
@@ -116,8 +119,8 @@ func TestApprovalConsoleShowsEveryCharacter(t *testing.T) {
 	}
 	for _, w := range []string{
 		"U+202E", "U+2066", "U+2069", "U+200B", "U+00AD", "U+E0041", "U+3164", "U+00A0", "U+2028", "U+FE0F", "U+001B", "U+000D", // escapes
-		"alice's laptop (verified)",                      // the client's name, escaped
-		"invoice", "fdp.py", "lib.py", `os.system("id")`, // every file, with its text
+		"alice's laptop (verified)",                                   // the client's name, escaped
+		"invoice.pdf⟨U+200B⟩⟨U+00AD⟩.py", "lib.py", `os.system("id")`, // every file, with its text
 		"yes",                            // stdin
 		"hides or disguises text",        // the risk check's reason
 		`;__import__("os").system("id")`, // the code after the spaces

@@ -221,3 +221,31 @@ func TestHealthz(t *testing.T) {
 		t.Errorf("GET /healthz: %s %q, want 200 ok", resp.Status, body)
 	}
 }
+
+// TestRunHelpersStartFirst: the binary's internal subcommands that process
+// mode starts for every run (the supervisor and the exec stage) run before
+// the heavy packages of the server initialize: sandbox/process/early,
+// which runs them, initializes before the HTTP stack, the MCP SDK, the
+// JSON Schema compiler and the Docker client (see its doc comment for what
+// that saves), as Go's initialization order of the real binary shows.
+func TestRunHelpersStartFirst(t *testing.T) {
+	t.Parallel()
+	_, _, stderr := runBinary(t, map[string]string{"PATH": os_PATH(), "GODEBUG": "inittrace=1"}, "--version")
+	order := map[string]int{}
+	for i, line := range strings.Split(stderr, "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == "init" {
+			if _, seen := order[f[1]]; !seen {
+				order[f[1]] = i
+			}
+		}
+	}
+	early, ok := order["github.com/codeexec/codeexec/sandbox/process/early"]
+	if !ok {
+		t.Fatalf("the binary does not initialize sandbox/process/early:\n%s", stderr)
+	}
+	for _, heavy := range []string{"net/http", "github.com/mark3labs/mcp-go/server", "github.com/santhosh-tekuri/jsonschema/v6", "github.com/moby/moby/client"} {
+		if at, ok := order[heavy]; !ok || at < early {
+			t.Errorf("%s initializes before the run helpers start (at %d, they at %d)", heavy, at, early)
+		}
+	}
+}

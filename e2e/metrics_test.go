@@ -117,3 +117,61 @@ func TestMetricsScrape(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsCountEveryCall: over streamable HTTP, three code_execute calls
+// in a session and one plain call each count once in every run metric
+// (codeexec_runs_total, codeexec_run_duration_seconds and
+// codeexec_queue_wait_seconds), and codeexec_sessions is the number of
+// open sessions: 1 while the session is open, 0 once it is closed. In
+// every mode (docker where an engine answers).
+func TestMetricsCountEveryCall(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"process", "none", "docker"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			testMetricsCountEveryCall(t, mode)
+		})
+	}
+}
+
+func testMetricsCountEveryCall(t *testing.T, mode string) {
+	env, _ := sessionEnv(t, mode, map[string]string{"CODE_EXEC_METRICS_ADDR": "127.0.0.1:0"})
+	s := startHTTP(t, http_, env)
+	base := logField(s.stderr.String(), "metrics", "url")
+	if base == "" {
+		t.Fatalf("the server did not log its metrics URL")
+	}
+	cs := dial(t, s, connectOpts{protocolVersion: "2025-11-25"})
+	before := scrapeMetrics(t, base)
+	id := createSession(t, cs, map[string]any{"language": "python"})
+	if n := sample(scrapeMetrics(t, base), "codeexec_sessions", nil); n != 1 {
+		t.Errorf("codeexec_sessions is %v with one session open, want 1", n)
+	}
+	for _, code := range []string{"x = 41", "print(x + 1)", "x += 1"} {
+		if res, out := inSession(t, cs, id, "python", code); res.IsError || out.ExitCode != 0 {
+			t.Fatalf("in the session, %q: %s", code, text(res))
+		}
+	}
+	if res := call(t, cs, "code_execute", map[string]any{"language": "python", "code": "print(1)"}); res.IsError {
+		t.Fatalf("plain call: %s", text(res))
+	}
+	after := scrapeMetrics(t, base)
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+	}{
+		{"codeexec_runs_total", map[string]string{"mode": mode, "language": "python", "outcome": "ok"}},
+		{"codeexec_run_duration_seconds", map[string]string{"mode": mode, "language": "python"}},
+		{"codeexec_queue_wait_seconds", nil},
+	} {
+		if got := sample(after, c.name, c.labels) - sample(before, c.name, c.labels); got != 4 {
+			t.Errorf("%s%v moved by %v after 3 calls in a session and 1 plain call, want 4", c.name, c.labels, got)
+		}
+	}
+	if res := call(t, cs, "session_close", map[string]any{"session_id": id}); res.IsError {
+		t.Fatalf("session_close: %s", text(res))
+	}
+	if n := sample(scrapeMetrics(t, base), "codeexec_sessions", nil); n != 0 {
+		t.Errorf("codeexec_sessions is %v once the session is closed, want 0", n)
+	}
+}

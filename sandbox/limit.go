@@ -58,8 +58,12 @@ func Limit(next Runner, n int) *Limited {
 	return &Limited{next: next, slots: &slots{n: n, maxBackground: max(n-1, 1), queues: map[string][]*waiter{}, served: map[string]uint64{}, running: map[string]int{}}}
 }
 
-// Run waits for a free slot, then runs req on the wrapped Runner.
+// Run waits for a free slot, then runs req on the wrapped Runner. A request
+// that runs no code (see Request.RunsCode) takes no slot.
 func (l *Limited) Run(ctx context.Context, req Request) (*Result, error) {
+	if !req.RunsCode() {
+		return l.next.Run(ctx, req)
+	}
 	release, err := l.slots.acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("waiting for a free run slot: %w", err)
@@ -94,17 +98,6 @@ func (l *Limited) Capabilities() Capabilities { return l.next.Capabilities() }
 
 // Close closes the wrapped Runner.
 func (l *Limited) Close() error { return l.next.Close() }
-
-// Share returns a Runner that runs on next but takes its slots from l, so
-// that runs on next (a session's, say) count against the same limit. Its
-// Close does nothing.
-func (l *Limited) Share(next Runner) Runner {
-	return &shared{Limited{next: next, slots: l.slots}}
-}
-
-type shared struct{ Limited }
-
-func (*shared) Close() error { return nil }
 
 // slots hands out a Limited's run slots.
 type slots struct {

@@ -109,7 +109,31 @@ type Request struct {
 	// sandbox cannot move it): read-only for a run, writable for the
 	// install phase. Only codeexec's own layers set it, never a client.
 	PackageDir *PackageDir
+	// Session names the session (sandbox/sessions) that the request runs
+	// in: the session router (sessions.Router) runs it there on behalf of
+	// its caller (CallerFrom), who must own that session. Empty runs the
+	// request on its own, from a clean slate.
+	Session string
+	// NewSession, when not nil, makes the request one that runs no code:
+	// it asks for a session of Language whose calls can import Packages
+	// (session_create with packages), which is approved and recorded like
+	// a run. The session router creates the session and names it in
+	// Result.Session; the layers that only concern runs (metrics, run
+	// slots) let such a request by (see RunsCode).
+	NewSession *NewSession
 }
+
+// NewSession is what a request that creates a session asks for besides
+// its Language, Packages and Limits (see Request.NewSession).
+type NewSession struct {
+	// IdleTimeout, if above 0, is the session's own idle timeout (the
+	// server's, if it is shorter).
+	IdleTimeout time.Duration
+}
+
+// RunsCode reports whether req runs code: every request does but one that
+// creates a session (NewSession).
+func (req Request) RunsCode() bool { return req.NewSession == nil }
 
 // PackageDir is a host folder of installed packages given to one run.
 type PackageDir struct {
@@ -204,6 +228,8 @@ type Result struct {
 	// Packages reports the packages the run imported from, when the
 	// request named some (set by sandbox/packages); nil otherwise.
 	Packages *PackagesReport
+	// Session names the session that a request with NewSession created.
+	Session string
 }
 
 // PackagesReport says which packages a run had and where they came from.
@@ -253,14 +279,14 @@ const WorkspaceVariable = "WORKSPACE"
 type WorkspaceStatus struct {
 	// Path is where runs see it (WorkspacePath, or the host folder itself
 	// where the sandbox cannot move it).
-	Path string `json:"path"`
+	Path string `json:"path" jsonschema:"where runs see it; the WORKSPACE variable says so too"`
 	// HostDir is the folder on the host.
 	HostDir string `json:"host_dir"`
 	// Writable: runs may change it.
 	Writable bool `json:"writable"`
 	// Enforced: read-only really is read-only for runs (always true when
 	// Writable).
-	Enforced bool `json:"enforced"`
+	Enforced bool `json:"enforced" jsonschema:"read-only really is read-only for runs"`
 	// Detail says how it is made visible and protected.
 	Detail string `json:"detail,omitempty"`
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/codeexec/codeexec/approvals"
+	"github.com/codeexec/codeexec/approvals/audit"
 	"github.com/codeexec/codeexec/server/httpserve"
 )
 
@@ -70,9 +71,10 @@ const AdminHeader = "X-Codeexec-Admin"
 // data and is served to anyone; it asks for the token, or takes it from
 // the URL's fragment (#token=...).
 type Admin struct {
-	gate  *approvals.Gate
-	token string
-	log   *slog.Logger
+	gate    Gate
+	history History
+	token   string
+	log     *slog.Logger
 	// LongPoll bounds how long GET /api/pending?wait=1 waits (25s if 0).
 	LongPoll time.Duration
 	// AllowedOrigins are the web origins, besides the console's own, whose
@@ -81,13 +83,20 @@ type Admin struct {
 	AllowedOrigins []string
 }
 
-// NewAdmin returns the admin handler for gate. token must not be empty: with
-// an empty token every API call is refused.
-func NewAdmin(gate *approvals.Gate, token string, log *slog.Logger) *Admin {
+// History is what the record says of the latest requests (audit.Log),
+// for GET /api/recent.
+type History interface {
+	Recent(n int) []audit.Activity
+}
+
+// NewAdmin returns the admin handler for gate, whose latest requests
+// history keeps. token must not be empty: with an empty token every API
+// call is refused.
+func NewAdmin(gate Gate, history History, token string, log *slog.Logger) *Admin {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Admin{gate: gate, token: token, log: log}
+	return &Admin{gate: gate, history: history, token: token, log: log}
 }
 
 // PendingList is the answer of GET /api/pending.
@@ -102,8 +111,8 @@ type PendingList struct {
 // RecentList is the answer of GET /api/recent: what the audit record says
 // about the latest requests, latest first.
 type RecentList struct {
-	Recent []approvals.Activity `json:"recent"`
-	Now    time.Time            `json:"now"`
+	Recent []audit.Activity `json:"recent"`
+	Now    time.Time        `json:"now"`
 }
 
 // Answer is the body of POST /api/requests/{id}/approve and /deny.
@@ -209,7 +218,7 @@ func (a *Admin) recent(r *http.Request) (int, any) {
 	if v, err := strconv.Atoi(r.URL.Query().Get("n")); err == nil && v > 0 {
 		n = min(v, 100)
 	}
-	return http.StatusOK, RecentList{Recent: a.gate.Recent(n), Now: time.Now().UTC()}
+	return http.StatusOK, RecentList{Recent: a.history.Recent(n), Now: time.Now().UTC()}
 }
 
 func (a *Admin) answer(r *http.Request) (int, any) {

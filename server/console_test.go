@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/codeexec/codeexec/approvals"
+	"github.com/codeexec/codeexec/approvals/audit"
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 )
@@ -32,15 +33,16 @@ type adminFixture struct {
 func newAdminFixture(t *testing.T, token string, allowedOrigins ...string) adminFixture {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
-	log, err := approvals.OpenAudit(path)
+	log, err := audit.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { log.Close() })
-	gate := approvals.NewGate(&sandboxtest.Fake{Caps: sandbox.Capabilities{Mode: sandbox.ModeProcess}},
-		approvals.GateConfig{Policy: approvals.PolicyAlways, Timeout: time.Minute, Audit: log, OutOfBand: true, WaitInterval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	rec := audit.Wrap(&sandboxtest.Fake{Caps: sandbox.Capabilities{Mode: sandbox.ModeProcess}}, log, slog.New(slog.DiscardHandler))
+	gate := approvals.NewGate(rec,
+		approvals.GateConfig{Policy: approvals.PolicyAlways, Timeout: time.Minute, Record: rec, OutOfBand: true, WaitInterval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	t.Cleanup(func() { gate.Close() })
-	admin := NewAdmin(gate, token, slog.New(slog.DiscardHandler))
+	admin := NewAdmin(gate, log, token, slog.New(slog.DiscardHandler))
 	admin.LongPoll = 2 * time.Second
 	admin.AllowedOrigins = allowedOrigins
 	srv := httptest.NewServer(admin.Handler())
@@ -53,9 +55,9 @@ func newAdminFixture(t *testing.T, token string, allowedOrigins ...string) admin
 func (f adminFixture) startRun(t *testing.T, code string) (approvals.Ask, chan error) {
 	t.Helper()
 	errc := make(chan error, 1)
-	run := f.gate.For(approvals.Call{Requester: approvals.Requester{Client: "test-client 1.0", Transport: "stdio"}})
+	ctx := approvals.WithCall(context.Background(), approvals.Call{Requester: approvals.Requester{Client: "test-client 1.0", Transport: "stdio"}})
 	go func() {
-		_, err := run.Run(context.Background(), sandbox.Request{Language: "python", Code: code, Limits: sandbox.Limits{Timeout: time.Second}})
+		_, err := f.gate.Run(ctx, sandbox.Request{Language: "python", Code: code, Limits: sandbox.Limits{Timeout: time.Second}})
 		errc <- err
 	}()
 	deadline := time.Now().Add(5 * time.Second)

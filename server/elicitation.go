@@ -11,35 +11,32 @@ import (
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
 	"github.com/codeexec/codeexec/approvals"
+	"github.com/codeexec/codeexec/approvals/audit"
 	"github.com/codeexec/codeexec/sandbox"
 )
 
 // approvalInputID is the key of the elicitation in the input requests.
 const approvalInputID = "approval"
 
-// runnerFor returns the Runner of one tool call that needs approval where
-// runs do (code_execute, and session_create with packages): the server's
-// Runner, told (when it is an approvals.Gate) who asks, how to ask the
-// person behind the client, and the answer the call brings back, if any.
-// c says what the call is besides its request: the session it runs in
-// (Session), the Runner that does it once approved instead of the server's
-// (Next: the session's, or the session's creation) and, for a call that
-// runs no code, what it does (Action).
-func (s *Server) runnerFor(ctx context.Context, call mcp.CallToolRequest, c approvals.Call) sandbox.Runner {
+// callContext is ctx with who asks, for the runner chain: the client whose
+// run slots and sessions these are (sandbox.WithCaller: a task's run leaves
+// a slot to the calls that clients wait on, see sandbox.Limit), and the
+// requester (approvals.WithCall) with, where there is an approval gate, how
+// to ask the person behind the client and the answer the call brings
+// back, if any.
+func (s *Server) callContext(ctx context.Context, call mcp.CallToolRequest) context.Context {
+	ctx = sandbox.WithCaller(ctx, sandbox.Caller{Client: s.owner(ctx), Background: inTask(ctx)})
+	c := approvals.Call{Requester: s.requester(ctx)}
 	if s.gate == nil {
-		if c.Next != nil {
-			return c.Next
-		}
-		return s.runner
+		return approvals.WithCall(ctx, c)
 	}
-	c.Requester = s.requester(ctx)
 	by := "the user of " + clientName(c.Requester)
 	if rt := call.Params.MultiRoundTripParams; rt.RequestState != "" || len(rt.InputResponses) > 0 {
 		// A retry that carries an answer: the Gate checks that its state
 		// was signed for exactly these arguments, once, in time.
 		_ = rt.InputResponses.DecodeFor(mcp.InputRequests{approvalInputID: mcp.NewElicitationInputRequest(mcp.ElicitationParams{})})
 		c.Answer = &approvals.Answer{State: rt.RequestState, Decision: elicitationDecision(mcpserver.ElicitationResponse(rt.InputResponses, approvalInputID), by)}
-		return s.gate.For(c)
+		return approvals.WithCall(ctx, c)
 	}
 	switch {
 	case !s.opts.Elicit || !clientCanElicit(ctx):
@@ -54,7 +51,7 @@ func (s *Server) runnerFor(ctx context.Context, call mcp.CallToolRequest, c appr
 		c.Approver = elicitationRequest{s: s, by: by}
 		c.Waiting = s.progressReporter(ctx, call)
 	}
-	return s.gate.For(c)
+	return approvals.WithCall(ctx, c)
 }
 
 // inputRequester hands the question to the client: the result of the call
@@ -313,7 +310,7 @@ func approvalErrorMessage(err error) (string, bool) {
 	switch {
 	case errors.As(err, &denied):
 		return denied.Sentence(), true
-	case errors.Is(err, approvals.ErrAudit):
+	case errors.Is(err, audit.ErrWrite):
 		return "The request was stopped because the audit log (CODE_EXEC_AUDIT_LOG) could not be written; this is a server-side problem, so tell the operator.", true
 	}
 	return "", false
@@ -365,7 +362,7 @@ func (s *Server) approvalDescription() string {
 	}
 	fmt.Fprintf(&b, "; no answer within %s means denied", g.Timeout())
 	b.WriteString("; " + s.WhoCanApprove())
-	if p := g.Audit().Path(); p != "" {
+	if s.opts.AuditLog != "" {
 		b.WriteString("; every request, decision and run is recorded in the audit log")
 	}
 	return b.String()

@@ -32,6 +32,7 @@ func newGatedServer(t *testing.T, elicit bool) (*Server, *atomic.Int32) {
 	t.Cleanup(func() { gate.Close() })
 	opts := testOptions()
 	opts.Elicit = elicit
+	opts.Approvals = gate
 	return New(gate, opts), runs
 }
 

@@ -105,13 +105,13 @@ func filesErrorMessage(err error) string {
 // ArtifactOutput is one file that a run created or changed, in
 // code_execute's structuredContent.
 type ArtifactOutput struct {
-	Path     string `json:"path"`
-	Size     int64  `json:"size"`
+	Path     string `json:"path" jsonschema:"Relative to the working directory."`
+	Size     int64  `json:"size" jsonschema:"Bytes."`
 	MIMEType string `json:"mime_type"`
-	SHA256   string `json:"sha256"`
+	SHA256   string `json:"sha256" jsonschema:"Hex SHA-256 of the content."`
 	// URI is where resources/read serves it, for CODE_EXEC_ARTIFACT_TTL;
 	// empty when it could not be kept.
-	URI string `json:"uri,omitempty"`
+	URI string `json:"uri,omitempty" jsonschema:"codeexec://runs/<run id>/<path>, served by resources/read; absent when the file could not be kept."`
 }
 
 // resourceLinkSince is the first protocol version with resource_link

@@ -226,7 +226,7 @@ func TestFilesAndArtifactsInASession(t *testing.T) {
 	opts.Sessions, opts.SessionIdleTimeout = m, time.Minute
 	opts.Artifacts = artifacts.Options{MaxArtifacts: 5}
 	opts.Store = artifacts.NewStore(time.Minute, 1<<20)
-	s := New(r, opts)
+	s := New(sessions.Route(m, r), opts)
 	alice := s.mcp.WithContext(context.Background(), fakeSession{id: "alice"})
 	res, _ := s.handleSessionCreate(alice, toolCall(ToolSessionCreate, map[string]any{}))
 	if res.IsError {

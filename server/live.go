@@ -120,7 +120,9 @@ func (l *liveRun) close() {
 	}
 	l.lines.Close()
 	l.waitDrained()
-	sent, lost := l.lines.Stats()
-	l.s.opts.Metrics.ProgressSent(sent)
-	l.s.opts.Metrics.ProgressDropped(lost)
+	if p := l.s.opts.Progress; p != nil {
+		sent, lost := l.lines.Stats()
+		p.ProgressSent(sent)
+		p.ProgressDropped(lost)
+	}
 }

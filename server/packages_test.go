@@ -128,10 +128,11 @@ func TestSessionCreateWithPackagesIsApproved(t *testing.T) {
 	m := sessions.New(sessions.Config{Backend: countingBackend{started}, MaxSessions: 4, IdleTimeout: time.Minute, MaxLifetime: time.Hour})
 	t.Cleanup(func() { _ = m.Shutdown() })
 	fake := &sandboxtest.Fake{Caps: sandbox.Capabilities{Mode: sandbox.ModeProcess}}
-	gate := approvals.NewGate(fake, approvals.GateConfig{Policy: approvals.PolicyAlways, Timeout: time.Minute, Logger: slog.New(slog.DiscardHandler)})
+	gate := approvals.NewGate(sessions.Route(m, fake), approvals.GateConfig{Policy: approvals.PolicyAlways, Timeout: time.Minute, Logger: slog.New(slog.DiscardHandler)})
 	t.Cleanup(func() { gate.Close() })
 	opts := testOptions()
 	opts.Elicit = true
+	opts.Approvals = gate
 	opts.Sessions, opts.SessionIdleTimeout = m, time.Minute
 	opts.Packages = fakePackages{packages.Info{Enabled: true, PipIndexURL: "http://127.0.0.1:1/simple/", Detail: "on"}}
 	s := New(gate, opts)

@@ -4,8 +4,12 @@
 // through the client (MCP elicitation) when runs need approval, and the
 // approvals console and its API.
 //
-// The server knows nothing of the configuration: Options carries what it
-// needs, and cmd/codeexec fills it in.
+// The server knows nothing of the configuration nor of the sandbox modes:
+// it is given the runner chain that cmd/codeexec builds, once, and Options
+// with what it needs besides, among them the few parts of the chain that
+// it calls directly (the approval gate, the sessions). Each call's request
+// goes through the chain; who asks and how to ask them travel in its
+// context (sandbox.WithCaller, approvals.WithCall).
 package server
 
 import (
@@ -20,7 +24,6 @@ import (
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/artifacts"
 	"github.com/codeexec/codeexec/sandbox/sessions"
-	"github.com/codeexec/codeexec/server/metrics"
 	"github.com/codeexec/codeexec/server/tasks"
 )
 
@@ -46,9 +49,8 @@ const Name = "codeexec"
 type Server struct {
 	opts   Options
 	runner sandbox.Runner
-	// gate is runner when it is an approvals.Gate (nil otherwise): each
-	// call tells it who asks and how to ask them.
-	gate *approvals.Gate
+	// gate is Options.Approvals (nil without one).
+	gate Gate
 	log  *slog.Logger
 	mcp  *mcpserver.MCPServer
 	mode sandbox.Mode
@@ -115,9 +117,9 @@ type Options struct {
 	// ("" without a console); it is shown to the client while a run waits.
 	ConsoleURL string
 
-	// Metrics, if not nil, records every run (see metrics.Wrap) and the
-	// progress notifications.
-	Metrics *metrics.Metrics
+	// Progress, if not nil, counts the progress notifications
+	// (server/metrics).
+	Progress Progress
 	// Tasks, if not nil, lets clients run code_execute as an MCP task
 	// (protocol 2025-11-25, and the 2026-07-28 extension
 	// io.modelcontextprotocol/tasks over streamable HTTP and stdio). The
@@ -139,21 +141,27 @@ type Options struct {
 	Packages Packages
 
 	// Sessions, if not nil, offers the session tools (session_create,
-	// session_close, session_list) and code_execute's session_id. The
-	// Server does not shut it down.
-	Sessions *sessions.Manager
+	// session_close, session_list) and code_execute's session_id; the
+	// runner chain must then route requests that name a session
+	// (sessions.Router). The Server does not shut it down.
+	Sessions Sessions
 	// SessionIdleTimeout is the most a session_create may ask for as its
 	// own idle timeout (the Manager's).
 	SessionIdleTimeout time.Duration
-	// SessionSlots, if set, wraps the Runner of a call in a session, so
-	// that it takes a run slot as other runs do (see sandbox.Limited.Share).
-	SessionSlots func(sandbox.Runner) sandbox.Runner
+
+	// Approvals, if not nil, is the approval gate of the runner chain: the
+	// console answers its requests, sandbox_info describes its policy, and
+	// each call's context tells it who asks and how to ask them.
+	Approvals Gate
+	// AuditLog is the audit log's path ("" without one), for sandbox_info.
+	AuditLog string
 }
 
-// New builds the MCP server around runner. runner should already enforce the
-// concurrency limit (see sandbox.Limit); the Server does not close it. When
-// runner is an *approvals.Gate, each call tells it who asks and, with
-// opts.Elicit, asks the person behind the client too (see approvals.Call).
+// New builds the MCP server around runner, the runner chain that every
+// call's request goes through (see cmd/codeexec): it should already
+// enforce the concurrency limit (sandbox.Limit) and hold opts.Approvals
+// and the session router of opts.Sessions, if any. The Server does not
+// close it.
 func New(runner sandbox.Runner, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -164,9 +172,8 @@ func New(runner sandbox.Runner, opts Options) *Server {
 	if opts.TaskMaxTimeout < opts.MaxTimeout {
 		opts.TaskMaxTimeout = opts.MaxTimeout
 	}
-	s := &Server{opts: opts, runner: runner, log: opts.Logger, runs: map[string]map[*int]context.CancelFunc{},
+	s := &Server{opts: opts, runner: runner, gate: opts.Approvals, log: opts.Logger, runs: map[string]map[*int]context.CancelFunc{},
 		mode: runner.Capabilities().Mode, tasks: opts.Tasks}
-	s.gate, _ = runner.(*approvals.Gate)
 	hooks := &mcpserver.Hooks{}
 	var serverOpts []mcpserver.ServerOption
 	if s.tasks != nil {
@@ -205,6 +212,38 @@ func New(runner sandbox.Runner, opts Options) *Server {
 	}
 	return s
 }
+
+// Gate is what the server calls of the approval gate of its runner chain
+// (approvals.Gate) directly: the console lists and answers its Broker's
+// requests, a client session that ends withdraws its own, and sandbox_info
+// describes its policy and timeout.
+type Gate interface {
+	Broker() *approvals.Broker
+	Policy() approvals.Policy
+	Timeout() time.Duration
+}
+
+// Sessions is what the server calls of the session Manager
+// (sessions.Manager) directly, for the session tools; owner is the
+// caller's key (see Server.owner). Calls in a session go through the
+// runner chain instead (sandbox.Request.Session).
+type Sessions interface {
+	Create(ctx context.Context, owner string, o sessions.CreateOptions) (sessions.Info, error)
+	Check(owner, id string) (sessions.Info, error)
+	Close(owner, id string) error
+	CloseOwner(owner string) int
+	List(owner string) []sessions.Info
+	Limits() (maxSessions int, idle, lifetime time.Duration)
+}
+
+// Progress counts the progress notifications of live output
+// (metrics.Metrics).
+type Progress interface {
+	ProgressSent(n int)
+	ProgressDropped(n int)
+}
+
+var _ Sessions = (*sessions.Manager)(nil)
 
 // trackRun derives the context of one run, which is cancelled when its
 // client session goes away (an SSE client that disconnects, for example).

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -15,7 +14,6 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
-	"github.com/codeexec/codeexec/approvals"
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/sessions"
 )
@@ -106,20 +104,20 @@ var sessionListArgs = argList{tool: ToolSessionList}
 
 // SessionOutput describes one session in the tools' structuredContent.
 type SessionOutput struct {
-	SessionID string `json:"session_id"`
+	SessionID string `json:"session_id" jsonschema:"Pass it to code_execute to run code in the session."`
 	Language  string `json:"language"`
 	// KeepsVariables says whether variables persist (python, javascript)
 	// or only files (bash).
-	KeepsVariables     bool    `json:"keeps_variables"`
-	Calls              int     `json:"calls"`
-	Busy               bool    `json:"busy"`
-	AgeSeconds         float64 `json:"age_seconds"`
-	IdleSeconds        float64 `json:"idle_seconds"`
+	KeepsVariables     bool    `json:"keeps_variables" jsonschema:"Variables persist between calls (python, javascript); otherwise only files do (bash)."`
+	Calls              int     `json:"calls" schema:"optional"`
+	Busy               bool    `json:"busy" schema:"optional"`
+	AgeSeconds         float64 `json:"age_seconds" schema:"optional"`
+	IdleSeconds        float64 `json:"idle_seconds" schema:"optional"`
 	IdleTimeoutSeconds float64 `json:"idle_timeout_seconds"`
 	// ExpiresInSeconds is how long the session has left if no call comes.
-	ExpiresInSeconds float64 `json:"expires_in_seconds"`
+	ExpiresInSeconds float64 `json:"expires_in_seconds" jsonschema:"The session ends after this long without a call."`
 	// Packages are the packages installed for the session at its creation.
-	Packages []string `json:"packages,omitempty"`
+	Packages []string `json:"packages,omitempty" jsonschema:"The packages installed for the session when it was created."`
 }
 
 func sessionOutput(i sessions.Info, now time.Time) SessionOutput {
@@ -133,42 +131,16 @@ func sessionOutput(i sessions.Info, now time.Time) SessionOutput {
 	}
 }
 
-const sessionOutputSchema = `{
-  "type": "object",
-  "properties": {
-    "session_id": {"type": "string", "description": "Pass it to code_execute to run code in the session."},
-    "language": {"type": "string"},
-    "keeps_variables": {"type": "boolean", "description": "Variables persist between calls (python, javascript); otherwise only files do (bash)."},
-    "calls": {"type": "integer"},
-    "busy": {"type": "boolean"},
-    "age_seconds": {"type": "number"},
-    "idle_seconds": {"type": "number"},
-    "idle_timeout_seconds": {"type": "number"},
-    "expires_in_seconds": {"type": "number", "description": "The session ends after this long without a call."},
-    "packages": {"type": "array", "items": {"type": "string"}, "description": "The packages installed for the session when it was created."}
-  },
-  "required": ["session_id", "language", "keeps_variables", "idle_timeout_seconds", "expires_in_seconds"]
-}`
-
-var sessionListOutputSchema = `{
-  "type": "object",
-  "properties": {
-    "sessions": {"type": "array", "items": ` + sessionOutputSchema + `},
-    "max_sessions": {"type": "integer", "description": "Sessions that may exist at once, all clients together."}
-  },
-  "required": ["sessions", "max_sessions"]
-}`
-
-var sessionCloseOutputSchema = `{
-  "type": "object",
-  "properties": {"session_id": {"type": "string"}, "closed": {"type": "boolean"}},
-  "required": ["session_id", "closed"]
-}`
-
 // SessionListOutput is session_list's structuredContent.
 type SessionListOutput struct {
 	Sessions    []SessionOutput `json:"sessions"`
-	MaxSessions int             `json:"max_sessions"`
+	MaxSessions int             `json:"max_sessions" jsonschema:"Sessions that may exist at once, all clients together."`
+}
+
+// SessionCloseOutput is session_close's structuredContent.
+type SessionCloseOutput struct {
+	SessionID string `json:"session_id"`
+	Closed    bool   `json:"closed"`
 }
 
 func sessionTools(o *Options) []mcp.Tool {
@@ -183,7 +155,7 @@ func sessionTools(o *Options) []mcp.Tool {
 				"Sessions end after %s without a call, %s after they start, or with session_close; at most %d exist at once.",
 				idle, life, maxN),
 			RawInputSchema:  argSchema(sessionCreateArgs(&SessionCreateArgs{}, o)),
-			RawOutputSchema: json.RawMessage(sessionOutputSchema),
+			RawOutputSchema: outputSchema[SessionOutput](),
 			Annotations: mcp.ToolAnnotation{
 				Title: "Create a session", ReadOnlyHint: mcp.ToBoolPtr(false), DestructiveHint: mcp.ToBoolPtr(false),
 				IdempotentHint: mcp.ToBoolPtr(false), OpenWorldHint: mcp.ToBoolPtr(false),
@@ -194,7 +166,7 @@ func sessionTools(o *Options) []mcp.Tool {
 			Title:           "Close a session",
 			Description:     "End a session: its processes stop and its files and container are removed.",
 			RawInputSchema:  argSchema(sessionCloseArgs(new(string))),
-			RawOutputSchema: json.RawMessage(sessionCloseOutputSchema),
+			RawOutputSchema: outputSchema[SessionCloseOutput](),
 			Annotations: mcp.ToolAnnotation{
 				Title: "Close a session", ReadOnlyHint: mcp.ToBoolPtr(false), DestructiveHint: mcp.ToBoolPtr(true),
 				IdempotentHint: mcp.ToBoolPtr(true), OpenWorldHint: mcp.ToBoolPtr(false),
@@ -205,7 +177,7 @@ func sessionTools(o *Options) []mcp.Tool {
 			Title:           "List your sessions",
 			Description:     "List the sessions this client created and that are still open, with their age, idle time and when they expire.",
 			RawInputSchema:  argSchema(sessionListArgs),
-			RawOutputSchema: json.RawMessage(sessionListOutputSchema),
+			RawOutputSchema: outputSchema[SessionListOutput](),
 			Annotations: mcp.ToolAnnotation{
 				Title: "List your sessions", ReadOnlyHint: mcp.ToBoolPtr(true), DestructiveHint: mcp.ToBoolPtr(false),
 				IdempotentHint: mcp.ToBoolPtr(true), OpenWorldHint: mcp.ToBoolPtr(false),
@@ -244,45 +216,24 @@ func (s *Server) handleSessionCreate(ctx context.Context, req mcp.CallToolReques
 }
 
 // createSession creates a session for the caller. One with packages is a
-// request like a run's, with no code: where there is an approvals gate it
-// goes through it (runnerFor), so that it waits for a person when the
-// policy says so (always: the risk check finds nothing in empty code) and
-// is recorded in the audit log; its packages are installed and the session
-// starts only once it is allowed.
+// request like a run's, with no code (sandbox.Request.NewSession): it goes
+// through the runner chain, so that it waits for a person where the policy
+// says so (always: the risk check finds nothing in empty code) and is
+// recorded in the audit log; its packages are installed and the session
+// starts, in the session router, only once it is allowed. One without
+// packages starts nothing before its first call and is not a request.
 func (s *Server) createSession(ctx context.Context, call mcp.CallToolRequest, o sessions.CreateOptions) (sessions.Info, error) {
 	owner := s.owner(ctx)
-	if len(o.Packages) == 0 || s.gate == nil {
+	if len(o.Packages) == 0 {
 		return s.opts.Sessions.Create(ctx, owner, o)
 	}
-	c := &sessionCreation{m: s.opts.Sessions, owner: owner, opts: o, caps: s.runner.Capabilities()}
-	req := sandbox.Request{Language: o.Language, Packages: o.Packages}
-	_, err := s.runnerFor(ctx, call, approvals.Call{Next: c, Action: approvals.ActionSessionCreate}).Run(ctx, req)
-	return c.info, err
-}
-
-// sessionCreation is the Runner that creates a session once the gate let
-// its request through; info is the session, once created.
-type sessionCreation struct {
-	m     *sessions.Manager
-	owner string
-	opts  sessions.CreateOptions
-	caps  sandbox.Capabilities
-	info  sessions.Info
-}
-
-func (c *sessionCreation) Run(ctx context.Context, _ sandbox.Request) (*sandbox.Result, error) {
-	start := time.Now()
-	info, err := c.m.Create(ctx, c.owner, c.opts)
+	req := sandbox.Request{Language: o.Language, Packages: o.Packages, Limits: o.Limits, NewSession: &sandbox.NewSession{IdleTimeout: o.IdleTimeout}}
+	res, err := s.runner.Run(s.callContext(ctx, call), req)
 	if err != nil {
-		return nil, err
+		return sessions.Info{}, err
 	}
-	c.info = info
-	return &sandbox.Result{Sandbox: c.caps.Mode, Duration: time.Since(start)}, nil
+	return s.opts.Sessions.Check(owner, res.Session)
 }
-
-func (c *sessionCreation) Capabilities() sandbox.Capabilities { return c.caps }
-
-func (c *sessionCreation) Close() error { return nil }
 
 func (s *Server) handleSessionClose(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	var id string
@@ -294,7 +245,7 @@ func (s *Server) handleSessionClose(ctx context.Context, req mcp.CallToolRequest
 	}
 	return &mcp.CallToolResult{
 		Content:           []mcp.Content{mcp.NewTextContent("Session " + id + " is closed: its processes stopped and its files are removed.")},
-		StructuredContent: map[string]any{"session_id": id, "closed": true},
+		StructuredContent: SessionCloseOutput{SessionID: id, Closed: true},
 	}, nil
 }
 
@@ -340,19 +291,3 @@ func sessionErrorMessage(err error) string {
 	}
 	return fmt.Sprintf("The session could not be used: %v.", err)
 }
-
-// sessionRunner runs a call in one session of one owner: the Runner that
-// the approvals gate (or the handler) hands the call to.
-type sessionRunner struct {
-	m         *sessions.Manager
-	owner, id string
-	caps      sandbox.Capabilities
-}
-
-func (r sessionRunner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
-	return r.m.Exec(ctx, r.owner, r.id, req)
-}
-
-func (r sessionRunner) Capabilities() sandbox.Capabilities { return r.caps }
-
-func (r sessionRunner) Close() error { return nil }

@@ -41,7 +41,7 @@ func newSessionServer(t *testing.T) *Server {
 	opts := testOptions()
 	opts.Sessions, opts.SessionIdleTimeout = m, time.Minute
 	fake := &sandboxtest.Fake{Caps: sandbox.Capabilities{Mode: sandbox.ModeProcess}}
-	return New(fake, opts)
+	return New(sessions.Route(m, fake), opts)
 }
 
 func toolCall(name string, args any) mcp.CallToolRequest {

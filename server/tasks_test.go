@@ -247,7 +247,7 @@ func TestModernTaskApproval(t *testing.T) {
 	var runs atomic.Int32
 	gate := approvals.NewGate(countingRunner(&runs), approvals.GateConfig{Policy: approvals.PolicyAlways, Timeout: time.Minute, Logger: slog.New(slog.DiscardHandler)})
 	t.Cleanup(func() { gate.Close() })
-	ts := newTaskServer(t, gate)
+	ts := newTaskServerWith(t, gate, tasks.Config{}, func(o *Options) { o.Approvals = gate })
 	res, _ := ts.modern("tools/call", `{"name":"code_execute","arguments":{"language":"python","code":"z"}}`, true)
 	id, _ := res["taskId"].(string)
 	asking := ts.pollModern(id, "input_required")

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/codeexec/codeexec/approvals"
+	"github.com/codeexec/codeexec/approvals/audit"
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/artifacts"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
@@ -33,15 +34,16 @@ type adminFixture struct {
 func newAdminFixture(t *testing.T, token string) adminFixture {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
-	log, err := approvals.OpenAudit(path)
+	log, err := audit.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { log.Close() })
-	gate := approvals.NewGate(&sandboxtest.Fake{Caps: sandbox.Capabilities{Mode: sandbox.ModeProcess}},
-		approvals.GateConfig{Policy: approvals.PolicyAlways, Timeout: time.Minute, Audit: log, OutOfBand: true, Logger: slog.New(slog.DiscardHandler)})
+	rec := audit.Wrap(&sandboxtest.Fake{Caps: sandbox.Capabilities{Mode: sandbox.ModeProcess}}, log, slog.New(slog.DiscardHandler))
+	gate := approvals.NewGate(rec,
+		approvals.GateConfig{Policy: approvals.PolicyAlways, Timeout: time.Minute, Record: rec, OutOfBand: true, Logger: slog.New(slog.DiscardHandler)})
 	t.Cleanup(func() { gate.Close() })
-	srv := httptest.NewServer(server.NewAdmin(gate, token, slog.New(slog.DiscardHandler)).Handler())
+	srv := httptest.NewServer(server.NewAdmin(gate, log, token, slog.New(slog.DiscardHandler)).Handler())
 	t.Cleanup(srv.Close)
 	return adminFixture{gate: gate, srv: srv, audit: path}
 }
@@ -57,17 +59,9 @@ func (f adminFixture) startRun(t *testing.T, code string) (approvals.Ask, chan e
 // of its result, once it is pending.
 func (f adminFixture) start(t *testing.T, requester approvals.Requester, req sandbox.Request) (approvals.Ask, chan error) {
 	t.Helper()
-	return f.startCall(t, approvals.Call{Requester: requester}, req)
-}
-
-// startCall starts req through the gate as call and returns it, with the
-// channel of its result, once it is pending.
-func (f adminFixture) startCall(t *testing.T, call approvals.Call, req sandbox.Request) (approvals.Ask, chan error) {
-	t.Helper()
 	errc := make(chan error, 1)
-	run := f.gate.For(call)
 	go func() {
-		_, err := run.Run(context.Background(), req)
+		_, err := f.gate.Run(approvals.WithCall(context.Background(), approvals.Call{Requester: requester}), req)
 		errc <- err
 	}()
 	deadline := time.Now().Add(5 * time.Second)
@@ -213,8 +207,8 @@ func TestApprovalsListShowsASessionCreation(t *testing.T) {
 	t.Parallel()
 	f := newAdminFixture(t, testAdminToken)
 	env := []string{"CODE_EXEC_ADMIN_ADDR=" + strings.TrimPrefix(f.srv.URL, "http://"), "CODE_EXEC_ADMIN_TOKEN=" + testAdminToken}
-	call := approvals.Call{Requester: approvals.Requester{Client: "agent 1.0", Transport: "stdio"}, Action: approvals.ActionSessionCreate}
-	ask, errc := f.startCall(t, call, sandbox.Request{Language: "python", Packages: []string{"tabulate==0.9.0"}, Limits: sandbox.Limits{Timeout: time.Second}})
+	requester := approvals.Requester{Client: "agent 1.0", Transport: "stdio"}
+	ask, errc := f.start(t, requester, sandbox.Request{Language: "python", Packages: []string{"tabulate==0.9.0"}, Limits: sandbox.Limits{Timeout: time.Second}, NewSession: &sandbox.NewSession{}})
 	var out, errb bytes.Buffer
 	if code := approvalsCommand([]string{"list"}, env, &out, &errb); code != 0 {
 		t.Fatalf("list = %d %q", code, errb.String())

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/codeexec/codeexec/approvals"
+	"github.com/codeexec/codeexec/approvals/audit"
 )
 
 // auditCommand runs `codeexec audit verify FILE` with args (after "audit")
@@ -14,7 +14,7 @@ func auditCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "Usage: codeexec audit verify FILE")
 		return 2
 	}
-	sum, err := approvals.VerifyFile(args[1])
+	sum, err := audit.VerifyFile(args[1])
 	if err != nil {
 		fmt.Fprintf(stderr, "codeexec audit verify: %s: %v\n", args[1], err)
 		return 1

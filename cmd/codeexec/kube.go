@@ -12,33 +12,38 @@ import (
 	"github.com/codeexec/codeexec/server/metrics"
 )
 
-// newKubernetes starts kubernetes mode (CODE_EXEC_SANDBOX=kubernetes).
+// newKubernetes starts kubernetes mode (CODE_EXEC_SANDBOX=kubernetes): no
+// sessions (not offered in this mode yet), and its warm pool's statistics.
 // client-go's own messages (klog) go to the server's log.
-func newKubernetes(ctx context.Context, cfg *configs.Config, log *slog.Logger) (*kube.Runner, error) {
+func newKubernetes(ctx context.Context, cfg *configs.Config, log *slog.Logger) (mode, error) {
 	klog.SetLogger(logr.FromSlogHandler(log.With("component", "client-go").Handler()))
-	return kube.New(ctx, kube.Config{
+	r, err := kube.New(ctx, kube.Config{
 		Namespace:         cfg.K8sNamespace,
-		Image:             cfg.KubernetesImage(),
+		Image:             kubernetesImage(cfg),
 		RuntimeClass:      cfg.K8sRuntimeClass,
 		UserNamespaces:    cfg.K8sUserNamespaces,
 		Languages:         cfg.Languages,
 		Logger:            log,
 		PoolSize:          cfg.K8sPoolSize,
-		PoolLimits:        cfg.Limits(cfg.Timeout),
+		PoolLimits:        runLimits(cfg, cfg.Timeout),
 		NetworkCheck:      kube.NetworkCheck(cfg.K8sNetworkCheck),
 		NetworkCheckAddrs: cfg.K8sNetworkCheckAddrs,
 	})
+	if err != nil {
+		return mode{}, err
+	}
+	pool := func() metrics.PoolStats {
+		st := r.PoolStats()
+		return metrics.PoolStats{Ready: st.Ready, Hits: st.Hits, Misses: st.Misses}
+	}
+	return mode{runner: r, pool: pool}, nil
 }
 
-// kubePool is kubernetes mode's warm pool for the metrics, when runner is
-// kubernetes mode's.
-func kubePool(runner any) (func() metrics.PoolStats, bool) {
-	k, ok := runner.(*kube.Runner)
-	if !ok {
-		return nil, false
+// kubernetesImage is the sandbox image of kubernetes mode:
+// CODE_EXEC_K8S_IMAGE, or CODE_EXEC_DOCKER_IMAGE's value.
+func kubernetesImage(cfg *configs.Config) string {
+	if cfg.K8sImage != "" {
+		return cfg.K8sImage
 	}
-	return func() metrics.PoolStats {
-		st := k.PoolStats()
-		return metrics.PoolStats{Ready: st.Ready, Hits: st.Hits, Misses: st.Misses}
-	}, true
+	return cfg.DockerImage
 }

@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 
 	"github.com/codeexec/codeexec/configs"
-	"github.com/codeexec/codeexec/sandbox"
-	"github.com/codeexec/codeexec/sandbox/docker"
 	"github.com/codeexec/codeexec/server/httpserve"
 	"github.com/codeexec/codeexec/server/metrics"
 )
@@ -37,23 +35,15 @@ func startMetrics(ctx context.Context, cfg *configs.Config, log *slog.Logger) (*
 }
 
 // watchReadiness makes /readyz answer 200 once the sandbox is ready: the
-// runner started (docker mode probed its image), and the warm pool of docker
-// or kubernetes mode, if any, has held a container (pod) of every language
-// once. It stays
-// ready after that, whatever the load, until ctx ends.
-func watchReadiness(ctx context.Context, m *metrics.Metrics, runner sandbox.Runner) {
+// runner started (docker mode probed its image), and the warm pool of
+// docker or kubernetes mode, if any (pool is nil in other modes), has held a
+// container or pod of every language once. It stays ready after that,
+// whatever the load, until ctx ends.
+func watchReadiness(ctx context.Context, m *metrics.Metrics, pool func() metrics.PoolStats) {
 	if m == nil {
 		return
 	}
-	d, isDocker := runner.(*docker.Runner)
-	pool, pooled := kubePool(runner)
-	if isDocker {
-		pool, pooled = func() metrics.PoolStats {
-			st := d.PoolStats()
-			return metrics.PoolStats{Ready: st.Ready, Hits: st.Hits, Misses: st.Misses}
-		}, true
-	}
-	if pooled {
+	if pool != nil {
 		m.SetPool(pool)
 	}
 	var warm atomic.Bool
@@ -61,11 +51,10 @@ func watchReadiness(ctx context.Context, m *metrics.Metrics, runner sandbox.Runn
 		if ctx.Err() != nil {
 			return errors.New("shutting down")
 		}
-		if !pooled || warm.Load() {
+		if pool == nil || warm.Load() {
 			return nil
 		}
-		st := pool()
-		for lang, n := range st.Ready {
+		for lang, n := range pool().Ready {
 			if n == 0 {
 				return fmt.Errorf("the warm pool has no %s container or pod yet", lang)
 			}

@@ -14,7 +14,6 @@ import (
 	"github.com/codeexec/codeexec/sandbox/host"
 	"github.com/codeexec/codeexec/sandbox/packages"
 	"github.com/codeexec/codeexec/sandbox/process"
-	"github.com/codeexec/codeexec/sandbox/sessions"
 )
 
 // newPackages wraps runner in the packages layer (CODE_EXEC_PACKAGES=true):
@@ -26,11 +25,11 @@ func newPackages(ctx context.Context, cfg *configs.Config, runner sandbox.Runner
 		return nil, nil
 	}
 	log = log.With("component", "packages")
-	policy, err := cfg.PackagesPolicy()
+	policy, err := packagesPolicy(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("CODE_EXEC_PACKAGES: %w", err)
 	}
-	cache, err := packages.OpenCache(cfg.PackagesCache(), int64(cfg.PackagesCacheBytes), int64(cfg.PackagesMaxBytes))
+	cache, err := packages.OpenCache(packagesCache(cfg), int64(cfg.PackagesCacheBytes), int64(cfg.PackagesMaxBytes))
 	if err != nil {
 		return nil, fmt.Errorf("CODE_EXEC_PACKAGES_CACHE_DIR: %w", err)
 	}
@@ -57,8 +56,12 @@ func newPackages(ctx context.Context, cfg *configs.Config, runner sandbox.Runner
 		if perr != nil {
 			return nil, perr
 		}
+		uids, uerr := uidRange(cfg)
+		if uerr != nil {
+			return nil, uerr
+		}
 		install, err = process.New(ctx, process.Config{Languages: langs, WorkRoot: cfg.WorkDir, Logger: log, Disable: disable, Strict: cfg.ProcessStrict,
-			UIDRange: process.UIDRange{First: cfg.ProcessUIDRange.First, Last: cfg.ProcessUIDRange.Last}, Egress: indexProxy})
+			UIDRange: uids, Egress: indexProxy})
 	case sandbox.ModeNone:
 		install, err = host.New(ctx, host.Config{Languages: langs, WorkRoot: cfg.WorkDir, Logger: log, Egress: indexProxy})
 	}
@@ -67,8 +70,8 @@ func newPackages(ctx context.Context, cfg *configs.Config, runner sandbox.Runner
 	}
 	layer := packages.Wrap(runner, packages.Config{
 		Cache:           cache,
-		Installer:       &packages.RunnerInstaller{Runner: install, Index: cfg.PackagesIndex(), Limits: cfg.PackagesLimits()},
-		Index:           cfg.PackagesIndex(),
+		Installer:       &packages.RunnerInstaller{Runner: install, Index: packagesIndex(cfg), Limits: packagesLimits(cfg)},
+		Index:           packagesIndex(cfg),
 		InstallAllow:    policy.Allow.Strings(),
 		InstallTimeout:  cfg.PackagesTimeout,
 		MaxInstallBytes: int64(cfg.PackagesMaxBytes),
@@ -81,15 +84,6 @@ func newPackages(ctx context.Context, cfg *configs.Config, runner sandbox.Runner
 	return layer, nil
 }
 
-// packagedSessions gives the mode's sessions packages (session_create's
-// packages argument), installed by the packages layer.
-type packagedSessions struct {
-	layer *packages.Runner
-	mode  interface{ Sessions() sessions.Backend }
-}
-
-func (p packagedSessions) Sessions() sessions.Backend { return p.layer.Sessions(p.mode.Sessions()) }
-
 // packagesCacheDir makes the package cache folder for docker mode's run
 // containers, which see it read-only (CODE_EXEC_PACKAGES=true), and
 // returns it; "" with packages off.
@@ -97,7 +91,7 @@ func packagesCacheDir(cfg *configs.Config) (string, error) {
 	if !cfg.Packages {
 		return "", nil
 	}
-	dir := cfg.PackagesCache()
+	dir := packagesCache(cfg)
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return "", fmt.Errorf("CODE_EXEC_PACKAGES_CACHE_DIR: %w", err)
 	}

@@ -63,6 +63,18 @@ type Omission struct {
 	Reason string `json:"reason"`
 }
 
+// IgnoreProgram wraps ignore (DefaultIgnore when nil) so that it also
+// ignores the program file at the top of the working directory, which every
+// mode writes there and no run brings back.
+func IgnoreProgram(programFile string, ignore func(string, bool) bool) func(string, bool) bool {
+	if ignore == nil {
+		ignore = DefaultIgnore
+	}
+	return func(p string, isDir bool) bool {
+		return (!isDir && p == programFile) || ignore(p, isDir)
+	}
+}
+
 // Collection is what Collect found.
 type Collection struct {
 	// Artifacts are the files created or changed, in walk order.

@@ -297,6 +297,10 @@ func TestCapabilities(t *testing.T) {
 		"network": true, "read-only root filesystem": true, "size-capped /tmp": true, "non-root user": true,
 		"capabilities dropped": true, "no-new-privileges": true, "memory limit": false, "pids limit": false,
 		"cpu limit": false, "open files limit": true, "runtime": true, "engine": true,
+		// Where the engine applies seccomp, so must every runtime: under
+		// gVisor, runsc --oci-seccomp (as docker/install-gvisor.sh
+		// registers it), or a program can make a user namespace there.
+		"seccomp": r.engine.seccomp,
 	}
 	for _, p := range caps.Protections {
 		if mustBeActive, ok := want[p.Name]; ok {

@@ -48,9 +48,6 @@ func TestEgressAllowlist(t *testing.T) {
 		{"private refused", false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if testRuntime() == "runsc" {
-				t.Skip("not checked under gVisor: Debian's runsc (0.0~20221219, even with --host-uds=open) cannot connect to the egress relay's bind-mounted unix socket, so New refuses CODE_EXEC_NETWORK=allowlist there; see docs/modes.md#runtimes")
-			}
 			r, _ := newRunner(t, Config{Languages: []string{"python", "bash"}, PoolSize: tc.pool, Egress: proxy.New(e.Policy(t, tc.allowPrivate), nil)})
 			if !r.Capabilities().Active("network") {
 				t.Fatal("the network protection is not active")

@@ -19,9 +19,6 @@ import (
 // through its egress proxy.
 func TestPackages(t *testing.T) {
 	engine(t)
-	if testRuntime() == "runsc" {
-		t.Skip("not checked under gVisor: the install phase needs the egress relay, which Debian's runsc cannot connect to (see TestEgressAllowlist)")
-	}
 	ip := bridgeIP()
 	if ip == "" {
 		ip = "127.0.0.1"
@@ -57,9 +54,6 @@ func TestPackages(t *testing.T) {
 // them in every call.
 func TestPackagesInSession(t *testing.T) {
 	engine(t)
-	if testRuntime() == "runsc" {
-		t.Skip("not checked under gVisor (see TestPackages)")
-	}
 	ix := packagestest.Serve(t, "127.0.0.1:0", packagestest.Python, nil)
 	policy, err := packages.IndexPolicy([]string{ix.PipURL}, nil, packages.DefaultCaps)
 	if err != nil {

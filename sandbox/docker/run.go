@@ -12,7 +12,6 @@ import (
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/artifacts"
-	"github.com/codeexec/codeexec/sandbox/internal/executor"
 )
 
 // drainTimeout bounds how long output may keep arriving after the
@@ -59,7 +58,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	var art *collectSpec
 	if req.Artifacts != nil {
 		opts := *req.Artifacts
-		opts.Ignore = executor.IgnoreProgram(sandbox.Languages[lang].FileName, opts.Ignore)
+		opts.Ignore = artifacts.IgnoreProgram(sandbox.Languages[lang].FileName, opts.Ignore)
 		art = &collectSpec{before: artifacts.SnapshotOf(req.Files), opts: opts}
 	}
 	if err := r.beginRun(); err != nil {

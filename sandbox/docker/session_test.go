@@ -114,7 +114,7 @@ func TestSessionContainerLockdown(t *testing.T) {
 // A driver killed by the memory limit loses the state; the files stay.
 func TestSessionOOM(t *testing.T) {
 	if testRuntime() == "runsc" {
-		t.Skip("not checked under gVisor (Debian's runsc 0.0~20221219): the host's OOM killer kills gVisor's kernel along with the interpreter and Docker 20.10 records the OOM kill only sometimes, so the call ends as oom_killed or with the container stopped; see docs/modes.md#runtimes")
+		t.Skip("not checked under gVisor: the host's OOM killer kills gVisor's kernel along with the interpreter, so the session's container stops and its files are lost with its state; see docs/modes.md#runtimes")
 	}
 	r, _ := newRunner(t, Config{Languages: []string{"python"}})
 	lim := sandboxtest.DefaultLimits()

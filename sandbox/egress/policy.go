@@ -39,13 +39,13 @@ type PolicyInfo struct {
 	AllowPrivate bool `json:"allow_private"`
 	// Enforced: the sandbox sends every connection of a run through the
 	// proxy. In mode none programs are only pointed at it.
-	Enforced bool `json:"enforced"`
+	Enforced bool `json:"enforced" jsonschema:"false in mode none: programs are pointed at the proxy but can bypass it."`
 	// Proxy is the address programs find the proxy at (HTTP_PROXY).
 	Proxy                 string  `json:"proxy,omitempty"`
-	MaxConnections        int     `json:"max_connections"`
-	MaxBytes              int64   `json:"max_bytes"`
-	ConnectTimeoutSeconds float64 `json:"connect_timeout_seconds"`
-	IdleTimeoutSeconds    float64 `json:"idle_timeout_seconds"`
+	MaxConnections        int     `json:"max_connections" schema:"optional"`
+	MaxBytes              int64   `json:"max_bytes" schema:"optional"`
+	ConnectTimeoutSeconds float64 `json:"connect_timeout_seconds" schema:"optional"`
+	IdleTimeoutSeconds    float64 `json:"idle_timeout_seconds" schema:"optional"`
 }
 
 // Info describes the policy; enforced and proxy are the sandbox's to say.

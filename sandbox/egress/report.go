@@ -39,21 +39,34 @@ var (
 	ErrBadRequest     = errors.New("request not forwarded")
 )
 
+// refusals pairs every Reason, in the order of the constants, with the
+// proxy's error for it.
+var refusals = []struct {
+	err    error
+	reason Reason
+}{
+	{ErrNotAllowed, ReasonNotAllowed},
+	{ErrPort, ReasonPort},
+	{ErrPrivateAddress, ReasonPrivateAddress},
+	{ErrCap, ReasonCap},
+	{ErrUnresolved, ReasonUnresolved},
+	{ErrUnreachable, ReasonUnreachable},
+	{ErrBadRequest, ReasonBadRequest},
+}
+
+// Reasons lists every Reason, in the order of the constants.
+func Reasons() []Reason {
+	out := make([]Reason, len(refusals))
+	for i, m := range refusals {
+		out[i] = m.reason
+	}
+	return out
+}
+
 // ReasonOf returns the Reason of an error from the proxy, or "" for an
 // error of another kind.
 func ReasonOf(err error) Reason {
-	for _, m := range []struct {
-		err    error
-		reason Reason
-	}{
-		{ErrNotAllowed, ReasonNotAllowed},
-		{ErrPort, ReasonPort},
-		{ErrPrivateAddress, ReasonPrivateAddress},
-		{ErrCap, ReasonCap},
-		{ErrUnresolved, ReasonUnresolved},
-		{ErrUnreachable, ReasonUnreachable},
-		{ErrBadRequest, ReasonBadRequest},
-	} {
+	for _, m := range refusals {
 		if errors.Is(err, m.err) {
 			return m.reason
 		}
@@ -68,7 +81,7 @@ type Report struct {
 	Refused []Refused `json:"refused"`
 	// Omitted counts the destinations left out because the report holds at
 	// most MaxReportEntries of each kind.
-	Omitted int `json:"omitted,omitempty"`
+	Omitted int `json:"omitted,omitempty" jsonschema:"Destinations left out of the lists, which are bounded."`
 }
 
 // MaxReportEntries bounds each list of a Report.
@@ -80,7 +93,7 @@ type Reached struct {
 	Host string `json:"host"`
 	Port int    `json:"port"`
 	// Address is the IP address the proxy dialled.
-	Address string `json:"address"`
+	Address string `json:"address" jsonschema:"The IP address connected to."`
 	// Connections counts the connections made (a CONNECT tunnel, or a
 	// connection that carried forwarded HTTP requests).
 	Connections int `json:"connections"`

@@ -61,12 +61,12 @@ type install struct {
 
 // CacheStats is what sandbox_info says of the cache.
 type CacheStats struct {
-	Dir      string `json:"dir"`
+	Dir      string `json:"dir" schema:"optional"`
 	Entries  int    `json:"entries"`
 	Bytes    int64  `json:"bytes"`
 	MaxBytes int64  `json:"max_bytes"`
 	// InUse counts the entries that runs are using now.
-	InUse int `json:"in_use"`
+	InUse int `json:"in_use" schema:"optional"`
 }
 
 // OpenCache opens (making it if needed) the cache in dir, a folder only

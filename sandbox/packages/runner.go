@@ -31,7 +31,7 @@ type Info struct {
 	Enabled               bool        `json:"enabled"`
 	PipIndexURL           string      `json:"pip_index_url,omitempty"`
 	NpmRegistry           string      `json:"npm_registry,omitempty"`
-	InstallAllow          []string    `json:"install_allow,omitempty"`
+	InstallAllow          []string    `json:"install_allow,omitempty" jsonschema:"the destinations the install phase may reach (the index hosts, and CODE_EXEC_PACKAGES_ALLOW)"`
 	InstallTimeoutSeconds float64     `json:"install_timeout_seconds,omitempty"`
 	MaxInstallBytes       int64       `json:"max_install_bytes,omitempty"`
 	MaxPackages           int         `json:"max_packages,omitempty"`

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -622,10 +623,18 @@ func minimalEnv(workDir string) []string {
 	}
 }
 
-// MaybeRunHelper turns this process into the sandbox supervisor or exec stage
-// when it was started as one, and never returns in that case. Call it first in
-// main, and in TestMain of any test binary that runs process-mode code. (The
-// run core calls it from its init too; this is the fallback.)
+// Helpers are the internal subcommands of the binary that process mode
+// re-executes it as, by their first argument: the run supervisor, which
+// stays for the whole run and kills whatever the program leaves, and the
+// exec stage, which becomes the program. Each returns the exit status. A
+// binary that runs process mode must run the one its first argument names,
+// and nothing else: cmd/codeexec registers them with its subcommands.
+func Helpers() map[string]func() int { return maps.Clone(executor.Helpers) }
+
+// MaybeRunHelper runs the helper that the first argument names (see
+// Helpers) and exits with its status; it returns when the process was not
+// started as one. Test binaries that run process-mode code call it first in
+// TestMain.
 func MaybeRunHelper() { executor.MaybeRunHelper() }
 
 // Close stops the runs in flight, waits for their cleanup and removes the

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -15,7 +14,7 @@ import (
 
 // UIDRange is a range of host user ids, First to Last inclusive, that
 // process mode runs code as when the server is root: each concurrent run
-// takes one of its own (CODE_EXEC_PROCESS_UID_RANGE).
+// takes one of its own (CODE_EXEC_PROCESS_UID_RANGE, which configs parses).
 type UIDRange struct {
 	First, Last int
 }
@@ -27,21 +26,6 @@ var DefaultUIDRange = UIDRange{First: 200000, Last: 200063}
 // nobodyUID is the overflow user; a range must never include it, since many
 // other things run as nobody.
 const nobodyUID = 65534
-
-// ParseUIDRange reads "FIRST-LAST" (or a single id).
-func ParseUIDRange(s string) (UIDRange, error) {
-	a, b, found := strings.Cut(strings.TrimSpace(s), "-")
-	if !found {
-		b = a
-	}
-	first, err1 := strconv.Atoi(strings.TrimSpace(a))
-	last, err2 := strconv.Atoi(strings.TrimSpace(b))
-	if err1 != nil || err2 != nil {
-		return UIDRange{}, fmt.Errorf("invalid uid range %q: use FIRST-LAST, for example 200000-200063", s)
-	}
-	r := UIDRange{First: first, Last: last}
-	return r, r.Validate()
-}
 
 // Validate checks that the range is usable: ids from 1 to 4294967294, first
 // not above last, and neither root (0) nor nobody (65534) in it.

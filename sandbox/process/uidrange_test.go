@@ -7,26 +7,21 @@ import (
 	"time"
 )
 
-func TestParseUIDRange(t *testing.T) {
+func TestValidateUIDRange(t *testing.T) {
 	t.Parallel()
-	cases := []struct {
-		in      string
-		want    UIDRange
-		wantErr bool
+	for _, c := range []struct {
+		r  UIDRange
+		ok bool
 	}{
-		{"200000-200063", UIDRange{200000, 200063}, false},
-		{" 300000 - 300000 ", UIDRange{300000, 300000}, false},
-		{"70000", UIDRange{70000, 70000}, false},
-		{"0-10", UIDRange{}, true},
-		{"65000-66000", UIDRange{}, true},
-		{"10-5", UIDRange{}, true},
-		{"a-b", UIDRange{}, true},
-		{"1-4294967295", UIDRange{}, true},
-	}
-	for _, c := range cases {
-		got, err := ParseUIDRange(c.in)
-		if (err != nil) != c.wantErr || (!c.wantErr && got != c.want) {
-			t.Errorf("ParseUIDRange(%q) = %v, %v; want %v, error %v", c.in, got, err, c.want, c.wantErr)
+		{UIDRange{200000, 200063}, true},
+		{UIDRange{70000, 70000}, true},
+		{UIDRange{0, 10}, false},
+		{UIDRange{65000, 66000}, false},
+		{UIDRange{10, 5}, false},
+		{UIDRange{1, 4294967295}, false},
+	} {
+		if err := c.r.Validate(); (err == nil) != c.ok {
+			t.Errorf("%v.Validate() = %v, want ok=%v", c.r, err, c.ok)
 		}
 	}
 }

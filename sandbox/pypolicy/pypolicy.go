@@ -60,7 +60,7 @@ const MaxSourceBytes = 256 << 10
 // never sees (typing's forward references, dataclasses, timeit, the
 // profilers, doctest, rlcompleter), resolve dotted names into modules
 // (logging.config, pydoc) or walk attributes named in unchecked format
-// strings (logging's "{" style). Validate refuses them.
+// strings (logging's "{" style). ValidateImports refuses them.
 var Defeating = []string{"builtins", "sys", "importlib", "inspect", "gc", "ctypes", "types", "code", "codeop",
 	"runpy", "pickle", "_pickle", "marshal", "copyreg", "pkgutil", "zipimport", "imp", "traceback", "threading",
 	"_thread", "os", "posix", "io", "_io", "subprocess", "multiprocessing", "pty", "socket", "signal", "weakref",
@@ -86,19 +86,16 @@ type Policy struct {
 
 var moduleName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]*$`)
 
-// Validate checks that every allowed import is a plain top-level module
-// name and none is in Defeating.
-func (p Policy) Validate() error {
-	for _, m := range p.AllowedImports {
+// ValidateImports checks that every module of imports is a plain top-level
+// module name and none is in Defeating.
+func ValidateImports(imports []string) error {
+	for _, m := range imports {
 		if !moduleName.MatchString(m) {
 			return fmt.Errorf("%q is not a top-level module name (letters, digits and _, not starting with _ or a digit)", m)
 		}
 		if slices.Contains(Defeating, m) {
 			return fmt.Errorf("the module %q would let programs around the policy (it hands out the interpreter, frames, code objects or code that the check never sees): use CODE_EXEC_PYTHON_POLICY=standard if programs need it", m)
 		}
-	}
-	if p.MaxASTNodes < 0 {
-		return fmt.Errorf("the AST node cap %d is negative", p.MaxASTNodes)
 	}
 	return nil
 }
@@ -167,7 +164,7 @@ var _ sandbox.Runner = (*Runner)(nil)
 
 // Wrap returns next with the policy applied to python requests; other
 // languages pass through untouched. Closing the returned Runner closes next.
-// The policy should have passed Validate.
+// Its AllowedImports should have passed ValidateImports.
 func Wrap(next sandbox.Runner, p Policy) *Runner {
 	p.AllowedImports = slices.Clone(p.AllowedImports)
 	return &Runner{next: next, policy: p}

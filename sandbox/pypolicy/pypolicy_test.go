@@ -249,7 +249,7 @@ func TestCapabilities(t *testing.T) {
 	}
 }
 
-func TestValidate(t *testing.T) {
+func TestValidateImports(t *testing.T) {
 	for _, c := range []struct {
 		imports []string
 		ok      bool
@@ -274,9 +274,9 @@ func TestValidate(t *testing.T) {
 		{[]string{"_io"}, false},
 		{[]string{""}, false},
 	} {
-		err := pypolicy.Policy{AllowedImports: c.imports}.Validate()
+		err := pypolicy.ValidateImports(c.imports)
 		if (err == nil) != c.ok {
-			t.Errorf("Validate(%q) = %v, want ok=%v", c.imports, err, c.ok)
+			t.Errorf("ValidateImports(%q) = %v, want ok=%v", c.imports, err, c.ok)
 		}
 	}
 }

@@ -60,15 +60,15 @@ type Metrics struct {
 	approvalWait  prometheus.Histogram
 	inFlight      prometheus.Gauge
 	decided       *prometheus.CounterVec
-	sessions      prometheus.Gauge
 	tasks         *prometheus.GaugeVec
 	progressSent  prometheus.Counter
 	progressDrops prometheus.Counter
 
-	mu      sync.Mutex
-	ready   func(context.Context) error
-	pool    func() PoolStats
-	pending func() int
+	mu       sync.Mutex
+	ready    func(context.Context) error
+	pool     func() PoolStats
+	pending  func() int
+	sessions func() int
 }
 
 // Info describes the build and configuration for codeexec_build_info.
@@ -111,10 +111,6 @@ func New(info Info) *Metrics {
 		Namespace: Namespace, Name: "approvals_decided_total",
 		Help: "Approval decisions by outcome (approved, denied, timed_out, withdrawn, cancelled, ...).",
 	}, []string{"outcome"})
-	m.sessions = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: Namespace, Name: "sessions",
-		Help: "Sessions (session_create) open now.",
-	})
 	m.tasks = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: Namespace, Name: "tasks",
 		Help: "MCP tasks held now, by status (working, input_required, completed, failed, cancelled).",
@@ -135,20 +131,16 @@ func New(info Info) *Metrics {
 	build.Set(1)
 
 	m.reg.MustRegister(m.runs, m.runDuration, m.queueWait, m.approvalWait, m.inFlight,
-		m.decided, m.sessions, m.tasks, m.progressSent, m.progressDrops, build)
+		m.decided, m.tasks, m.progressSent, m.progressDrops, build)
 	m.reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "approvals_pending",
 			Help: "Requests waiting for a person's approval now.",
-		}, func() float64 {
-			m.mu.Lock()
-			f := m.pending
-			m.mu.Unlock()
-			if f == nil {
-				return 0
-			}
-			return float64(f())
-		}),
+		}, m.count(&m.pending)),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "sessions",
+			Help: "Sessions (session_create) open now.",
+		}, m.count(&m.sessions)),
 		poolCollector{m},
 	)
 	prefixed := prometheus.WrapRegistererWithPrefix(Namespace+"_", m.reg)
@@ -170,15 +162,40 @@ func (m *Metrics) SetPool(p func() PoolStats) {
 	m.mu.Unlock()
 }
 
+// count reads the counting function *f at scrape time (0 until it is set).
+func (m *Metrics) count(f *func() int) func() float64 {
+	return func() float64 {
+		m.mu.Lock()
+		n := *f
+		m.mu.Unlock()
+		if n == nil {
+			return 0
+		}
+		return float64(n())
+	}
+}
+
+// setCount sets the counting function *to (a field of m) to f.
+func (m *Metrics) setCount(to *func() int, f func() int) {
+	m.mu.Lock()
+	*to = f
+	m.mu.Unlock()
+}
+
 // SetApprovalsPending sets the function that counts pending approvals at
 // scrape time.
 func (m *Metrics) SetApprovalsPending(f func() int) {
-	if m == nil {
-		return
+	if m != nil {
+		m.setCount(&m.pending, f)
 	}
-	m.mu.Lock()
-	m.pending = f
-	m.mu.Unlock()
+}
+
+// SetSessions sets the function that counts the open sessions at scrape
+// time (codeexec_sessions).
+func (m *Metrics) SetSessions(f func() int) {
+	if m != nil {
+		m.setCount(&m.sessions, f)
+	}
 }
 
 // SetReady sets the check behind /readyz: nil means ready. Until it is set,
@@ -212,14 +229,6 @@ func (m *Metrics) ApprovalDecided(outcome approvals.Outcome) {
 		return
 	}
 	m.decided.WithLabelValues(string(outcome)).Inc()
-}
-
-// SessionsOpen sets the number of open sessions.
-func (m *Metrics) SessionsOpen(n int) {
-	if m == nil {
-		return
-	}
-	m.sessions.Set(float64(n))
 }
 
 // TaskStatuses sets the number of tasks held in each status; statuses

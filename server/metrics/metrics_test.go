@@ -135,15 +135,19 @@ func TestDecoratorsRecordStages(t *testing.T) {
 		return &sandbox.Result{}, nil
 	}}
 	inner := sandbox.Limit(m.Stage(metrics.StageStarted, fake), 1)
-	approving := &sandboxtest.Fake{RunFunc: func(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
+	approving := &sandboxtest.Fake{Caps: sandbox.Capabilities{Mode: sandbox.ModeDocker}, RunFunc: func(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
 		time.Sleep(30 * time.Millisecond) // a person thinks
 		return m.Stage(metrics.StageApproved, inner).Run(ctx, req)
 	}}
-	r := m.Wrap(approving, sandbox.ModeDocker)
+	r := m.Wrap(approving)
 	for _, code := range []string{"ok", "ok", "fail"} {
 		if _, err := r.Run(context.Background(), sandbox.Request{Language: "python", Code: code}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// A session's creation runs no code: it is not a run.
+	if _, err := r.Run(context.Background(), sandbox.Request{Language: "python", NewSession: &sandbox.NewSession{}}); err != nil {
+		t.Fatal(err)
 	}
 	fams := scrape(t, m.Handler("", httpserve.Policy{}), "")
 	checks := []struct {
@@ -176,9 +180,9 @@ func TestDecoratorsRecordStages(t *testing.T) {
 func TestRunWithoutStagesRecordsOnlyTheOutcome(t *testing.T) {
 	t.Parallel()
 	m := metrics.New(metrics.Info{Mode: sandbox.ModeNone})
-	r := m.Wrap(&sandboxtest.Fake{RunFunc: func(context.Context, sandbox.Request) (*sandbox.Result, error) {
+	r := m.Wrap(&sandboxtest.Fake{Caps: sandbox.Capabilities{Mode: sandbox.ModeNone}, RunFunc: func(context.Context, sandbox.Request) (*sandbox.Result, error) {
 		return nil, fmt.Errorf("denied: %w", approvals.ErrNotApproved)
-	}}, sandbox.ModeNone)
+	}})
 	if _, err := r.Run(context.Background(), sandbox.Request{Language: "bash"}); !errors.Is(err, approvals.ErrNotApproved) {
 		t.Fatalf("err = %v, want the runner's error passed through", err)
 	}
@@ -195,14 +199,14 @@ func TestNilMetricsIsANoOp(t *testing.T) {
 	t.Parallel()
 	var m *metrics.Metrics
 	fake := &sandboxtest.Fake{}
-	if got := m.Wrap(fake, sandbox.ModeProcess); got != sandbox.Runner(fake) {
+	if got := m.Wrap(fake); got != sandbox.Runner(fake) {
 		t.Errorf("nil Metrics wrapped the runner")
 	}
 	if got := m.Stage(metrics.StageStarted, fake); got != sandbox.Runner(fake) {
 		t.Errorf("nil Metrics staged the runner")
 	}
 	m.ApprovalDecided(approvals.OutcomeApproved)
-	m.SessionsOpen(3)
+	m.SetSessions(func() int { return 3 })
 	m.TaskStatuses(map[string]int{"working": 1})
 	m.ProgressSent(2)
 	m.SetPool(nil)
@@ -219,7 +223,7 @@ func TestGaugesAndPool(t *testing.T) {
 	m.ApprovalDecided(approvals.OutcomeApproved)
 	m.ApprovalDecided(approvals.OutcomeApproved)
 	m.ApprovalDecided(approvals.OutcomeTimedOut)
-	m.SessionsOpen(5)
+	m.SetSessions(func() int { return 5 })
 	m.TaskStatuses(map[string]int{"working": 2, "completed": 1})
 	m.ProgressSent(10)
 	m.ProgressDropped(2)

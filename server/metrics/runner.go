@@ -47,15 +47,16 @@ func (t *timeline) mark(s Stage, at time.Time) {
 
 // Wrap returns a Runner that records every run of next: the outcome in
 // codeexec_runs_total, and, with the Stage decorators inside next, the
-// approval wait, queue wait and run time. mode labels the runs. Wrap is
-// cheap: the server wraps the runner of each call (an approvals.Gate
-// configured for that call, for example). Closing the returned Runner
-// closes next. A nil *Metrics returns next itself.
-func (m *Metrics) Wrap(next sandbox.Runner, mode sandbox.Mode) sandbox.Runner {
+// approval wait, queue wait and run time, labelled with next's mode. A
+// request that runs no code (sandbox.Request.RunsCode) is not a run: it
+// goes to next unrecorded. Place it first in the runner chain, so that
+// every call counts once. Closing the returned Runner closes next. A nil
+// *Metrics returns next itself.
+func (m *Metrics) Wrap(next sandbox.Runner) sandbox.Runner {
 	if m == nil {
 		return next
 	}
-	return &recorded{m: m, next: next, mode: string(mode)}
+	return &recorded{m: m, next: next, mode: string(next.Capabilities().Mode)}
 }
 
 type recorded struct {
@@ -65,6 +66,9 @@ type recorded struct {
 }
 
 func (r *recorded) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
+	if !req.RunsCode() {
+		return r.next.Run(ctx, req)
+	}
 	tl := &timeline{begun: time.Now()}
 	r.m.inFlight.Inc()
 	defer r.m.inFlight.Dec()

@@ -7,8 +7,9 @@ import (
 )
 
 // Every run starts the codeexec binary twice (supervisor and exec stage),
-// and each start runs the initialisation of every package the helpers
-// depend on, plus every package that Go's init order puts before them. An
+// and each start runs the initialisation of every package that
+// sandbox/process/early (which runs them) depends on, plus every package
+// that Go's init order puts before it. An
 // HTTP stack, the MCP SDK, the Docker client, JSON Schema or the approval
 // rules among those dependencies cost each run milliseconds (measured: the
 // helpers started 5 ms later, 3.5 ms instead of 8.5, when net/http was one).
@@ -17,7 +18,8 @@ func TestHelpersStayLight(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("no go command to list the dependencies with")
 	}
-	out, err := exec.Command("go", "list", "-deps", "github.com/codeexec/codeexec/sandbox/internal/executor").CombinedOutput()
+	// sandbox/process/early runs them, and imports nothing but this run core.
+	out, err := exec.Command("go", "list", "-deps", "github.com/codeexec/codeexec/sandbox/process/early").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}

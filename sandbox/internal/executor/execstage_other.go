@@ -11,15 +11,10 @@ import (
 
 const execArg = "__codeexec-sandbox-exec"
 
-// MaybeRunHelper turns this process into the exec stage when it was started
-// as one, and never returns in that case.
-func MaybeRunHelper() {
-	if len(os.Args) >= 2 && os.Args[1] == execArg {
-		os.Exit(execMain())
-	}
-}
-
-func init() { MaybeRunHelper() }
+// Helpers are the internal subcommands that the run core re-executes the
+// binary as, by their first argument: here the exec stage. Each returns the
+// exit status.
+var Helpers = map[string]func() int{execArg: execMain}
 
 // execMain is the exec stage: it reads the Spec on fd 3, sets the limits
 // and execs the interpreter. On failure it writes one line to stderr and

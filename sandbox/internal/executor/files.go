@@ -39,7 +39,7 @@ func WriteFiles(dir string, files []artifacts.Input, owner *Owner) (artifacts.Sn
 // fails is reported in the Collection (Incomplete), not as an error: the
 // run itself happened.
 func CollectArtifacts(dir, programFile string, before artifacts.Snapshot, opts artifacts.Options) *artifacts.Collection {
-	opts.Ignore = IgnoreProgram(programFile, opts.Ignore)
+	opts.Ignore = artifacts.IgnoreProgram(programFile, opts.Ignore)
 	c, err := artifacts.Collect(artifacts.DirSource{Dir: dir}, before, opts)
 	if err != nil {
 		if c == nil {
@@ -48,17 +48,6 @@ func CollectArtifacts(dir, programFile string, before artifacts.Snapshot, opts a
 		c.Incomplete = "the working directory could not be read to the end (" + err.Error() + ")"
 	}
 	return c
-}
-
-// IgnoreProgram wraps ignore (artifacts.DefaultIgnore when nil) so that it
-// also ignores the program file at the top of the working directory.
-func IgnoreProgram(programFile string, ignore func(string, bool) bool) func(string, bool) bool {
-	if ignore == nil {
-		ignore = artifacts.DefaultIgnore
-	}
-	return func(p string, isDir bool) bool {
-		return (!isDir && p == programFile) || ignore(p, isDir)
-	}
 }
 
 // CollectSpec asks the supervisor for the artifacts of a run whose run
@@ -87,7 +76,7 @@ func NewCollectSpec(programFile string, opts artifacts.Options) *CollectSpec {
 
 func (c *CollectSpec) options() artifacts.Options {
 	return artifacts.Options{MaxArtifacts: c.MaxArtifacts, MaxBytes: c.MaxBytes, MaxEntries: c.MaxEntries, MaxDepth: c.MaxDepth,
-		InlineText: c.InlineText, InlineImage: c.InlineImage, Ignore: IgnoreProgram(c.ProgramFile, nil)}
+		InlineText: c.InlineText, InlineImage: c.InlineImage, Ignore: artifacts.IgnoreProgram(c.ProgramFile, nil)}
 }
 
 // wireCollection is an artifacts.Collection as the supervisor reports it.

@@ -42,6 +42,13 @@ var refusedSyscalls = []string{
 	"settimeofday", "clock_settime", "clock_adjtime",
 }
 
+// allowedPersonalities are the personality(2) arguments a program may pass,
+// as in Docker's default profile: Linux, PER_LINUX32, UNAME26, both, and
+// 0xffffffff, which only asks for the current one. Any other (flags such as
+// ADDR_NO_RANDOMIZE, which turns off address randomization for what the
+// program runs next, or READ_IMPLIES_EXEC) fails with EPERM.
+var allowedPersonalities = []uint64{0x0, 0x8, 0x20000, 0x20008, 0xffffffff}
+
 // namespaceFlags are the clone and unshare flags that create namespaces.
 const namespaceFlags = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC |
 	unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET
@@ -50,7 +57,8 @@ const namespaceFlags = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWU
 //
 // clone3 takes its flags in memory, where a filter cannot look, so it fails
 // with ENOSYS: the C library then falls back to clone, whose flags are
-// checked. clone and unshare fail with EPERM when they ask for a namespace.
+// checked. clone and unshare fail with EPERM when they ask for a namespace,
+// and personality when its argument is none of allowedPersonalities.
 func seccompPolicy() (*seccomp.Policy, error) {
 	if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
 		// clone's flags are its first argument on these; other
@@ -72,6 +80,10 @@ func seccompPolicy() (*seccomp.Policy, error) {
 			{Argument: 0, Operation: seccomp.BitsSet, Value: flags},
 		}}
 	}
+	var otherPersonality seccomp.ArgumentConditions
+	for _, v := range allowedPersonalities {
+		otherPersonality = append(otherPersonality, seccomp.Condition{Argument: 0, Operation: seccomp.NotEqual, Value: v})
+	}
 	return &seccomp.Policy{
 		DefaultAction: seccomp.ActionAllow,
 		Syscalls: []seccomp.SyscallGroup{
@@ -80,6 +92,7 @@ func seccompPolicy() (*seccomp.Policy, error) {
 			{NamesWithCondtions: []seccomp.NameWithConditions{
 				nsCond("clone", namespaceFlags),
 				nsCond("unshare", namespaceFlags|unix.CLONE_NEWTIME),
+				{Name: "personality", Conditions: otherPersonality},
 			}, Action: seccomp.ActionErrno},
 		},
 	}, nil

@@ -23,7 +23,7 @@ import (
 )
 
 // The supervisor is the codeexec binary itself, re-executed with one of these
-// first arguments (see MaybeRunHelper):
+// first arguments, its internal subcommands (see Helpers):
 //
 //	supervisorArg: stays for the whole run as a child subreaper: every
 //	  process the program starts, even a daemon that double-forks or calls
@@ -43,21 +43,11 @@ const ctlFD = 5
 // /proc/self/fd/6, which works whoever they run as and whatever root they see.
 const exeFD = 6
 
-// MaybeRunHelper turns this process into the sandbox supervisor or exec stage
-// when it was started as one, and never returns in that case. Call it first in
-// main (through process.MaybeRunHelper), and in TestMain of any test binary
-// that runs process-mode code.
-func MaybeRunHelper() {
-	if len(os.Args) < 2 {
-		return
-	}
-	switch os.Args[1] {
-	case supervisorArg:
-		os.Exit(supervisorMain())
-	case execArg:
-		os.Exit(execMain())
-	}
-}
+// Helpers are the internal subcommands that the run core re-executes the
+// binary as, by their first argument: the supervisor and the exec stage.
+// Each returns the exit status. The binary must run the one its first
+// argument names, and nothing else (see MaybeRunHelper).
+var Helpers = map[string]func() int{supervisorArg: supervisorMain, execArg: execMain}
 
 // startRun starts the supervisor (or, for a direct Spec, the program
 // itself) with the program's stdio attached and hands it the Spec.
@@ -660,10 +650,3 @@ func signalName(s syscall.Signal) string {
 	}
 	return "signal " + strconv.Itoa(int(s))
 }
-
-// The supervisor and the exec stage start in this package's init: Go
-// initializes packages in import-path order once their dependencies are
-// ready (Go 1.21+), so this runs before the server's heavier dependencies
-// (JSON Schema compilers, the Docker client, ...) initialize, and a run does
-// not pay for them twice. main calls MaybeRunHelper too, as a fallback.
-func init() { MaybeRunHelper() }

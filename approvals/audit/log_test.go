@@ -1,4 +1,4 @@
-package approvals
+package audit
 
 import (
 	"bytes"
@@ -7,13 +7,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/codeexec/codeexec/approvals"
 )
 
 // writeLog appends n entries to a fresh log and returns its path and lines.
 func writeLog(t *testing.T, n int) (string, [][]byte) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
-	l, err := OpenAudit(path)
+	l, err := Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,11 +50,11 @@ func TestAuditIntactVerifies(t *testing.T) {
 	}
 
 	// Reopening continues the chain.
-	l, err := OpenAudit(path)
+	l, err := Open(path)
 	if err != nil {
 		t.Fatalf("reopening: %v", err)
 	}
-	if err := l.Append(Entry{Event: EventDecision, ID: "reqa", Outcome: OutcomeApproved, By: "alice", Via: ViaConsole}); err != nil {
+	if err := l.Append(Entry{Event: EventDecision, ID: "reqa", Outcome: approvals.OutcomeApproved, By: "alice", Via: approvals.ViaConsole}); err != nil {
 		t.Fatal(err)
 	}
 	l.Close()
@@ -105,22 +107,36 @@ func TestAuditTamperedFails(t *testing.T) {
 	}
 }
 
-func TestOpenAuditRefusesTamperedLog(t *testing.T) {
+func TestOpenRefusesTamperedLog(t *testing.T) {
 	t.Parallel()
 	path, lines := writeLog(t, 3)
 	os.WriteFile(path, bytes.Join([][]byte{lines[0], lines[2]}, nil), 0o600)
-	if _, err := OpenAudit(path); err == nil || !errors.Is(err, ErrTampered) {
-		t.Fatalf("OpenAudit on a tampered log = %v, want ErrTampered", err)
+	if _, err := Open(path); err == nil || !errors.Is(err, ErrTampered) {
+		t.Fatalf("Open on a tampered log = %v, want ErrTampered", err)
 	}
 }
 
-func TestNilAuditLogDiscards(t *testing.T) {
+// TestLogWithoutFile: a Log opened without a path writes no file but keeps
+// what Recent reports.
+func TestLogWithoutFile(t *testing.T) {
 	t.Parallel()
-	var l *AuditLog
-	if err := l.Append(Entry{Event: EventRequest}); err != nil {
+	l, err := Open("")
+	if err != nil {
 		t.Fatal(err)
+	}
+	if err := l.Append(Entry{Event: EventRequest, ID: "r1", Language: "python"}); err != nil {
+		t.Fatal(err)
+	}
+	if n, head := l.Head(); n != 0 || head != "" || l.Path() != "" {
+		t.Errorf("Head = %d %q, Path = %q: a Log without a file chains nothing", n, head, l.Path())
+	}
+	if got := l.Recent(5); len(got) != 1 || got[0].ID != "r1" || got[0].Request == nil {
+		t.Errorf("Recent = %+v, want the request r1", got)
 	}
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
+	}
+	if err := l.Append(Entry{Event: EventRequest, ID: "r2"}); err == nil {
+		t.Error("Append after Close succeeded")
 	}
 }

@@ -1,4 +1,11 @@
-package approvals
+// Package audit keeps codeexec's tamper-evident record of every request,
+// approval decision and run: Log, an append-only JSON Lines file whose
+// entries carry the hash of the previous one (Verify checks it), with the
+// latest entries kept in memory for the approvals console (Recent); and
+// Runner, the layer of the runner chain that records each request that
+// reaches it and each run, and that an approvals.Gate records its requests
+// and decisions through (approvals.Recorder).
+package audit
 
 import (
 	"bufio"
@@ -10,9 +17,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"sync"
 	"time"
 
+	"github.com/codeexec/codeexec/approvals"
 	"github.com/codeexec/codeexec/sandbox/egress"
 )
 
@@ -31,7 +40,7 @@ const (
 )
 
 // Entry is one line of the audit log. Seq, Time, Prev and Hash are set by
-// the AuditLog; the other fields depend on Event.
+// the Log; the other fields depend on Event.
 type Entry struct {
 	Seq   int64     `json:"seq"`
 	Time  time.Time `json:"time"`
@@ -43,32 +52,32 @@ type Entry struct {
 	CodeSHA256 string `json:"code_sha256,omitempty"`
 
 	// request
-	Language  string     `json:"language,omitempty"`
-	Code      string     `json:"code,omitempty"`
-	StdinSize *int       `json:"stdin_bytes,omitempty"`
-	TimeoutMS *int64     `json:"timeout_ms,omitempty"`
-	Policy    Policy     `json:"policy,omitempty"`
-	Reasons   []string   `json:"reasons,omitempty"`
-	Requester *Requester `json:"requester,omitempty"`
+	Language  string               `json:"language,omitempty"`
+	Code      string               `json:"code,omitempty"`
+	StdinSize *int                 `json:"stdin_bytes,omitempty"`
+	TimeoutMS *int64               `json:"timeout_ms,omitempty"`
+	Policy    approvals.Policy     `json:"policy,omitempty"`
+	Reasons   []string             `json:"reasons,omitempty"`
+	Requester *approvals.Requester `json:"requester,omitempty"`
 	// NetworkPolicy is the allowlist the run would reach the network
 	// under (CODE_EXEC_NETWORK=allowlist).
 	NetworkPolicy *egress.PolicyInfo `json:"network_policy,omitempty"`
 	// Session names the session the request runs in (request and run
 	// entries; empty for a run of its own).
-	Session   string    `json:"session,omitempty"`
-	Files     []AskFile `json:"files,omitempty"`
-	Workspace string    `json:"workspace,omitempty"`
+	Session   string              `json:"session,omitempty"`
+	Files     []approvals.AskFile `json:"files,omitempty"`
+	Workspace string              `json:"workspace,omitempty"`
 	// Packages are the packages installed for the run (request entries).
 	Packages []string `json:"packages,omitempty"`
 	// Action is what a request that runs no code asks for
-	// (ActionSessionCreate; request entries).
+	// (approvals.ActionSessionCreate; request entries).
 	Action string `json:"action,omitempty"`
 
 	// decision
-	Outcome Outcome `json:"outcome,omitempty"`
-	By      string  `json:"by,omitempty"`
-	Via     Via     `json:"via,omitempty"`
-	Note    string  `json:"note,omitempty"`
+	Outcome approvals.Outcome `json:"outcome,omitempty"`
+	By      string            `json:"by,omitempty"`
+	Via     approvals.Via     `json:"via,omitempty"`
+	Note    string            `json:"note,omitempty"`
 
 	// run
 	ExitCode   *int     `json:"exit_code,omitempty"`
@@ -87,27 +96,36 @@ type Entry struct {
 	Hash string `json:"hash"`
 }
 
-// AuditLog appends entries to a JSON Lines file. Each entry is written with
-// one write and synced to disk before Append returns, so that an answered
-// request survives a crash. Each entry carries the hash of the previous one,
-// so that Verify detects a changed, removed or reordered entry.
+// Log appends entries to a JSON Lines file, and keeps the latest ones in
+// memory (Recent). Each entry is written with one write and synced to disk
+// before Append returns, so that an answered request survives a crash.
+// Each entry carries the hash of the previous one, so that Verify detects a
+// changed, removed or reordered entry. A Log without a file keeps the
+// latest entries only.
 //
-// An AuditLog is safe for concurrent use. A nil *AuditLog discards entries.
-type AuditLog struct {
-	mu   sync.Mutex
-	f    *os.File
-	path string
-	seq  int64
-	prev string
-	now  func() time.Time
-	tail []Entry // the last entries found at open
+// A Log is safe for concurrent use.
+type Log struct {
+	mu      sync.Mutex
+	f       *os.File
+	path    string
+	seq     int64
+	prev    string
+	now     func() time.Time
+	closed  bool
+	history *history
 }
 
-// OpenAudit opens (creating if needed, mode 0600) the audit log at path and
-// continues its hash chain. It refuses a file whose last line is incomplete
-// or does not verify, since appending would hide the damage; run
-// `codeexec audit verify` to see what is wrong. Close the log when done.
-func OpenAudit(path string) (*AuditLog, error) {
+// Open opens (creating if needed, mode 0600) the audit log at path and
+// continues its hash chain; its last entries are the first that Recent
+// knows. It refuses a file whose last line is incomplete or does not
+// verify, since appending would hide the damage; run `codeexec audit
+// verify` to see what is wrong. An empty path opens a Log without a file.
+// Close the log when done.
+func Open(path string) (*Log, error) {
+	l := &Log{path: path, now: time.Now, history: newHistory(historySize)}
+	if path == "" {
+		return l, nil
+	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("opening the audit log: %w", err)
@@ -127,87 +145,75 @@ func OpenAudit(path string) (*AuditLog, error) {
 		f.Close()
 		return nil, fmt.Errorf("the audit log %s does not verify, so codeexec will not append to it (move it aside to start a new one): %w", path, err)
 	}
-	l := &AuditLog{f: f, path: path, seq: sum.Entries, prev: sum.LastHash, now: time.Now}
+	l.f, l.seq, l.prev = f, sum.Entries, sum.LastHash
 	for _, line := range last {
 		var e Entry
 		if json.Unmarshal(line, &e) == nil {
-			l.tail = append(l.tail, e)
+			l.history.add(e)
 		}
 	}
 	return l, nil
 }
 
-// Tail returns the last entries that were in the log when it was opened
-// (up to a few dozen requests' worth), oldest first.
-func (l *AuditLog) Tail() []Entry {
-	if l == nil {
-		return nil
-	}
-	return l.tail
-}
+// Path returns the file the log writes to ("" for none).
+func (l *Log) Path() string { return l.path }
 
-// Path returns the file the log writes to.
-func (l *AuditLog) Path() string {
-	if l == nil {
-		return ""
-	}
-	return l.path
-}
+// Recent returns what the record says about the latest n requests, latest
+// activity first: the entries appended since the Log was opened, after the
+// last ones of its file (a few dozen requests are kept, with their code cut
+// to 4 KiB).
+func (l *Log) Recent(n int) []Activity { return l.history.recent(n) }
 
 // Append sets e's Seq, Time (if zero), Prev and Hash, and writes it. It
 // returns only once the entry is on disk.
-func (l *AuditLog) Append(e Entry) error {
-	if l == nil {
-		return nil
-	}
+func (l *Log) Append(e Entry) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.f == nil {
+	if l.closed {
 		return errors.New("audit log closed")
 	}
-	e.Seq = l.seq + 1
 	if e.Time.IsZero() {
 		e.Time = l.now().UTC()
 	}
-	e.Prev = l.prev
-	line, hash, err := seal(e)
-	if err != nil {
-		return fmt.Errorf("encoding an audit entry: %w", err)
+	if l.f != nil {
+		e.Seq = l.seq + 1
+		e.Prev = l.prev
+		line, hash, err := seal(e)
+		if err != nil {
+			return fmt.Errorf("encoding an audit entry: %w", err)
+		}
+		if _, err := l.f.Write(line); err != nil {
+			return fmt.Errorf("writing the audit log: %w", err)
+		}
+		if err := l.f.Sync(); err != nil {
+			return fmt.Errorf("syncing the audit log: %w", err)
+		}
+		l.seq, l.prev = e.Seq, hash
 	}
-	if _, err := l.f.Write(line); err != nil {
-		return fmt.Errorf("writing the audit log: %w", err)
-	}
-	if err := l.f.Sync(); err != nil {
-		return fmt.Errorf("syncing the audit log: %w", err)
-	}
-	l.seq, l.prev = e.Seq, hash
+	l.history.add(e)
 	return nil
 }
 
 // Head returns the number of entries and the hash of the last one: keep it
 // somewhere else to detect that entries were cut from the end.
-func (l *AuditLog) Head() (int64, string) {
-	if l == nil {
-		return 0, ""
-	}
+func (l *Log) Head() (int64, string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.seq, l.prev
 }
 
 // Close closes the file; later Appends fail. It is safe to call twice.
-func (l *AuditLog) Close() error {
-	if l == nil {
-		return nil
-	}
+func (l *Log) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	l.closed = true
 	if l.f == nil {
 		return nil
 	}
-	err := l.f.Close()
-	l.f = nil
-	return err
+	return l.f.Close()
 }
 
 // seal encodes e with its hash as the last field and returns the line
@@ -219,7 +225,7 @@ func seal(e Entry) ([]byte, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	b = EscapeHiddenJSON(b)
+	b = approvals.EscapeHiddenJSON(b)
 	// b ends with `,"hash":""}`: hash what comes before `,"hash"`.
 	body, ok := bytes.CutSuffix(b, []byte(`,"hash":""}`))
 	if !ok {
@@ -245,7 +251,7 @@ type VerifySummary struct {
 // reordered after it was written.
 var ErrTampered = errors.New("audit log tampered with")
 
-var hashSuffix = lazyRegexp(`,"hash":"([0-9a-f]{64})"}$`)
+var hashSuffix = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`,"hash":"([0-9a-f]{64})"}$`) })
 
 // Verify reads a whole audit log and checks every line: its own hash, the
 // previous entry's hash it carries, and its sequence number. It returns an

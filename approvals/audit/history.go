@@ -1,4 +1,4 @@
-package approvals
+package audit
 
 import (
 	"slices"
@@ -7,8 +7,8 @@ import (
 	"unicode/utf8"
 )
 
-// historySize is how many audit entries a Gate keeps in memory for the
-// console (about fifty requests with their decisions and runs).
+// historySize is how many entries a Log keeps in memory for the console
+// (about fifty requests with their decisions and runs).
 const historySize = 150
 
 // historyCodeBytes is how much of a request's code the history keeps; the
@@ -18,7 +18,7 @@ const historyCodeBytes = 4 << 10
 // Activity is what the audit record says about one request: what was
 // asked, every decision about it (normally one; a replayed or expired
 // answer adds one), and how its run ended. A part is nil when it has not
-// happened, or is older than what the Gate keeps.
+// happened, or is older than what the Log keeps.
 type Activity struct {
 	ID        string  `json:"id"`
 	Request   *Entry  `json:"request,omitempty"`

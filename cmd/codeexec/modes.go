@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/codeexec/codeexec/configs"
+	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/docker"
+	"github.com/codeexec/codeexec/sandbox/egress/proxy"
+	"github.com/codeexec/codeexec/sandbox/host"
+	"github.com/codeexec/codeexec/sandbox/process"
+	"github.com/codeexec/codeexec/sandbox/sessions"
+	"github.com/codeexec/codeexec/server/metrics"
+)
+
+// mode is the sandbox of CODE_EXEC_SANDBOX: the Runner at the end of the
+// runner chain, the backend of its sessions (nil in kubernetes mode, which
+// offers none yet), and, in docker and kubernetes mode, its warm pool's
+// statistics (nil in the other modes).
+type mode struct {
+	runner   sandbox.Runner
+	sessions sessions.Backend
+	pool     func() metrics.PoolStats
+}
+
+// newMode starts the sandbox of cfg.Sandbox. With CODE_EXEC_NETWORK=allowlist
+// every mode gets the egress proxy; with none (the default) no mode does,
+// and runs have no network.
+func newMode(ctx context.Context, cfg *configs.Config, log *slog.Logger) (mode, error) {
+	var egressProxy *proxy.Proxy
+	if policy, on := egressPolicy(cfg); on {
+		egressProxy = proxy.New(policy, log.With("component", "egress"))
+		log.Info("network allowlist", "allow", policy.Allow.Strings(), "allow_private", policy.AllowPrivate,
+			"max_connections", policy.Caps.Connections, "max_bytes", cfg.NetworkMaxBytes.String())
+		if policy.AllowPrivate {
+			log.Warn("CODE_EXEC_NETWORK_ALLOW_PRIVATE=true: allowed names may resolve to loopback, private, link-local and cloud-metadata addresses, so runs can reach this host's services, its private network and, on a cloud host, the metadata service and the credentials it hands out")
+		}
+	}
+	switch cfg.Sandbox {
+	case sandbox.ModeDocker:
+		cache, err := packagesCacheDir(cfg)
+		if err != nil {
+			return mode{}, err
+		}
+		r, err := docker.New(ctx, docker.Config{Image: cfg.DockerImage, Runtime: cfg.DockerRuntime, Languages: cfg.Languages, Logger: log,
+			PoolSize: cfg.DockerPoolSize, PoolLimits: runLimits(cfg, cfg.Timeout), Egress: egressProxy, Workspace: workspace(cfg), PackagesCache: cache})
+		if err != nil {
+			return mode{}, err
+		}
+		pool := func() metrics.PoolStats {
+			st := r.PoolStats()
+			return metrics.PoolStats{Ready: st.Ready, Hits: st.Hits, Misses: st.Misses}
+		}
+		return mode{runner: r, sessions: r.Sessions(), pool: pool}, nil
+	case sandbox.ModeProcess:
+		disable, err := process.ParseFeatures(cfg.ProcessDisable)
+		if err != nil {
+			return mode{}, err
+		}
+		uids, err := uidRange(cfg)
+		if err != nil {
+			return mode{}, err
+		}
+		r, err := process.New(ctx, process.Config{Languages: cfg.Languages, WorkRoot: cfg.WorkDir, Logger: log, Disable: disable, Strict: cfg.ProcessStrict,
+			UIDRange: uids, PoolSize: cfg.ProcessPoolSize, Egress: egressProxy, Workspace: workspace(cfg)})
+		if err != nil {
+			return mode{}, err
+		}
+		return mode{runner: r, sessions: r.Sessions()}, nil
+	case sandbox.ModeNone:
+		r, err := host.New(ctx, host.Config{Languages: cfg.Languages, WorkRoot: cfg.WorkDir, Logger: log, Egress: egressProxy, Workspace: workspace(cfg)})
+		if err != nil {
+			return mode{}, err
+		}
+		return mode{runner: r, sessions: r.Sessions()}, nil
+	case sandbox.ModeKubernetes:
+		return newKubernetes(ctx, cfg, log)
+	}
+	return mode{}, fmt.Errorf("unknown sandbox mode %q", cfg.Sandbox)
+}
+
+// noPythonSessions refuses python sessions: restricted Python
+// (CODE_EXEC_PYTHON_POLICY=restricted) checks each program on its own
+// before it runs, and a session's live interpreter would run code around
+// that check. javascript and bash sessions are not affected.
+type noPythonSessions struct{ next sessions.Backend }
+
+func (b noPythonSessions) Start(ctx context.Context, spec sessions.Spec) (sessions.Session, error) {
+	if spec.Language == "python" {
+		return nil, fmt.Errorf("%w: python sessions are off with CODE_EXEC_PYTHON_POLICY=restricted, which checks each python program on its own; run python without a session_id", sandbox.ErrLanguageUnavailable)
+	}
+	return b.next.Start(ctx, spec)
+}

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"bytes"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/codeexec/codeexec/configs"
+)
+
+func load(t *testing.T, env ...string) *configs.Config {
+	t.Helper()
+	c, err := configs.Load(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// A UID range that process mode refuses stops the server at start as a
+// configuration error naming the setting, whatever the mode.
+func TestUIDRangeIsCheckedAtStart(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		env  string
+		want string
+	}{
+		{"CODE_EXEC_PROCESS_UID_RANGE=60000-70000", "65534"},
+		{"CODE_EXEC_PROCESS_UID_RANGE=0-10", "between 1 and 4294967294"},
+		{"CODE_EXEC_PROCESS_UID_RANGE=300-200", "above the last"},
+	} {
+		var stdout, stderr bytes.Buffer
+		cfg, status := configure(nil, []string{c.env, "CODE_EXEC_SANDBOX=docker"}, &stdout, &stderr)
+		msg := stderr.String()
+		if cfg != nil || status != 2 || strings.Count(msg, "\n") != 1 || !strings.Contains(msg, "CODE_EXEC_PROCESS_UID_RANGE=") || !strings.Contains(msg, c.want) || !strings.Contains(msg, "FIRST-LAST") {
+			t.Errorf("%s: status %d, stderr %q; want 2 and one line naming the setting and %q", c.env, status, msg, c.want)
+		}
+	}
+	if _, err := uidRange(load(t)); err != nil {
+		t.Errorf("the default range: %v", err)
+	}
+}
+
+func TestEgressPolicy(t *testing.T) {
+	t.Parallel()
+	if _, on := egressPolicy(load(t)); on {
+		t.Fatal("a policy with CODE_EXEC_NETWORK=none")
+	}
+	p, on := egressPolicy(load(t, "CODE_EXEC_NETWORK=allowlist", "CODE_EXEC_NETWORK_ALLOW=pypi.org,*.example.com:8443",
+		"CODE_EXEC_NETWORK_RESOLVE=pypi.org=127.0.0.1", "CODE_EXEC_NETWORK_MAX_BYTES=1m"))
+	if !on || len(p.Allow.Rules()) != 2 || p.AllowPrivate || p.Caps.Bytes != 1<<20 || p.Caps.Connections != 64 {
+		t.Fatalf("policy = %+v (on: %v)", p, on)
+	}
+}
+
+func TestPackagesPolicyAndLimits(t *testing.T) {
+	t.Parallel()
+	c := load(t, "CODE_EXEC_PACKAGES=true", "CODE_EXEC_PIP_INDEX_URL=http://127.0.0.1:8080/simple/", "CODE_EXEC_NPM_REGISTRY=https://registry.example.org/")
+	pol, err := packagesPolicy(c)
+	if err != nil || !slices.Equal(pol.Allow.Strings(), []string{"127.0.0.1:8080", "registry.example.org:443"}) || !pol.AllowPrivate {
+		t.Errorf("install policy %v %v", pol.Allow.Strings(), err)
+	}
+	c = load(t, "CODE_EXEC_PACKAGES=true", "CODE_EXEC_PIP_INDEX_URL=https://index.example.org/simple/", "CODE_EXEC_PACKAGES_ALLOW=files.example.org")
+	if pol, err := packagesPolicy(c); err != nil || !slices.Equal(pol.Allow.Strings(), []string{"index.example.org:443", "files.example.org"}) {
+		t.Errorf("install policy with CODE_EXEC_PACKAGES_ALLOW: %v %v", pol.Allow.Strings(), err)
+	}
+	if l := packagesLimits(c); l.Timeout != c.PackagesTimeout || l.FileSizeBytes != int64(c.PackagesMaxBytes) || l.MemoryBytes < 1<<30 {
+		t.Errorf("install limits %+v", l)
+	}
+}
+
+func TestPythonPolicy(t *testing.T) {
+	t.Parallel()
+	p := pythonPolicy(load(t, "CODE_EXEC_PYTHON_ALLOWED_IMPORTS= math, json,math,,"))
+	if !slices.Equal(p.AllowedImports, []string{"math", "json"}) {
+		t.Errorf("allowed imports %q, want math and json once each", p.AllowedImports)
+	}
+}
