@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/kube/internal/kubeapi"
 )
 
 // permission is one thing codeexec must be allowed to do in its namespace.
@@ -53,17 +54,17 @@ var permissions = []permission{
 // checkAccess asks the API server, with SelfSubjectAccessReviews, whether
 // the server's identity has every permission it needs in namespace, and
 // fails naming each one it lacks.
-func checkAccess(ctx context.Context, c *clients, namespace string) error {
+func checkAccess(ctx context.Context, c *kubeapi.Clients, namespace string) error {
 	var missing []string
 	for _, p := range permissions {
-		rev, err := c.access.Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+		rev, err := c.Access.Create(ctx, &authorizationv1.SelfSubjectAccessReview{
 			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
 				Namespace: namespace, Verb: p.verb, Group: p.group, Resource: p.resource, Subresource: p.subresource,
 			}},
 		}, metav1.CreateOptions{})
 		if err != nil {
 			return fmt.Errorf("kubernetes: %w: the API server at %s (from %s) did not answer whether codeexec may %s in namespace %s: %v",
-				sandbox.ErrSandboxUnavailable, c.config.Host, c.source, p, namespace, err)
+				sandbox.ErrSandboxUnavailable, c.Config.Host, c.Source, p, namespace, err)
 		}
 		if !rev.Status.Allowed {
 			missing = append(missing, fmt.Sprintf("%s (%s)", p, p.why))
@@ -78,10 +79,10 @@ func checkAccess(ctx context.Context, c *clients, namespace string) error {
 
 // whoAmI names the identity the server talks to the API server as, or says
 // where it came from when the API server does not say.
-func whoAmI(ctx context.Context, c *clients) string {
-	rev, err := c.whoami.Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+func whoAmI(ctx context.Context, c *kubeapi.Clients) string {
+	rev, err := c.WhoAmI.Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
 	if err != nil || rev.Status.UserInfo.Username == "" {
-		return "the identity of " + c.source
+		return "the identity of " + c.Source
 	}
 	return rev.Status.UserInfo.Username
 }

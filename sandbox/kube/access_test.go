@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/kube/internal/kubeapi"
 	"github.com/codeexec/codeexec/sandbox/kube/kubetest"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 )
@@ -27,7 +28,7 @@ import (
 // The tests make ServiceAccounts, Roles and RoleBindings with the
 // cluster's admin identity (KUBECONFIG's).
 func init() {
-	if err := rbacv1.AddToScheme(scheme); err != nil {
+	if err := rbacv1.AddToScheme(kubeapi.Scheme); err != nil {
 		panic(err)
 	}
 }
@@ -49,20 +50,20 @@ func adminREST(t *testing.T) *rest.Config {
 func serviceAccount(t *testing.T, perms []permission) (*rest.Config, string) {
 	t.Helper()
 	admin := adminREST(t)
-	c, err := newClients(admin, "KUBECONFIG", DefaultNamespace)
+	c, err := kubeapi.New(admin, "KUBECONFIG", DefaultNamespace)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := rest.CopyConfig(admin)
 	gv := rbacv1.SchemeGroupVersion
-	cfg.GroupVersion, cfg.APIPath, cfg.NegotiatedSerializer = &gv, "/apis", codecs.WithoutConversion()
+	cfg.GroupVersion, cfg.APIPath, cfg.NegotiatedSerializer = &gv, "/apis", kubeapi.Codecs.WithoutConversion()
 	rbac, err := rest.RESTClientFor(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sas := gentype.NewClient("serviceaccounts", c.core, paramCodec, DefaultNamespace, func() *corev1.ServiceAccount { return &corev1.ServiceAccount{} })
-	roles := gentype.NewClient("roles", rbac, paramCodec, DefaultNamespace, func() *rbacv1.Role { return &rbacv1.Role{} })
-	bindings := gentype.NewClient("rolebindings", rbac, paramCodec, DefaultNamespace, func() *rbacv1.RoleBinding { return &rbacv1.RoleBinding{} })
+	sas := gentype.NewClient("serviceaccounts", c.Core, kubeapi.ParamCodec, DefaultNamespace, func() *corev1.ServiceAccount { return &corev1.ServiceAccount{} })
+	roles := gentype.NewClient("roles", rbac, kubeapi.ParamCodec, DefaultNamespace, func() *rbacv1.Role { return &rbacv1.Role{} })
+	bindings := gentype.NewClient("rolebindings", rbac, kubeapi.ParamCodec, DefaultNamespace, func() *rbacv1.RoleBinding { return &rbacv1.RoleBinding{} })
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -98,7 +99,7 @@ func serviceAccount(t *testing.T, perms []permission) (*rest.Config, string) {
 	}
 	var tr authenticationv1.TokenRequest
 	secs := int64(600)
-	err = c.core.Post().Namespace(DefaultNamespace).Resource("serviceaccounts").Name(name).SubResource("token").
+	err = c.Core.Post().Namespace(DefaultNamespace).Resource("serviceaccounts").Name(name).SubResource("token").
 		Body(&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs}}).Do(ctx).Into(&tr)
 	if err != nil {
 		t.Fatal(err)

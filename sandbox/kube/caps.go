@@ -45,7 +45,7 @@ func (r *Runner) capabilities() sandbox.Capabilities {
 		{Name: "user namespace", Active: userns, Detail: usernsDetail(r.cfg.UserNamespaces, f.uidMap)},
 		{Name: "container logs off", Active: false, Detail: "the node's kubelet keeps each pod's output in its log until the pod is deleted, at the end of the run"},
 		{Name: "leftovers removed", Active: true, Detail: "every pod carries " + LabelManagedBy + "=" + ManagedBy + ", " + LabelReplica + " and an owner reference to the replica's Lease (renewed every " + leaseRenew.String() + "); a sweeper, at start and every " + sweepEvery.String() + ", deletes the pods of replicas whose Lease is stale or gone and pods past their deadline"},
-		{Name: "cluster", Active: true, Detail: fmt.Sprintf("Kubernetes %s at %s (from %s)", orNone(f.version), r.c.config.Host, r.c.source)},
+		{Name: "cluster", Active: true, Detail: fmt.Sprintf("Kubernetes %s at %s (from %s)", orNone(f.version), r.c.Config.Host, r.c.Source)},
 	}
 	warnings := []string{unavailable}
 	if !netOK {

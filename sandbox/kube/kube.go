@@ -48,6 +48,7 @@ import (
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/internal/warmpool"
+	"github.com/codeexec/codeexec/sandbox/kube/internal/kubeapi"
 )
 
 // Defaults and names that other programs (manifests, docs, tests) rely on.
@@ -160,7 +161,7 @@ type Config struct {
 // its Lease; it is safe to call more than once.
 type Runner struct {
 	cfg     Config
-	c       *clients
+	c       *kubeapi.Clients
 	log     *slog.Logger
 	replica string // LabelReplica of its pods, and its Lease's name
 	lease   *replicaLease
@@ -224,11 +225,11 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	restCfg, source := cfg.REST, "the configuration given"
 	if restCfg == nil {
 		var err error
-		if restCfg, source, err = loadConfig(); err != nil {
+		if restCfg, source, err = kubeapi.LoadConfig(); err != nil {
 			return nil, err
 		}
 	}
-	c, err := newClients(restCfg, source, cfg.Namespace)
+	c, err := kubeapi.New(restCfg, source, cfg.Namespace)
 	if err != nil {
 		return nil, err
 	}
@@ -278,7 +279,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		Logger: r.log, What: "pod",
 	})
 	go r.sweepLoop()
-	r.log.Info("kubernetes sandbox ready", "api_server", c.config.Host, "config", c.source, "namespace", cfg.Namespace,
+	r.log.Info("kubernetes sandbox ready", "api_server", c.Config.Host, "config", c.Source, "namespace", cfg.Namespace,
 		"image", cfg.Image, "runtime_class", cfg.RuntimeClass, "pool_size", cfg.PoolSize)
 	return r, nil
 }
@@ -340,7 +341,7 @@ func (r *Runner) Close() error {
 func (r *Runner) deleteOwn() error {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	list, err := r.c.pods.List(ctx, metav1.ListOptions{LabelSelector: LabelManagedBy + "=" + ManagedBy + "," + LabelReplica + "=" + r.replica})
+	list, err := r.c.Pods.List(ctx, metav1.ListOptions{LabelSelector: LabelManagedBy + "=" + ManagedBy + "," + LabelReplica + "=" + r.replica})
 	if err != nil {
 		return fmt.Errorf("kubernetes: listing this replica's pods: %w", err)
 	}

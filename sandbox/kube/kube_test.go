@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/kube/internal/kubeapi"
 	"github.com/codeexec/codeexec/sandbox/kube/kubetest"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 )
@@ -70,7 +71,7 @@ func newRunner(t testing.TB, cfg Config) *Runner {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if _, err := c.leases.Get(ctx, replica, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		if _, err := c.Leases.Get(ctx, replica, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("the Lease of replica %s is left on the cluster (get: %v)", replica, err)
 		}
 	})
@@ -78,11 +79,11 @@ func newRunner(t testing.TB, cfg Config) *Runner {
 }
 
 // replicaPods lists the pods of one replica that the API server still has.
-func replicaPods(t testing.TB, c *clients, replica string) []string {
+func replicaPods(t testing.TB, c *kubeapi.Clients, replica string) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	list, err := c.pods.List(ctx, metav1.ListOptions{LabelSelector: LabelReplica + "=" + replica})
+	list, err := c.Pods.List(ctx, metav1.ListOptions{LabelSelector: LabelReplica + "=" + replica})
 	if err != nil {
 		t.Fatalf("listing pods: %v", err)
 	}
@@ -154,7 +155,7 @@ func lingering(t testing.TB, r *Runner) []string {
 func waitGone(ctx context.Context, r *Runner, name string) error {
 	st := r.watch.follow(name)
 	defer r.watch.forget(name, st)
-	if _, err := r.c.pods.Get(ctx, name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+	if _, err := r.c.Pods.Get(ctx, name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
 		return nil
 	}
 	return st.wait(ctx, cleanupTimeout, func(_ *corev1.Pod, gone bool) (bool, error) { return gone, nil }, describePending)

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/kube/internal/kubeapi"
 )
 
 // The replica's Lease.
@@ -33,7 +34,7 @@ const (
 
 // replicaLease creates and renews the replica's Lease.
 type replicaLease struct {
-	c    *clients
+	c    *kubeapi.Clients
 	log  *slog.Logger
 	name string
 
@@ -51,10 +52,10 @@ func holderIdentity() string {
 }
 
 // newLease creates the Lease called name and starts renewing it.
-func newLease(ctx context.Context, c *clients, log *slog.Logger, name string) (*replicaLease, error) {
+func newLease(ctx context.Context, c *kubeapi.Clients, log *slog.Logger, name string) (*replicaLease, error) {
 	l, err := newLeaseObject(ctx, c, name)
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes: %w: creating the replica's Lease %s in namespace %s: %v", sandbox.ErrSandboxUnavailable, name, c.leases.GetNamespace(), err)
+		return nil, fmt.Errorf("kubernetes: %w: creating the replica's Lease %s in namespace %s: %v", sandbox.ErrSandboxUnavailable, name, c.Leases.GetNamespace(), err)
 	}
 	rl := &replicaLease{c: c, log: log, name: name, uid: l.UID, stopC: make(chan struct{}), done: make(chan struct{})}
 	go rl.renewLoop()
@@ -98,13 +99,13 @@ func (rl *replicaLease) renewLoop() {
 // that referred to the old one are gone with it.
 func (rl *replicaLease) renew(ctx context.Context) error {
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		l, err := rl.c.leases.Get(ctx, rl.name, metav1.GetOptions{})
+		l, err := rl.c.Leases.Get(ctx, rl.name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		now := metav1.NewMicroTime(time.Now())
 		l.Spec.RenewTime = &now
-		_, err = rl.c.leases.Update(ctx, l, metav1.UpdateOptions{})
+		_, err = rl.c.Leases.Update(ctx, l, metav1.UpdateOptions{})
 		return err
 	})
 	if !apierrors.IsNotFound(err) {
@@ -122,11 +123,11 @@ func (rl *replicaLease) renew(ctx context.Context) error {
 }
 
 // newLeaseObject creates the Lease called name, held and renewed now.
-func newLeaseObject(ctx context.Context, c *clients, name string) (*coordinationv1.Lease, error) {
+func newLeaseObject(ctx context.Context, c *kubeapi.Clients, name string) (*coordinationv1.Lease, error) {
 	now := metav1.NewMicroTime(time.Now())
 	holder := holderIdentity()
 	secs := int32(leaseDuration / time.Second)
-	return c.leases.Create(ctx, &coordinationv1.Lease{
+	return c.Leases.Create(ctx, &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{LabelManagedBy: ManagedBy, LabelReplica: name}},
 		Spec: coordinationv1.LeaseSpec{
 			HolderIdentity: &holder, LeaseDurationSeconds: &secs, AcquireTime: &now, RenewTime: &now,
@@ -141,7 +142,7 @@ func (rl *replicaLease) close() error {
 	<-rl.done
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	err := rl.c.leases.Delete(ctx, rl.name, metav1.DeleteOptions{PropagationPolicy: ptr(metav1.DeletePropagationBackground)})
+	err := rl.c.Leases.Delete(ctx, rl.name, metav1.DeleteOptions{PropagationPolicy: ptr(metav1.DeletePropagationBackground)})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("kubernetes: deleting the replica's Lease %s: %w", rl.name, err)
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/internal/runproto"
+	"github.com/codeexec/codeexec/sandbox/kube/internal/kubeapi"
 )
 
 // The uids that pods run as: each pod gets one at random from this range,
@@ -284,7 +285,7 @@ func (r *Runner) start(ctx context.Context, spec podSpec) (*podSession, error) {
 		r.watch.forget(name, st)
 		return nil, fmt.Errorf("kubernetes: %w", err)
 	}
-	if _, err := r.c.pods.Create(opCtx, pod, metav1.CreateOptions{}); err != nil {
+	if _, err := r.c.Pods.Create(opCtx, pod, metav1.CreateOptions{}); err != nil {
 		r.untrack(name)
 		r.watch.forget(name, st)
 		return nil, apiErr("creating a pod", err)
@@ -408,12 +409,12 @@ func (r *Runner) execKill(ctx context.Context, name string) error {
 // executor makes the executor of a pod's attach or exec subresource:
 // WebSocket first, SPDY when the API server does not upgrade to it.
 func (r *Runner) executor(name, sub string, opts runtime.Object) (remotecommand.Executor, error) {
-	u := r.c.core.Post().Namespace(r.cfg.Namespace).Resource("pods").Name(name).SubResource(sub).VersionedParams(opts, paramCodec).URL()
-	ws, err := remotecommand.NewWebSocketExecutor(r.c.config, "GET", u.String())
+	u := r.c.Core.Post().Namespace(r.cfg.Namespace).Resource("pods").Name(name).SubResource(sub).VersionedParams(opts, kubeapi.ParamCodec).URL()
+	ws, err := remotecommand.NewWebSocketExecutor(r.c.Config, "GET", u.String())
 	if err != nil {
 		return nil, err
 	}
-	spdy, err := remotecommand.NewSPDYExecutor(r.c.config, "POST", u)
+	spdy, err := remotecommand.NewSPDYExecutor(r.c.Config, "POST", u)
 	if err != nil {
 		return nil, err
 	}
@@ -428,7 +429,7 @@ func (r *Runner) executor(name, sub string, opts runtime.Object) (remotecommand.
 func (r *Runner) deletePod(name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	err := r.c.pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+	err := r.c.Pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
 	if err != nil && !apierrors.IsNotFound(err) {
 		r.log.Warn("could not delete a pod; the sweeper will", "pod", name, "err", err)
 		return

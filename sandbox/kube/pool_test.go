@@ -85,7 +85,7 @@ func TestWarmAndColdLockedDownAlike(t *testing.T) {
 		rec.add(name, warm)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		p, err := r.c.pods.Get(ctx, name, metav1.GetOptions{})
+		p, err := r.c.Pods.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			t.Errorf("get pod %s: %v", name, err)
 			return
@@ -190,12 +190,12 @@ func TestWarmPodDeletedFromOutsideIsReplaced(t *testing.T) {
 	waitWarm(t, r, "python", 1)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	list, err := r.c.pods.List(ctx, metav1.ListOptions{LabelSelector: LabelReplica + "=" + r.replica + "," + LabelRole + "=" + rolePool})
+	list, err := r.c.Pods.List(ctx, metav1.ListOptions{LabelSelector: LabelReplica + "=" + r.replica + "," + LabelRole + "=" + rolePool})
 	if err != nil || len(list.Items) != 1 {
 		t.Fatalf("want one warm pod of the replica, got %v (%v)", list, err)
 	}
 	victim := list.Items[0].Name
-	if err := r.c.pods.Delete(ctx, victim, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}); err != nil {
+	if err := r.c.Pods.Delete(ctx, victim, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}); err != nil {
 		t.Fatal(err)
 	}
 	waitPool(t, r, "a replacement of the deleted warm pod", func(st warmpool.Stats) bool { return st.Broken >= 1 && st.Ready["python"] >= 1 })

@@ -272,7 +272,7 @@ func (f *probeFacts) parse(lines []string) error {
 // loopback, at a port it opens for the probe: ln), a cloud's metadata
 // service, and Config.NetworkCheckAddrs. skipped says what was left out.
 func (r *Runner) networkTargets() (targets []probeTarget, ln net.Listener, skipped []string, err error) {
-	if u, perr := url.Parse(r.c.config.Host); perr == nil && u.Hostname() != "" {
+	if u, perr := url.Parse(r.c.Config.Host); perr == nil && u.Hostname() != "" {
 		port, _ := strconv.Atoi(u.Port())
 		if port == 0 {
 			port = 443
@@ -281,7 +281,7 @@ func (r *Runner) networkTargets() (targets []probeTarget, ln net.Listener, skipp
 			}
 		}
 		if ip := net.ParseIP(u.Hostname()); ip != nil && ip.IsLoopback() {
-			skipped = append(skipped, fmt.Sprintf("the API server at %s (a loopback address: in a pod it is the pod's own)", r.c.config.Host))
+			skipped = append(skipped, fmt.Sprintf("the API server at %s (a loopback address: in a pod it is the pod's own)", r.c.Config.Host))
 		} else {
 			targets = append(targets, probeTarget{What: "the API server (as this server reaches it)", Host: u.Hostname(), Port: port})
 		}
@@ -321,7 +321,7 @@ func (r *Runner) podSecurity(ctx context.Context) (bool, string) {
 	p := r.podObject(newPodName("psa-check"), podSpec{role: roleProbe, cmd: []string{"true"}, limits: containerLimits(probeLimits), deadline: time.Now().Add(time.Minute)})
 	p.Spec.SecurityContext.RunAsNonRoot, p.Spec.SecurityContext.RunAsUser = ptr(false), ptr(int64(0))
 	p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: ptr(true), RunAsNonRoot: ptr(false)}
-	_, err := r.c.pods.Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	_, err := r.c.Pods.Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	switch {
 	case err == nil:
 		return false, "the API server accepted (in a dry run) a pod running as root that may gain privileges in namespace " + r.cfg.Namespace
@@ -333,7 +333,7 @@ func (r *Runner) podSecurity(ctx context.Context) (bool, string) {
 
 // serverVersion is the API server's version, "" when it does not say.
 func (r *Runner) serverVersion(ctx context.Context) string {
-	raw, err := r.c.core.Get().AbsPath("/version").DoRaw(ctx)
+	raw, err := r.c.Core.Get().AbsPath("/version").DoRaw(ctx)
 	if err != nil {
 		return ""
 	}

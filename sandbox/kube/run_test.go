@@ -90,7 +90,7 @@ func TestPodDeletedFromOutside(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the program did not start")
 	}
-	if err := r.c.pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}); err != nil {
+	if err := r.c.Pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -16,11 +16,11 @@ import (
 // of other replicas; it returns how many pods it deleted.
 func (r *Runner) sweep(ctx context.Context, now time.Time) (int, error) {
 	sel := metav1.ListOptions{LabelSelector: LabelManagedBy + "=" + ManagedBy}
-	leases, err := r.c.leases.List(ctx, sel)
+	leases, err := r.c.Leases.List(ctx, sel)
 	if err != nil {
 		return 0, fmt.Errorf("listing codeexec's Leases: %w", err)
 	}
-	pods, err := r.c.pods.List(ctx, sel)
+	pods, err := r.c.Pods.List(ctx, sel)
 	if err != nil {
 		return 0, fmt.Errorf("listing codeexec's pods: %w", err)
 	}
@@ -42,7 +42,7 @@ func (r *Runner) sweep(ctx context.Context, now time.Time) (int, error) {
 		if why == "" {
 			continue
 		}
-		err := r.c.pods.Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+		err := r.c.Pods.Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
 		if err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("deleting pod %s: %w", p.Name, err))
 			continue
@@ -58,7 +58,7 @@ func (r *Runner) sweep(ctx context.Context, now time.Time) (int, error) {
 		if alive[l.Name] {
 			continue
 		}
-		err := r.c.leases.Delete(ctx, l.Name, metav1.DeleteOptions{PropagationPolicy: ptr(metav1.DeletePropagationBackground)})
+		err := r.c.Leases.Delete(ctx, l.Name, metav1.DeleteOptions{PropagationPolicy: ptr(metav1.DeletePropagationBackground)})
 		if err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("deleting the Lease %s of a stopped replica: %w", l.Name, err))
 			continue

@@ -29,10 +29,10 @@ func TestSweepRemovesLeftovers(t *testing.T) {
 	}
 	old := metav1.NewMicroTime(time.Now().Add(-10 * time.Minute))
 	l.Spec.RenewTime = &old
-	if l, err = r.c.leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+	if l, err = r.c.Leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = r.c.leases.Delete(context.Background(), dead, metav1.DeleteOptions{}) })
+	t.Cleanup(func() { _ = r.c.Leases.Delete(context.Background(), dead, metav1.DeleteOptions{}) })
 	deadOwner := metav1.OwnerReference{APIVersion: "coordination.k8s.io/v1", Kind: "Lease", Name: dead, UID: l.UID}
 
 	mk := func(replica string, owner metav1.OwnerReference, deadline time.Time) string {
@@ -42,11 +42,11 @@ func TestSweepRemovesLeftovers(t *testing.T) {
 		p.Labels[LabelReplica] = replica
 		p.OwnerReferences = []metav1.OwnerReference{owner}
 		p.Annotations[AnnotationDeadline] = deadline.UTC().Format(time.RFC3339)
-		if _, err := r.c.pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		if _, err := r.c.Pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
-			_ = r.c.pods.Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+			_ = r.c.Pods.Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
 		})
 		return name
 	}
@@ -62,14 +62,14 @@ func TestSweepRemovesLeftovers(t *testing.T) {
 		t.Errorf("the sweep deleted %d pods, want 2", n)
 	}
 	for _, name := range []string{ofDead, expired} {
-		if _, err := r.c.pods.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		if _, err := r.c.Pods.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("pod %s is still there after the sweep (%v)", name, err)
 		}
 	}
-	if _, err := r.c.pods.Get(ctx, live, metav1.GetOptions{}); err != nil {
+	if _, err := r.c.Pods.Get(ctx, live, metav1.GetOptions{}); err != nil {
 		t.Errorf("the sweep deleted pod %s of a live replica: %v", live, err)
 	}
-	if _, err := r.c.leases.Get(ctx, dead, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := r.c.Leases.Get(ctx, dead, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the stale Lease %s is still there after the sweep (%v)", dead, err)
 	}
 }
@@ -80,14 +80,14 @@ func TestLeaseRenewedAndOwnsPods(t *testing.T) {
 	r := newRunner(t, Config{Languages: []string{"bash"}})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	before, err := r.c.leases.Get(ctx, r.replica, metav1.GetOptions{})
+	before, err := r.c.Leases.Get(ctx, r.replica, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := r.lease.renew(ctx); err != nil {
 		t.Fatal(err)
 	}
-	after, err := r.c.leases.Get(ctx, r.replica, metav1.GetOptions{})
+	after, err := r.c.Leases.Get(ctx, r.replica, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

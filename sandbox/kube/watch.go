@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/codeexec/codeexec/sandbox/kube/internal/kubeapi"
 )
 
 // podWatch follows the pods of one replica (its LabelReplica) through an
@@ -34,9 +36,9 @@ type podState struct {
 
 // startWatch starts the informer over the pods that carry selector and
 // waits, within ctx, until it has listed them.
-func startWatch(ctx context.Context, c *clients, selector string) (*podWatch, error) {
+func startWatch(ctx context.Context, c *kubeapi.Clients, selector string) (*podWatch, error) {
 	w := &podWatch{pods: map[string][]*podState{}, done: make(chan struct{})}
-	lw := cache.NewFilteredListWatchFromClient(c.core, "pods", c.pods.GetNamespace(), func(o *metav1.ListOptions) {
+	lw := cache.NewFilteredListWatchFromClient(c.Core, "pods", c.Pods.GetNamespace(), func(o *metav1.ListOptions) {
 		o.LabelSelector = selector
 	})
 	_, ctl := cache.NewInformerWithOptions(cache.InformerOptions{
@@ -62,7 +64,7 @@ func startWatch(ctx context.Context, c *clients, selector string) (*podWatch, er
 	}()
 	if !cache.WaitForCacheSync(ctx.Done(), ctl.HasSynced) {
 		w.stop()
-		return nil, fmt.Errorf("the watch of pods in namespace %s did not start: %w", c.pods.GetNamespace(), context.Cause(ctx))
+		return nil, fmt.Errorf("the watch of pods in namespace %s did not start: %w", c.Pods.GetNamespace(), context.Cause(ctx))
 	}
 	return w, nil
 }

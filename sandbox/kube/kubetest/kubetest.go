@@ -12,7 +12,13 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/clientcmd"
+
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/kube/internal/kubeapi"
 )
 
 // RequireVariable makes a test that finds no cluster fail instead of skip.
@@ -88,4 +94,70 @@ type Scaled struct{ sandbox.Runner }
 func (s Scaled) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
 	req.Limits = Limits(req.Limits)
 	return s.Runner.Run(ctx, req)
+}
+
+// Cluster is the test cluster's API, as its admin (KUBECONFIG).
+type Cluster struct{ *kubeapi.Clients }
+
+// Connect returns the test cluster's API for namespace, or skips (fails)
+// the test when KUBECONFIG names none.
+func Connect(t testing.TB, namespace string) *Cluster {
+	t.Helper()
+	kc := Kubeconfig(t)
+	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
+	if err != nil {
+		SkipOrFail(t, "KUBECONFIG cannot be used: %v", err)
+	}
+	c, err := kubeapi.New(cfg, "KUBECONFIG="+kc, namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Cluster{c}
+}
+
+// WaitPods waits, following them with a watch, until cond holds for the
+// pods that carry selector (by name), or ctx ends.
+func (c *Cluster) WaitPods(ctx context.Context, selector string, cond func(map[string]*corev1.Pod) bool) error {
+	list, err := c.Pods.List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return err
+	}
+	pods := map[string]*corev1.Pod{}
+	for i := range list.Items {
+		pods[list.Items[i].Name] = &list.Items[i]
+	}
+	if cond(pods) {
+		return nil
+	}
+	w, err := c.Pods.Watch(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return fmt.Errorf("the watch of pods %s ended", selector)
+			}
+			p, isPod := ev.Object.(*corev1.Pod)
+			if !isPod {
+				continue
+			}
+			if ev.Type == watch.Deleted {
+				delete(pods, p.Name)
+			} else {
+				pods[p.Name] = p
+			}
+			if cond(pods) {
+				return nil
+			}
+		case <-ctx.Done():
+			names := make([]string, 0, len(pods))
+			for n, p := range pods {
+				names = append(names, n+" ("+string(p.Status.Phase)+")")
+			}
+			return fmt.Errorf("pods %s: %w; they are: %v", selector, ctx.Err(), names)
+		}
+	}
 }

@@ -1,4 +1,9 @@
-package kube
+// Package kubeapi holds the typed clients of the few Kubernetes resources
+// kubernetes mode uses, over REST clients of their API groups (core/v1,
+// coordination.k8s.io/v1, authorization.k8s.io/v1, authentication.k8s.io/v1)
+// and a scheme of those types only: not the generated clientset, which
+// registers every type of every group and more than doubles the binary.
+package kubeapi
 
 import (
 	"errors"
@@ -20,13 +25,12 @@ import (
 	"github.com/codeexec/codeexec/sandbox"
 )
 
-// The API types kubernetes mode uses, and only those: a REST client per API
-// group over this scheme, not the generated clientset (which registers
-// every type of every group and more than doubles the binary).
+// Scheme holds the API types kubernetes mode uses, and only those;
+// Codecs and ParamCodec serialize them.
 var (
-	scheme     = runtime.NewScheme()
-	codecs     = serializer.NewCodecFactory(scheme)
-	paramCodec = runtime.NewParameterCodec(scheme)
+	Scheme     = runtime.NewScheme()
+	Codecs     = serializer.NewCodecFactory(Scheme)
+	ParamCodec = runtime.NewParameterCodec(Scheme)
 )
 
 func init() {
@@ -36,30 +40,30 @@ func init() {
 		authorizationv1.AddToScheme,
 		authenticationv1.AddToScheme,
 	} {
-		if err := add(scheme); err != nil {
+		if err := add(Scheme); err != nil {
 			panic(err)
 		}
 	}
-	metav1.AddToGroupVersion(scheme, schema.GroupVersion{Version: "v1"})
+	metav1.AddToGroupVersion(Scheme, schema.GroupVersion{Version: "v1"})
 }
 
-// clients are the typed clients of the resources kubernetes mode touches,
+// Clients are the typed clients of the resources kubernetes mode touches,
 // all in one namespace but the reviews.
-type clients struct {
-	config *rest.Config
-	core   rest.Interface // pods, and the URLs of pods/attach and pods/exec
-	pods   *gentype.ClientWithList[*corev1.Pod, *corev1.PodList]
-	leases *gentype.ClientWithList[*coordinationv1.Lease, *coordinationv1.LeaseList]
-	access *gentype.Client[*authorizationv1.SelfSubjectAccessReview]
-	whoami *gentype.Client[*authenticationv1.SelfSubjectReview]
-	// source says where the configuration came from, for messages.
-	source string
+type Clients struct {
+	Config *rest.Config
+	Core   rest.Interface // pods, and the URLs of pods/attach and pods/exec
+	Pods   *gentype.ClientWithList[*corev1.Pod, *corev1.PodList]
+	Leases *gentype.ClientWithList[*coordinationv1.Lease, *coordinationv1.LeaseList]
+	Access *gentype.Client[*authorizationv1.SelfSubjectAccessReview]
+	WhoAmI *gentype.Client[*authenticationv1.SelfSubjectReview]
+	// Source says where the configuration came from, for messages.
+	Source string
 }
 
-// loadConfig finds the cluster: the file KUBECONFIG names when it is set,
+// LoadConfig finds the cluster: the file KUBECONFIG names when it is set,
 // otherwise the pod's service account (in-cluster), otherwise
 // ~/.kube/config. The error says what to set.
-func loadConfig() (*rest.Config, string, error) {
+func LoadConfig() (*rest.Config, string, error) {
 	if kc := os.Getenv("KUBECONFIG"); kc != "" {
 		cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), &clientcmd.ConfigOverrides{}).ClientConfig()
 		if err != nil {
@@ -82,9 +86,10 @@ func loadConfig() (*rest.Config, string, error) {
 	return cfg, rules.GetDefaultFilename(), nil
 }
 
-// newClients makes the REST clients of core/v1, coordination.k8s.io/v1,
-// authorization.k8s.io/v1 and authentication.k8s.io/v1 over cfg.
-func newClients(cfg *rest.Config, source, namespace string) (*clients, error) {
+// New makes the REST clients of core/v1, coordination.k8s.io/v1,
+// authorization.k8s.io/v1 and authentication.k8s.io/v1 over cfg, for
+// namespace; source says where cfg came from.
+func New(cfg *rest.Config, source, namespace string) (*Clients, error) {
 	cfg = rest.CopyConfig(cfg)
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = "codeexec"
@@ -100,7 +105,7 @@ func newClients(cfg *rest.Config, source, namespace string) (*clients, error) {
 		c := rest.CopyConfig(cfg)
 		c.GroupVersion = &gv
 		c.APIPath = apiPath
-		c.NegotiatedSerializer = codecs.WithoutConversion()
+		c.NegotiatedSerializer = Codecs.WithoutConversion()
 		return rest.RESTClientForConfigAndClient(c, httpClient)
 	}
 	core, err := group(corev1.SchemeGroupVersion, "/api")
@@ -119,17 +124,17 @@ func newClients(cfg *rest.Config, source, namespace string) (*clients, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &clients{
-		config: cfg,
-		core:   core,
-		pods: gentype.NewClientWithList("pods", core, paramCodec, namespace,
+	return &Clients{
+		Config: cfg,
+		Core:   core,
+		Pods: gentype.NewClientWithList("pods", core, ParamCodec, namespace,
 			func() *corev1.Pod { return &corev1.Pod{} }, func() *corev1.PodList { return &corev1.PodList{} }),
-		leases: gentype.NewClientWithList("leases", coord, paramCodec, namespace,
+		Leases: gentype.NewClientWithList("leases", coord, ParamCodec, namespace,
 			func() *coordinationv1.Lease { return &coordinationv1.Lease{} }, func() *coordinationv1.LeaseList { return &coordinationv1.LeaseList{} }),
-		access: gentype.NewClient("selfsubjectaccessreviews", authz, paramCodec, "",
+		Access: gentype.NewClient("selfsubjectaccessreviews", authz, ParamCodec, "",
 			func() *authorizationv1.SelfSubjectAccessReview { return &authorizationv1.SelfSubjectAccessReview{} }),
-		whoami: gentype.NewClient("selfsubjectreviews", authn, paramCodec, "",
+		WhoAmI: gentype.NewClient("selfsubjectreviews", authn, ParamCodec, "",
 			func() *authenticationv1.SelfSubjectReview { return &authenticationv1.SelfSubjectReview{} }),
-		source: source,
+		Source: source,
 	}, nil
 }
