@@ -209,13 +209,13 @@ func TestSessions(t *testing.T) {
 		m := marker()
 		res, out = inSession(t, alice, py, "python", "import subprocess; p = subprocess.Popen(['sleep', '"+m+"'])")
 		wantStdout(t, res, out, "")
-		waitAlive(t, m, 30*time.Second)
+		waitAlive(t, m)
 		for _, id := range []string{py, sh} {
 			if res := call(t, alice, "session_close", map[string]any{"session_id": id}); res.IsError {
 				t.Fatalf("session_close: %s", text(res))
 			}
 		}
-		waitGone(t, m, 10*time.Second)
+		waitGone(t, m)
 		sessionsGone(t, mode, cli, instance, env["CODE_EXEC_WORK_DIR"])
 		res, _ = inSession(t, alice, py, "python", "print(1)")
 		wantToolError(t, res, "nknown session")
@@ -237,8 +237,8 @@ func TestSessionIdleExpiry(t *testing.T) {
 		m := marker()
 		res, out := inSession(t, cs, id, "javascript", "globalThis.child = require('child_process').spawn('sleep', ['"+m+"'])")
 		wantStdout(t, res, out, "")
-		waitAlive(t, m, 30*time.Second)
-		waitGone(t, m, 30*time.Second)
+		waitAlive(t, m)
+		waitGone(t, m)
 		sessionsGone(t, mode, cli, instance, env["CODE_EXEC_WORK_DIR"])
 		if !strings.Contains(s.stderr.String(), "it was idle for 2s") {
 			t.Errorf("the server did not log the idle session's end")
@@ -263,7 +263,7 @@ func TestSessionsAfterACrash(t *testing.T) {
 		m := marker()
 		res, out := inSession(t, cs, id, "python", "import subprocess; p = subprocess.Popen(['sleep', '"+m+"'])")
 		wantStdout(t, res, out, "")
-		waitAlive(t, m, 30*time.Second)
+		waitAlive(t, m)
 
 		if err := s.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
@@ -271,7 +271,7 @@ func TestSessionsAfterACrash(t *testing.T) {
 		s.waitExit(t, 30*time.Second)
 
 		s2 := startHTTP(t, http_, env)
-		waitGone(t, m, 30*time.Second)
+		waitGone(t, m)
 		sessionsGone(t, mode, cli, instance, dir)
 		if mode == "docker" {
 			if left := containersOf(t, cli, instance); len(left) > 0 {

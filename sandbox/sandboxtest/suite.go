@@ -239,10 +239,12 @@ func RunSuite(t *testing.T, r sandbox.Runner, opts Options) {
 
 	t.Run("timeout", func(t *testing.T) {
 		need(t, "python")
-		res := RunUntilStarted(t, func(timeout time.Duration) *sandbox.Result {
+		var res *sandbox.Result
+		UntilStarted(t, func(timeout time.Duration) string {
 			req := Req("python", "print('started', flush=True)\nwhile True:\n    pass")
 			req.Limits.Timeout = timeout
-			return run(t, req)
+			res = run(t, req)
+			return res.Stdout
 		})
 		if !res.TimedOut {
 			t.Fatalf("TimedOut = false: %+v", res)
@@ -258,10 +260,12 @@ func RunSuite(t *testing.T, r sandbox.Runner, opts Options) {
 	t.Run("timeout kills the whole tree", func(t *testing.T) {
 		need(t, "bash")
 		marker := Marker()
-		res := RunUntilStarted(t, func(timeout time.Duration) *sandbox.Result {
+		var res *sandbox.Result
+		UntilStarted(t, func(timeout time.Duration) string {
 			req := Req("bash", treeProgram(marker))
 			req.Limits.Timeout = timeout
-			return run(t, req)
+			res = run(t, req)
+			return res.Stdout
 		})
 		if !res.TimedOut || res.Stdout != "started\n" {
 			t.Fatalf("want a run that started its tree and timed out: %+v", res)
@@ -472,25 +476,24 @@ echo started
 sleep %[1]s`, marker)
 }
 
-// StartTimeouts are the timeouts that RunUntilStarted tries in turn.
+// StartTimeouts are the timeouts that UntilStarted tries in turn.
 var StartTimeouts = []time.Duration{time.Second, 4 * time.Second, 15 * time.Second, 60 * time.Second}
 
-// RunUntilStarted calls run with each of StartTimeouts in turn until the
-// program's output starts with "started\n", its sign that it ran before
-// the timeout stopped it, and returns that result (or the last one). A test
-// of the timeout needs a program that started: on a busy machine an
-// interpreter may need more than a second to start, and a run stopped
-// before then proves nothing about what the timeout kills or keeps.
-func RunUntilStarted(t *testing.T, run func(timeout time.Duration) *sandbox.Result) *sandbox.Result {
+// UntilStarted calls try with each of StartTimeouts in turn until the
+// stdout it returns starts with "started\n", the program's sign that it ran
+// before the timeout stopped it. A test of the timeout needs a program that
+// started: on a busy machine an interpreter may need more than a second to
+// start, and a run stopped before then proves nothing about what the
+// timeout kills or keeps. The caller keeps the last result.
+func UntilStarted(t *testing.T, try func(timeout time.Duration) (stdout string)) {
 	t.Helper()
-	var res *sandbox.Result
 	for _, d := range StartTimeouts {
-		if res = run(d); strings.HasPrefix(res.Stdout, "started\n") {
-			return res
+		stdout := try(d)
+		if strings.HasPrefix(stdout, "started\n") {
+			return
 		}
-		t.Logf("the program had not started when its %s timeout stopped it (stdout %q): again with a longer one", d, res.Stdout)
+		t.Logf("the program had not started when its %s timeout stopped it (stdout %q): again with a longer one", d, stdout)
 	}
-	return res
 }
 
 // LocalhostPython starts a server on 127.0.0.1 and reaches it by the name
