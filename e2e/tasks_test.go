@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -359,6 +360,15 @@ func TestProgressOutputLines(t *testing.T) {
 			if err != nil || res.IsError {
 				t.Fatalf("CallTool: %v %v", err, res)
 			}
+			// The last line's notification is handed to the transport
+			// before the result, but mcp-go writes notifications from a
+			// goroutine of its own: on a busy machine it may reach the
+			// client just after the result.
+			waitFor(t, eventWait, "the notification of the line after the wait", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return slices.Contains(lines, "after")
+			}, func() string { mu.Lock(); defer mu.Unlock(); return fmt.Sprintf("lines %q", lines) })
 			mu.Lock()
 			defer mu.Unlock()
 			if !released {
