@@ -14,24 +14,26 @@ import (
 //
 // Every run container, warm (pooled) or cold, has the same two processes:
 //
-//   - PID 1 is a small POSIX sh supervisor. It starts the language's
-//     bootstrap as its only child, waits for that child to exit, and then
-//     kills every process the program left behind (kill -9 -1: all of the
-//     container but PID 1), and writes a trailer line, "<nonce> <exit status>
-//     <oom kills>\n", to both stdout and stderr before it exits itself (which
-//     ends the container). The nonce is 128 random bits
-//     chosen by the server when it creates the container, so program output
-//     can never be mistaken for a trailer by accident. The trailer lets the
-//     server return the result as soon as the program has exited, without
-//     waiting for the engine to notice the exit (about 30-50 ms on a small
-//     host) and without asking the engine anything on the way.
-//     When the working directory (/tmp) holds anything besides the program
-//     file (main.<ext>, named on the supervisor's command line), the stdout trailer ends in " 1" instead of " 0" and is followed
-//     by a tar stream of it (GNU tar, sorted by name, links stored as links,
+//   - PID 1 is a small POSIX sh supervisor. It reads one line from the
+//     attached stdin first, the nonce: 128 random bits chosen by the server
+//     for this container (after the tag "@@codeexec-end-"), written by the
+//     server right after the container starts, so that it is never in any
+//     process's arguments or environment. Only then does it start the
+//     language's bootstrap as its only child. It waits for that child to
+//     exit, kills every process the program left behind (kill -9 -1: all of
+//     the container but PID 1) and waits until each of them is gone (or a
+//     zombie, which holds no file), so that nothing of the program is left
+//     to write after it. Then it writes a trailer line, "<nonce> <exit
+//     status> <oom kills> <archive follows>\n", on stdout, and "<nonce>
+//     <exit status> <oom kills>\n" on stderr, and exits 0, which ends the
+//     container. When the working directory (/tmp) holds anything besides
+//     the program file (main.<ext>, named on the supervisor's command line),
+//     the stdout trailer ends in " 1" instead of " 0" and is followed by a
+//     tar stream of it (GNU tar, sorted by name, links stored as links,
 //     never followed; the program file and the contents of hidden folders
-//     such as .cache left out), before the stderr trailer: that is how the
-//     artifacts of a run come back. A plain run, whose /tmp stays empty,
-//     costs nothing more than a shell glob.
+//     such as .cache left out): that is how the artifacts of a run come
+//     back. A plain run, whose /tmp stays empty, costs nothing more than a
+//     shell glob.
 //   - The bootstrap is the interpreter itself, already loaded: python3 and
 //     node run a short program that writes one ready byte to stdout, then
 //     blocks reading the header "<code length in bytes> <language> <file
@@ -46,6 +48,33 @@ import (
 //     (for tracebacks), writes one ack byte to stdout and runs the code as
 //     the main program. For bash, dash reads the header, the code and the
 //     files and execs bash on the file.
+//
+// What decides a run's end. The program runs as the same user as PID 1, and
+// Docker's default seccomp profile lets a process read the memory
+// (/proc/1/mem) and open the descriptors (/proc/1/fd) of another process of
+// its user, so the nonce is kept out of the program's arguments and
+// environment but is not a secret it cannot learn, and the program writes to
+// the same stdout and stderr as PID 1. A line that looks like a trailer
+// therefore proves nothing by itself. The run ends when, and only when, three
+// things hold: the attach stream has ended (every process of the container
+// is gone: nothing can write after that), the engine reports that the
+// container exited with status 0 (PID 1 ran its script to the end: killed
+// from outside or by the OOM killer it exits 137, and a program cannot make
+// PID 1 exit while the program itself lives on, since every process of the
+// container dies with it), and stderr ends with a trailer line (PID 1 writes
+// it last, when nothing else is alive). The exit status and the OOM count
+// come from that last line. A trailer the program forges and follows with
+// more output is passed on as the program's output; one it forges and
+// follows with nothing (it sleeps) is not the end either: the run goes on to
+// its timeout, which counts until the stream's end (the archive of the
+// working directory included), and is reported timed out. On stdout the
+// first trailer starts the archive; if it does not carry the status of the
+// last stderr trailer, the program wrote a copy of it, and the run's
+// artifacts are reported as incomplete rather than taken from the program's
+// bytes. Waiting for the stream's end and the engine's exit costs little on
+// an idle machine, a fraction of a millisecond after the last trailer, and
+// more when the engine's own processes wait for a CPU (see docs/modes.md,
+// "How a run's end is decided", for the measurements).
 //
 // A container can therefore be created and started long before a request
 // arrives (see pool.go), and a run on it costs one write to the attach
@@ -66,13 +95,15 @@ const (
 	ackMarker = 0x06
 	// trailerTag starts every nonce, to make a trailer easy to spot by eye.
 	trailerTag = "@@codeexec-end-"
-	// maxTrailer bounds the line after the nonce ("<status> <oom kills>\n").
+	// maxTrailer bounds the line after the nonce ("<status> <oom kills>\n"):
+	// a longer line is not a trailer.
 	maxTrailer = 64
 )
 
 // supervisorScript is PID 1 of a run container: sh -c supervisorScript
-// codeexec-supervisor <nonce> <program file name> <bootstrap command...>;
-// a program file name of "-" sends no archive (a session's bash call).
+// codeexec-supervisor <program file name> <bootstrap command...>, with the
+// nonce as the first line of its stdin; a program file name of "-" sends no
+// archive (a session's bash call).
 //
 // The supervisor ignores every signal that can be ignored but SIGCHLD (the
 // program may signal its pid 1, and must not end the run that way), so that
@@ -80,15 +111,29 @@ const (
 // stdin (an asynchronous list would get /dev/null otherwise), and env
 // --default-signal sets every signal back to its default for the program
 // (sh ignores SIGINT and SIGQUIT in asynchronous lists too), so the program
-// starts with the dispositions it would have as a foreground command. The
-// number of OOM kills comes from the container's own memory cgroup (v2 or v1).
-const supervisorScript = `n=$1; p=$2; shift 2
+// starts with the dispositions it would have as a foreground command. After
+// the child, it kills the rest again until no thread of another process (but
+// PID 1's, when it runs in an exec) is alive but a zombie's (dash's read never
+// reads past the line, and neither loop starts a process). The number of OOM kills comes from the container's
+// own memory cgroup (v2 or v1).
+const supervisorScript = `p=$1; shift
 trap '' 1 2 3 4 5 6 7 8 10 11 12 13 14 15 16 20 21 22 23 24 25 26 27 28 29 30 31 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63 64
+IFS= read -r n || exit 125
 exec 3<&0
 env --default-signal "$@" <&3 3<&- &
 wait $!
 rc=$?
-kill -9 -1 2>/dev/null
+while :; do
+  kill -9 -1 2>/dev/null
+  b=
+  for t in /proc/[0-9]*/task/[0-9]*; do
+    case "$t" in /proc/1/*|/proc/$$/*) continue;; esac
+    s=
+    read -r s < "$t/stat" 2>/dev/null || continue
+    case "${s##*) }" in Z*|X*|x*|'') ;; *) b=1; break;; esac
+  done
+  [ -z "$b" ] && break
+done
 o=-
 for f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control; do
   if [ -r "$f" ]; then
@@ -107,6 +152,7 @@ if [ "$a" = 1 ]; then
   tar -C /tmp -c -f - --sort=name --anchored --exclude="./$p" --exclude='./.*/*' . 2>/dev/null
 fi
 printf '%s %s %s\n' "$n" "$rc" "$o" >&2
+exit 0
 `
 
 // pythonBootstrap runs the program as __main__ in the already-started
@@ -277,8 +323,9 @@ exec "$@" /tmp/main.sh
 `
 
 // runCommand is the entrypoint of a run container of lang: the supervisor
-// with the language's bootstrap. It is the same for warm and cold containers.
-func runCommand(lang string, in sandbox.Interpreter, nonce string, withPackages bool) []string {
+// with the language's bootstrap. It is the same for warm and cold containers
+// (the nonce comes on stdin).
+func runCommand(lang string, in sandbox.Interpreter, withPackages bool) []string {
 	spec := sandbox.Languages[lang]
 	interp := append([]string{in.Path}, spec.RunArgs(withPackages)...)
 	var child []string
@@ -290,7 +337,7 @@ func runCommand(lang string, in sandbox.Interpreter, nonce string, withPackages 
 	default: // bash, and any shell-like language: the file is the last argument
 		child = append([]string{"/bin/sh", "-c", shellBootstrap, "codeexec-bootstrap"}, interp...)
 	}
-	return append([]string{"/bin/sh", "-c", supervisorScript, "codeexec-supervisor", nonce, spec.FileName}, child...)
+	return append([]string{"/bin/sh", "-c", supervisorScript, "codeexec-supervisor", spec.FileName}, child...)
 }
 
 // programHeader is the line that precedes the code on stdin.

@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"sync"
@@ -24,7 +25,7 @@ type containerSpec struct {
 	limits   sandbox.Limits
 	deadline time.Time // after it, the container is a leftover anyone may remove
 	framed   bool      // cmd is the run supervisor (runCommand), whose output is framed
-	nonce    string    // the supervisor's trailer nonce when framed
+	nonce    string    // the supervisor's trailer nonce when framed: the first line of its stdin
 	egress   bool      // the container reaches the network through the egress proxy
 	// packages, when not nil, is bound at sandbox.PackagesPath (read-only
 	// for a run, writable for the install phase) and named by the
@@ -254,7 +255,7 @@ func gvisorPids(processes int) int64 {
 // Only its role and deadline labels differ between the two.
 func (r *Runner) runSpec(lang string, lim sandbox.Limits, role string, deadline time.Time, pd *sandbox.PackageDir) containerSpec {
 	nonce := trailerTag + newNonce()
-	cmd := runCommand(lang, r.interps[lang], nonce, pd != nil)
+	cmd := runCommand(lang, r.interps[lang], pd != nil)
 	if r.cfg.Egress != nil {
 		// The relay starts, and listens, before the supervisor script.
 		cmd[2] = relayLaunch(r.relayPython) + cmd[2]
@@ -379,6 +380,15 @@ func (r *Runner) start(ctx context.Context, spec containerSpec, lang string) (*s
 		s.attach.Close()
 		stop()
 		return fail("starting the container", err)
+	}
+	if spec.framed {
+		// The supervisor reads its nonce before it starts anything (see
+		// bootstrap.go): it never appears in a command line.
+		if _, err := io.WriteString(s.attach.Conn, spec.nonce+"\n"); err != nil {
+			s.attach.Close()
+			stop()
+			return fail("handing the supervisor its nonce", err)
+		}
 	}
 	return s, nil
 }

@@ -337,26 +337,35 @@ func (s *containerSession) relaunchRelay(ctx context.Context) {
 
 // driverExit reads the exit status of a driver that ended.
 func (s *containerSession) driverExit(d *driverExec) (int, string) {
+	code, _ := s.r.execExit(d.id)
+	if code > 128 {
+		return code, "killed"
+	}
+	return code, ""
+}
+
+// execExit waits, within cleanupTimeout, for the engine to report the exec
+// id ended, and returns its exit code; -1 and false when it cannot tell.
+func (r *Runner) execExit(id string) (int, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	for ctx.Err() == nil {
-		in, err := s.r.cli.ExecInspect(ctx, d.id, client.ExecInspectOptions{})
+		in, err := r.cli.ExecInspect(ctx, id, client.ExecInspectOptions{})
 		if err != nil {
 			break
 		}
 		if !in.Running {
-			if in.ExitCode > 128 {
-				return in.ExitCode, "killed"
-			}
-			return in.ExitCode, ""
+			return in.ExitCode, true
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(time.Millisecond)
 	}
-	return -1, ""
+	return -1, false
 }
 
 // execFresh runs a bash call: a fresh exec of the run supervisor with the
-// session bootstrap, whose trailer gives the exit status.
+// session bootstrap. As for a run (see bootstrap.go), the call ends when the
+// exec's stream has ended and the engine says the supervisor exited 0, and
+// its trailer, the last line of stderr, gives the exit status.
 func (s *containerSession) execFresh(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
 	lang := s.spec.Language
 	nonce := trailerTag + newNonce()
@@ -364,8 +373,8 @@ func (s *containerSession) execFresh(ctx context.Context, req sandbox.Request) (
 	child := append([]string{"/bin/sh", "-c", sessionBashBootstrap, "codeexec-bootstrap", in.Path}, sandbox.Languages[lang].RunArgs(s.spec.PackageDir != nil)...)
 	// "-": no program file to leave out, and no archive of the working
 	// directory (a session's files stay where they are).
-	cmd := append([]string{"/bin/sh", "-c", supervisorScript, "codeexec-supervisor", nonce, "-"}, child...)
-	_, att, err := s.execIn(ctx, cmd)
+	cmd := append([]string{"/bin/sh", "-c", supervisorScript, "codeexec-supervisor", "-"}, child...)
+	id, att, err := s.execIn(ctx, cmd)
 	if err != nil {
 		return nil, err
 	}
@@ -383,7 +392,7 @@ func (s *containerSession) execFresh(ctx context.Context, req sandbox.Request) (
 		close(readC)
 	}()
 	go func() {
-		_, _ = io.Copy(att.Conn, io.MultiReader(strings.NewReader(programHeader(lang, len(req.Code), 0, "")), strings.NewReader(req.Code), strings.NewReader(req.Stdin)))
+		_, _ = io.Copy(att.Conn, io.MultiReader(strings.NewReader(nonce+"\n"+programHeader(lang, len(req.Code), 0, "")), strings.NewReader(req.Code), strings.NewReader(req.Stdin)))
 		_ = att.CloseWrite()
 	}()
 	var timer <-chan time.Time
@@ -395,11 +404,10 @@ func (s *containerSession) execFresh(ctx context.Context, req sandbox.Request) (
 	res := &sandbox.Result{Sandbox: sandbox.ModeDocker, ExitCode: -1}
 	start := time.Now()
 	var runErr error
-	finished := false
+	ended := false
 	select {
-	case <-st.done:
-		finished = true
 	case <-readC:
+		ended = true
 	case <-timer:
 		res.TimedOut = true
 	case <-overflow:
@@ -409,27 +417,31 @@ func (s *containerSession) execFresh(ctx context.Context, req sandbox.Request) (
 		runErr = fmt.Errorf("docker: %w while the call was in flight", sandbox.ErrClosed)
 	}
 	res.Duration = time.Since(start)
-	if !finished {
-		s.killAll(nil)
-		select {
-		case <-readC:
-		case <-time.After(drainTimeout):
-		}
-		res.ExitCode, res.Signal = 137, "killed"
-	}
-	select {
-	case <-st.done:
-		status, ooms := st.trailer()
+	// The supervisor kills every process of the container but PID 1: the
+	// egress relay too.
+	s.relayDown = s.c.egress != nil
+	status, ooms, trailer := st.final()
+	if code, _ := s.r.execExit(id); ended && trailer && code == 0 {
 		res.ExitCode = status
 		res.OOMKilled = status != 0 && ooms > 0
-		if res.OOMKilled || !finished {
+		if res.OOMKilled {
 			res.Signal = "killed"
 		}
-	default:
-		if finished || (runErr == nil && !res.TimedOut && !out.Truncated()) {
-			return nil, fmt.Errorf("docker: %w: the call ended without a status (its container may have stopped)", sandbox.ErrSandboxUnavailable)
-		}
+		out.Fill(res)
+		return res, nil
 	}
+	// A limit or a cancel, or the supervisor did not end by itself (the
+	// program can kill it: it is not the container's PID 1): every process
+	// of the call is killed.
+	s.killAll(nil)
+	select {
+	case <-readC:
+	case <-time.After(drainTimeout):
+	}
+	if ended && runErr == nil && s.c.broken() {
+		return nil, fmt.Errorf("docker: %w: the call ended without a status (its container may have stopped)", sandbox.ErrSandboxUnavailable)
+	}
+	res.ExitCode, res.Signal = 137, "killed"
 	out.Fill(res)
 	return res, runErr
 }

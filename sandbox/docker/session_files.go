@@ -88,6 +88,10 @@ while IFS=' ' read -r cmd nf; do
 done
 `
 
+// archiveTimeout bounds how long the helper may take to send the changes of
+// a call.
+const archiveTimeout = 30 * time.Second
+
 // maxHelperLine bounds a line that the helper answers with.
 const maxHelperLine = 4 << 10
 
