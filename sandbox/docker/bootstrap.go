@@ -102,8 +102,7 @@ const (
 
 // supervisorScript is PID 1 of a run container: sh -c supervisorScript
 // codeexec-supervisor <program file name> <bootstrap command...>, with the
-// nonce as the first line of its stdin; a program file name of "-" sends no
-// archive (a session's bash call).
+// nonce as the first line of its stdin.
 //
 // The supervisor ignores every signal that can be ignored but SIGCHLD (the
 // program may signal its pid 1, and must not end the run that way), so that
@@ -112,9 +111,9 @@ const (
 // --default-signal sets every signal back to its default for the program
 // (sh ignores SIGINT and SIGQUIT in asynchronous lists too), so the program
 // starts with the dispositions it would have as a foreground command. After
-// the child, it kills the rest again until no thread of another process (but
-// PID 1's, when it runs in an exec) is alive but a zombie's (dash's read never
-// reads past the line, and neither loop starts a process). The number of OOM kills comes from the container's
+// the child, it kills the rest again until no thread of another process is
+// alive but a zombie's (dash's read never reads past the line, and neither
+// loop starts a process). The number of OOM kills comes from the container's
 // own memory cgroup (v2 or v1).
 const supervisorScript = `p=$1; shift
 trap '' 1 2 3 4 5 6 7 8 10 11 12 13 14 15 16 20 21 22 23 24 25 26 27 28 29 30 31 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63 64
@@ -127,7 +126,7 @@ while :; do
   kill -9 -1 2>/dev/null
   b=
   for t in /proc/[0-9]*/task/[0-9]*; do
-    case "$t" in /proc/1/*|/proc/$$/*) continue;; esac
+    case "$t" in /proc/1/*) continue;; esac
     s=
     read -r s < "$t/stat" 2>/dev/null || continue
     case "${s##*) }" in Z*|X*|x*|'') ;; *) b=1; break;; esac
@@ -143,7 +142,7 @@ for f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control; 
   fi
 done
 a=0
-[ "$p" = - ] || for f in /tmp/* /tmp/.[!.]* /tmp/..?*; do
+for f in /tmp/* /tmp/.[!.]* /tmp/..?*; do
   [ "$f" = "/tmp/$p" ] && continue
   if [ -e "$f" ] || [ -L "$f" ]; then a=1; break; fi
 done

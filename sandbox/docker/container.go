@@ -32,6 +32,9 @@ type containerSpec struct {
 	// environment of lang.
 	packages *sandbox.PackageDir
 	lang     string
+	// stdout and stderr, when set, receive the container's output as it
+	// comes, instead of a run's streams (a session's supervisor).
+	stdout, stderr io.Writer
 }
 
 // session is a started, locked-down container whose stdin, stdout and
@@ -368,9 +371,16 @@ func (r *Runner) start(ctx context.Context, spec containerSpec, lang string) (*s
 		close(s.exitedC)
 	}()
 	go func() {
-		_, err := stdcopy.StdCopy(streamWriter{s.out, 0}, streamWriter{s.out, 1}, s.attach.Reader)
+		var stdout, stderr io.Writer = streamWriter{s.out, 0}, streamWriter{s.out, 1}
+		if spec.stdout != nil {
+			stdout, stderr = spec.stdout, spec.stderr
+		}
+		_, err := stdcopy.StdCopy(stdout, stderr, s.attach.Reader)
 		if err != nil {
 			r.log.Debug("reading container output", "id", shortID(id), "err", err)
+		}
+		if c, ok := spec.stdout.(io.Closer); ok {
+			_ = c.Close()
 		}
 		s.out.end()
 		close(s.readC)
