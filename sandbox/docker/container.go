@@ -26,7 +26,10 @@ type containerSpec struct {
 	deadline time.Time // after it, the container is a leftover anyone may remove
 	framed   bool      // cmd is the run supervisor (runCommand), whose output is framed
 	nonce    string    // the supervisor's trailer nonce when framed: the first line of its stdin
-	egress   bool      // the container reaches the network through the egress proxy
+	// secret: the supervisor is not dumpable (supervisorProgram), so the
+	// nonce is PID 1's secret and its trailers end the run.
+	secret bool
+	egress bool // the container reaches the network through the egress proxy
 	// packages, when not nil, is bound at sandbox.PackagesPath (read-only
 	// for a run, writable for the install phase) and named by the
 	// environment of lang.
@@ -54,6 +57,9 @@ type session struct {
 	stop    context.CancelFunc
 
 	readC chan struct{} // closed once the output stream ended
+	// secret: the run's supervisor keeps its nonce out of the program's
+	// reach, and its trailers end the run (containerSpec.secret).
+	secret bool
 
 	egress *runEgress // the container's egress, when it has one
 
@@ -258,17 +264,16 @@ func gvisorPids(processes int) int64 {
 // Only its role and deadline labels differ between the two.
 func (r *Runner) runSpec(lang string, lim sandbox.Limits, role string, deadline time.Time, pd *sandbox.PackageDir) containerSpec {
 	nonce := trailerTag + newNonce()
-	cmd := runCommand(lang, r.interps[lang], pd != nil)
-	if r.cfg.Egress != nil {
-		// The relay starts, and listens, before the supervisor script.
-		cmd[2] = relayLaunch(r.relayPython) + cmd[2]
-	}
+	// The relay starts, and listens, before the program (egress needs
+	// python3 in the image).
+	cmd := runCommand(lang, r.interps[lang], pd != nil, r.relayPython, r.cfg.Egress != nil)
 	return containerSpec{
 		role:     role,
 		cmd:      cmd,
 		limits:   containerLimits(lim),
 		deadline: deadline,
 		framed:   true,
+		secret:   r.relayPython != "",
 		nonce:    nonce,
 		egress:   r.cfg.Egress != nil,
 		packages: pd,
@@ -346,7 +351,7 @@ func (r *Runner) start(ctx context.Context, spec containerSpec, lang string) (*s
 		return fail("attaching to the container", err)
 	}
 	s := &session{
-		id: id, lang: lang, limits: spec.limits, deadline: spec.deadline, created: time.Now(),
+		id: id, lang: lang, limits: spec.limits, deadline: spec.deadline, created: time.Now(), secret: spec.secret,
 		attach:  att.HijackedResponse,
 		out:     newStreams(spec.framed, spec.nonce),
 		exitedC: make(chan struct{}),

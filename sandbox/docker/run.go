@@ -169,9 +169,16 @@ func (r *Runner) exchange(ctx context.Context, s *session, input io.Reader, lim 
 		drain  <-chan time.Time // output still in flight after the exit
 	)
 	readC, exitedC := s.readC, s.exitedC
+	var doneC <-chan struct{}
+	if s.secret {
+		// The nonce is PID 1's secret: its trailers end the run.
+		doneC = s.out.done
+	}
 wait:
 	for readC != nil || exitedC != nil {
 		select {
+		case <-doneC:
+			break wait
 		case <-readC:
 			readC = nil
 		case <-exitedC:
@@ -215,6 +222,9 @@ wait:
 	case <-s.exitedC:
 		w = s.exit
 	default:
+		if !killed {
+			w.err = errors.New("the container has not stopped yet")
+		}
 	}
 	ended := false
 	select {
@@ -225,9 +235,11 @@ wait:
 	out.Fill(res)
 
 	status, ooms, trailer := s.out.final()
-	if s.out.framed && !killed && ended && trailer && w.err == nil && w.code == 0 {
-		// The supervisor's end: it exited by itself, after every process of
-		// the program, and its trailer was the last thing on stderr.
+	byTrailer := s.secret && trailer && s.out.archiveTrusted()
+	if s.out.framed && !killed && (byTrailer || ended && trailer && w.err == nil && w.code == 0) {
+		// The supervisor's end: it wrote its trailers after every process
+		// of the program had ended, and (without a secret nonce) it exited
+		// by itself and its trailer was the last thing on stderr.
 		res.ExitCode = status
 		switch {
 		case status == 0:

@@ -37,7 +37,10 @@ type streams struct {
 
 	ready chan struct{} // closed when the ready byte arrived
 	acked chan struct{} // closed when the ack byte arrived
-	bad   string        // a protocol violation, for the log
+	// done is closed when a trailer has come on both streams: with a
+	// secret nonce (supervisorProgram), the run's end.
+	done chan struct{}
+	bad  string // a protocol violation, for the log
 
 	stdoutTrailer string // the line of the first stdout trailer, once found
 
@@ -57,7 +60,7 @@ type collector struct {
 }
 
 func newStreams(framed bool, nonce string) *streams {
-	st := &streams{framed: framed, ready: make(chan struct{}), acked: make(chan struct{})}
+	st := &streams{framed: framed, ready: make(chan struct{}), acked: make(chan struct{}), done: make(chan struct{})}
 	if framed {
 		for i := range st.scan {
 			st.scan[i].needle = []byte(nonce + " ")
@@ -192,6 +195,15 @@ func (st *streams) write(i int, p []byte) {
 		return // what comes after the archive is dropped
 	}
 	line, rest, found := sc.feed(p, func(b []byte) { st.emit(i, b) })
+	defer func() {
+		if st.scan[0].complete && st.scan[1].complete {
+			select {
+			case <-st.done:
+			default:
+				close(st.done)
+			}
+		}
+	}()
 	if i != 0 || !found {
 		return
 	}

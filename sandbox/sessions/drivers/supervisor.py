@@ -12,7 +12,7 @@ import os, sys
 def _codeexec_supervisor(argv):
     # Imported here, not taken from the module's globals: a python
     # session's generations clear __main__ before the driver runs in it.
-    import builtins, ctypes, os, selectors, signal, socket, struct, sys, tarfile, tempfile, time
+    import builtins, ctypes, fcntl, os, selectors, signal, socket, struct, sys, tarfile, tempfile, time
 
     lang, cin_spec, cout_spec, rest = argv[0], argv[1], argv[2], argv[3:]
     relay = None
@@ -196,6 +196,25 @@ def _codeexec_supervisor(argv):
                 return
             time.sleep(0.0002)
 
+    def spawn(argv, fds):
+        # fork and exec, not posix_spawn: glibc's leaves its own signals
+        # (32, 33) ignored in the child. fds maps the child's descriptors to
+        # ours; every signal is at its default for it, none blocked.
+        pid = os.fork()
+        if pid == 0:
+            try:
+                signal.set_wakeup_fd(-1)
+                for s in catchable:
+                    signal.signal(s, signal.SIG_DFL)
+                # Out of the way first, so that no target is a source.
+                high = {t: fcntl.fcntl(f, fcntl.F_DUPFD_CLOEXEC, 100) for t, f in fds.items()}
+                for t, f in high.items():
+                    os.dup2(f, t)
+                os.execv(argv[0], argv)
+            finally:
+                os._exit(127)
+        return pid
+
     def waits_for_call(pid, fd):
         if not can_look:
             return True
@@ -268,9 +287,7 @@ def _codeexec_supervisor(argv):
                 become_python(r1, w2)
             fd = r1
         else:
-            fa = [(os.POSIX_SPAWN_DUP2, null, 0), (os.POSIX_SPAWN_DUP2, null, 1),
-                  (os.POSIX_SPAWN_DUP2, r1, 3), (os.POSIX_SPAWN_DUP2, w2, 4)]
-            pid = os.posix_spawn(interp[0], interp, os.environ, file_actions=fa, setsigdef=catchable, setsigmask=[])
+            pid = spawn(interp, {0: null, 1: null, 3: r1, 4: w2})
             fd = 3
         os.close(r1)
         os.close(w2)
@@ -516,8 +533,7 @@ def _codeexec_supervisor(argv):
         ro, wo = os.pipe()
         re_, we = os.pipe()
         ri, wi = os.pipe()
-        fa = [(os.POSIX_SPAWN_DUP2, ri, 0), (os.POSIX_SPAWN_DUP2, wo, 1), (os.POSIX_SPAWN_DUP2, we, 2)]
-        pid = os.posix_spawn(interp[0], interp + [f], os.environ, file_actions=fa, setsigdef=catchable, setsigmask=[])
+        pid = spawn(interp + [f], {0: ri, 1: wo, 2: we})
         for fd in (ri, wo, we):
             os.close(fd)
         for fd in (ro, re_, wi):
