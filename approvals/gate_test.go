@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/codeexec/codeexec/sandbox"
@@ -129,47 +130,58 @@ func TestGatePolicies(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			var decided []Outcome
-			var mu sync.Mutex
-			f := newGate(t, GateConfig{Policy: c.policy, Timeout: 300 * time.Millisecond, OutOfBand: true, OnDecision: func(d Decision) {
+			// On synctest's clock: the timeout fires only once nothing else
+			// can happen, so a busy machine cannot let it win over an answer.
+			synctest.Test(t, func(t *testing.T) {
+				var decided []Outcome
+				var mu sync.Mutex
+				f := newGate(t, GateConfig{Policy: c.policy, Timeout: 300 * time.Millisecond, OutOfBand: true, OnDecision: func(d Decision) {
+					mu.Lock()
+					decided = append(decided, d.Outcome)
+					mu.Unlock()
+				}})
+				if c.answer != "" {
+					answer(t, f.gate, c.answer)
+				}
+				start := time.Now()
+				res, err := f.gate.Run(context.Background(), c.req)
+				if took := time.Since(start); c.wantOut == OutcomeTimedOut && took != 300*time.Millisecond {
+					t.Errorf("the request was decided %v after it was asked, want at its 300ms timeout", took)
+				} else if c.wantOut != OutcomeTimedOut && took != 0 {
+					t.Errorf("the request was decided %v after it was asked, want at once", took)
+				}
+				if ran := f.runs.Load() == 1; ran != c.wantRun {
+					t.Fatalf("ran = %v, want %v (err %v)", ran, c.wantRun, err)
+				}
+				if c.wantRun {
+					if err != nil || res == nil || res.Stdout != "ok\n" {
+						t.Fatalf("Run = %+v, %v", res, err)
+					}
+				} else {
+					var de *DeniedError
+					if !errors.As(err, &de) || !errors.Is(err, ErrNotApproved) || de.Decision.Outcome != c.wantOut {
+						t.Fatalf("Run error = %v, want a DeniedError %s", err, c.wantOut)
+					}
+					if s := de.Sentence(); !strings.HasPrefix(s, "The code did not run") || strings.Count(s, ". ") > 0 {
+						t.Errorf("Sentence() = %q: want one sentence saying the code did not run", s)
+					}
+				}
+				if asks := f.rec.requests(); len(asks) != 1 || asks[0].CodeSHA256 != HashRequest(c.req) || f.rec.policies[0] != c.policy {
+					t.Errorf("recorded requests %+v, want this one under policy %s", asks, c.policy)
+				}
+				if got := f.rec.outcomes(); !strings.HasPrefix(got, string(c.wantOut)) || strings.Contains(got, ";") {
+					t.Errorf("recorded decisions %q, want one %s", got, c.wantOut)
+				}
+				if c.answer != "" && !strings.Contains(f.rec.outcomes(), "alice console") {
+					t.Errorf("the record does not say who decided how: %q", f.rec.outcomes())
+				}
 				mu.Lock()
-				decided = append(decided, d.Outcome)
-				mu.Unlock()
-			}})
-			if c.answer != "" {
-				answer(t, f.gate, c.answer)
-			}
-			res, err := f.gate.Run(context.Background(), c.req)
-			if ran := f.runs.Load() == 1; ran != c.wantRun {
-				t.Fatalf("ran = %v, want %v (err %v)", ran, c.wantRun, err)
-			}
-			if c.wantRun {
-				if err != nil || res == nil || res.Stdout != "ok\n" {
-					t.Fatalf("Run = %+v, %v", res, err)
+				defer mu.Unlock()
+				if len(decided) != 1 || decided[0] != c.wantOut {
+					t.Errorf("OnDecision saw %v, want [%s]", decided, c.wantOut)
 				}
-			} else {
-				var de *DeniedError
-				if !errors.As(err, &de) || !errors.Is(err, ErrNotApproved) || de.Decision.Outcome != c.wantOut {
-					t.Fatalf("Run error = %v, want a DeniedError %s", err, c.wantOut)
-				}
-				if s := de.Sentence(); !strings.HasPrefix(s, "The code did not run") || strings.Count(s, ". ") > 0 {
-					t.Errorf("Sentence() = %q: want one sentence saying the code did not run", s)
-				}
-			}
-			if asks := f.rec.requests(); len(asks) != 1 || asks[0].CodeSHA256 != HashRequest(c.req) || f.rec.policies[0] != c.policy {
-				t.Errorf("recorded requests %+v, want this one under policy %s", asks, c.policy)
-			}
-			if got := f.rec.outcomes(); !strings.HasPrefix(got, string(c.wantOut)) || strings.Contains(got, ";") {
-				t.Errorf("recorded decisions %q, want one %s", got, c.wantOut)
-			}
-			if c.answer != "" && !strings.Contains(f.rec.outcomes(), "alice console") {
-				t.Errorf("the record does not say who decided how: %q", f.rec.outcomes())
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if len(decided) != 1 || decided[0] != c.wantOut {
-				t.Errorf("OnDecision saw %v, want [%s]", decided, c.wantOut)
-			}
+			})
+
 		})
 	}
 }

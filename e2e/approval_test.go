@@ -500,13 +500,9 @@ func TestApprovalWithdrawn(t *testing.T) {
 			c.leave(a, cancel)
 			<-done
 			a.waitPending(t, 0)
-			deadline := time.Now().Add(10 * time.Second)
-			for !strings.Contains(a.auditLog(t), `"outcome":"withdrawn"`) {
-				if time.Now().After(deadline) {
-					t.Fatalf("the audit log does not record the withdrawal:\n%s", a.auditLog(t))
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+			waitFor(t, eventWait, "the audit log to record the withdrawal", func() bool {
+				return strings.Contains(a.auditLog(t), `"outcome":"withdrawn"`)
+			})
 		})
 	}
 }

@@ -3,8 +3,11 @@ package e2e
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 )
 
 // TestDocumentedExample is the example of the documentation, over every
@@ -106,7 +109,14 @@ func TestLimits(t *testing.T) {
 			t.Parallel()
 			cs, _ := connect(t, transport, serverEnv(t, map[string]string{"CODE_EXEC_MAX_OUTPUT": "64k"}), connectOpts{})
 
-			res, out := execute(t, cs, map[string]any{"language": "python", "code": "print('started', flush=True)\nwhile True:\n    pass", "timeout_seconds": 1})
+			var (
+				res *mcp.CallToolResult
+				out execResult
+			)
+			sandboxtest.UntilStarted(t, func(timeout time.Duration) string {
+				res, out = execute(t, cs, map[string]any{"language": "python", "code": "print('started', flush=True)\nwhile True:\n    pass", "timeout_seconds": timeout.Seconds()})
+				return out.Stdout
+			})
 			if !res.IsError || !out.TimedOut || out.ExitCode == 0 || out.Stdout != "started\n" {
 				t.Errorf("timeout: isError=%v timed_out=%v exit=%d stdout=%q, want isError, timed_out, non-zero exit and the output so far",
 					res.IsError, out.TimedOut, out.ExitCode, out.Stdout)

@@ -49,23 +49,17 @@ func TestFaultSIGKILLProcess(t *testing.T) {
 	if code := s.waitExit(t, 30*time.Second); code != -1 {
 		t.Errorf("exit code %d after SIGKILL, want -1 (killed by a signal)", code)
 	}
-	waitGone(t, m, 10*time.Second)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var left []procID
+	waitGone(t, m)
+	var left []procID
+	waitFor(t, eventWait, "the processes of the killed server to end", func() bool {
+		left = left[:0]
 		for _, p := range procs {
 			if procAlive(p) {
 				left = append(left, p)
 			}
 		}
-		if len(left) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("processes of the killed server still run 10 s later: %s", describeProcs(left))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return len(left) == 0
+	}, func() string { return "still running: " + describeProcs(left) })
 	select {
 	case err := <-errc:
 		if err == nil {
@@ -129,7 +123,7 @@ func TestFaultSIGKILLDocker(t *testing.T) {
 		}()
 	}
 	for _, m := range markers {
-		waitAlive(t, m, 2*time.Minute)
+		waitAlive(t, m)
 	}
 	pid := s.cmd.Process.Pid
 	before := containersOf(t, cli, instance)
@@ -178,7 +172,7 @@ func TestFaultSIGKILLDocker(t *testing.T) {
 		t.Errorf("the next server left %d containers of the killed one on the engine: %s", len(left), describeContainers(left))
 	}
 	for _, m := range markers {
-		waitGone(t, m, 10*time.Second)
+		waitGone(t, m)
 	}
 	removed := 0
 	for _, rec := range logRecords(s2.stderr.String(), "removed leftover container") {
@@ -281,7 +275,7 @@ func TestFaultEngineRestart(t *testing.T) {
 		}})
 		done <- outcome{res, err}
 	}()
-	waitAlive(t, m, 2*time.Minute)
+	waitAlive(t, m)
 
 	pid := dockerdPID(t)
 	t.Logf("stopping dockerd (pid %d) with SIGTERM", pid)
@@ -303,7 +297,7 @@ func TestFaultEngineRestart(t *testing.T) {
 	case <-time.After(2 * time.Minute):
 		t.Fatalf("the call in flight did not return within 2 minutes of the engine stopping")
 	}
-	waitGone(t, m, 30*time.Second)
+	waitGone(t, m)
 	startEngine(t, cli, ensure)
 
 	// What the run in flight must answer: the engine's failure, as an error

@@ -39,7 +39,7 @@ func startSleep(t *testing.T, ctx context.Context, cs *mcp.ClientSession, marker
 		}
 		errc <- err
 	}()
-	waitAlive(t, marker, time.Minute)
+	waitAlive(t, marker)
 	return errc
 }
 
@@ -62,7 +62,17 @@ func TestCancellation(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			cs, _ := connect(t, c.transport, serverEnv(t, nil), connectOpts{protocolVersion: c.version})
+			// The go-sdk sends notifications/cancelled in the background
+			// (not on 2026-07-28 over HTTP, where the dropped request is the
+			// cancellation: there the transport is not wrapped, as the
+			// wrapper would hide how the go-sdk cancels).
+			var sent *lockedBuffer
+			o := connectOpts{protocolVersion: c.version}
+			if c.transport != http_ || c.version != "2026-07-28" {
+				sent = &lockedBuffer{}
+				o.sent = sent
+			}
+			cs, _ := connect(t, c.transport, serverEnv(t, nil), o)
 			m := marker()
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -76,11 +86,14 @@ func TestCancellation(t *testing.T) {
 			case <-time.After(30 * time.Second):
 				t.Fatalf("CallTool did not return within 30 s of its ctx being cancelled")
 			}
-			waitGone(t, m, 10*time.Second)
-			// The go-sdk sends notifications/cancelled in the background;
-			// give it time to reach the server before the next call, so
-			// that a rejection of it shows up here.
-			time.Sleep(500 * time.Millisecond)
+			waitGone(t, m)
+			// Wait until the notification has been written (over HTTP:
+			// answered), so that a rejection of it shows up here.
+			if sent != nil {
+				waitFor(t, time.Minute, "the client to send notifications/cancelled", func() bool {
+					return strings.Contains(sent.String(), `"method":"notifications/cancelled"`)
+				})
+			}
 			checkExample(t, cs, "process")
 			checkExample(t, cs, "process")
 		})
@@ -91,7 +104,8 @@ func TestCancellation(t *testing.T) {
 // and the slot is not lost.
 func TestCancelWhileQueued(t *testing.T) {
 	t.Parallel()
-	cs, _ := connect(t, stdio, serverEnv(t, map[string]string{"CODE_EXEC_MAX_CONCURRENCY": "1"}), connectOpts{})
+	sent := &lockedBuffer{}
+	cs, _ := connect(t, stdio, serverEnv(t, map[string]string{"CODE_EXEC_MAX_CONCURRENCY": "1"}), connectOpts{sent: sent})
 	m1 := marker()
 	ctx1, cancel1 := context.WithCancel(context.Background())
 	defer cancel1()
@@ -105,9 +119,11 @@ func TestCancelWhileQueued(t *testing.T) {
 		_, err := cs.CallTool(ctx2, &mcp.CallToolParams{Name: "code_execute", Arguments: map[string]any{"language": "bash", "code": "sleep " + m2}})
 		errc2 <- err
 	}()
-	// Give the request a chance to reach the server; either way it must
-	// never start while the first holds the slot.
-	time.Sleep(300 * time.Millisecond)
+	// Cancel it once it is on the server's stdin (the cancellation follows
+	// it there); it must never start while the first holds the slot.
+	waitFor(t, time.Minute, "the queued call to be sent", func() bool {
+		return strings.Contains(sent.String(), `"code":"sleep `+m2+`"`)
+	})
 	cancel2()
 	select {
 	case <-errc2:
@@ -120,7 +136,7 @@ func TestCancelWhileQueued(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("the running call did not return after its cancellation")
 	}
-	waitGone(t, m1, 10*time.Second)
+	waitGone(t, m1)
 	if alive(m2) {
 		t.Errorf("the cancelled queued call started anyway")
 	}
@@ -139,7 +155,7 @@ func TestSSEDisconnect(t *testing.T) {
 	m := marker()
 	errc := startSleep(t, context.Background(), cs, m)
 	dropStream()
-	waitGone(t, m, 10*time.Second)
+	waitGone(t, m)
 	select {
 	case <-errc:
 	case <-time.After(30 * time.Second):
@@ -219,9 +235,9 @@ func TestHTTPClientDisconnect(t *testing.T) {
 	if err := req.Write(conn); err != nil {
 		t.Fatal(err)
 	}
-	waitAlive(t, m, time.Minute)
+	waitAlive(t, m)
 	conn.Close()
-	waitGone(t, m, 10*time.Second)
+	waitGone(t, m)
 
 	// The server, and even the same session, keep working.
 	resp := c.post(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"code_execute","arguments":{"language":"python","code":"print(2**64)"}}}`)
@@ -263,7 +279,7 @@ func TestStdioClientGoesAway(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("the server did not exit within 30 s of its stdin closing, with a run in flight")
 	}
-	waitGone(t, m, 10*time.Second)
+	waitGone(t, m)
 	assertNoRunDirs(t, env["CODE_EXEC_WORK_DIR"])
 }
 
@@ -425,7 +441,7 @@ func TestSignalWithRunInFlight(t *testing.T) {
 			} else if code := s.waitExit(t, 30*time.Second); code != 0 {
 				t.Errorf("exit code %d after %s, want 0", code, c.sig)
 			}
-			waitGone(t, m, 10*time.Second)
+			waitGone(t, m)
 			assertNoRunDirs(t, env["CODE_EXEC_WORK_DIR"])
 			select {
 			case <-errc:

@@ -67,15 +67,16 @@ func TestLoad(t *testing.T) {
 
 			// A warm-up burst at full concurrency brings connection and
 			// worker pools to their steady state before the idle figures.
+			// Its figures are read once no sandbox process is left (the
+			// runs are over), at the same point as after each round.
 			runLoad(t, sessions, c.mode, "warm", loadConcurrency, 5*time.Minute)
-			time.Sleep(2 * time.Second)
+			waitNoDescendants(t, pid, time.Minute)
 			idle := readProcStatus(t, pid)
 
 			var rounds []procStatus
 			for round := range 2 {
 				runLoad(t, sessions, c.mode, "r"+strconv.Itoa(round), loadCalls/2, 10*time.Minute)
-				waitNoDescendants(t, pid, 15*time.Second)
-				time.Sleep(3 * time.Second)
+				waitNoDescendants(t, pid, time.Minute)
 				rounds = append(rounds, readProcStatus(t, pid))
 			}
 			t.Logf("%s: idle RSS %d kB, %d threads; after %d calls RSS %d kB, %d threads; after %d calls RSS %d kB, %d threads; %d sandbox processes seen",

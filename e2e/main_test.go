@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -296,9 +297,9 @@ func (s *server) stop() {
 	select {
 	case <-s.done:
 		return
-	case <-time.After(20 * time.Second):
+	case <-time.After(eventWait):
 	}
-	s.t.Errorf("codeexec did not exit within 20 s of SIGTERM; killing it")
+	s.t.Errorf("codeexec did not exit within %s of SIGTERM; killing it", eventWait)
 	_ = s.cmd.Process.Kill()
 	<-s.done
 }
@@ -352,6 +353,18 @@ type connectOpts struct {
 	clientName string
 	// wrapHTTP, if set, wraps the HTTP client's transport (sse and http).
 	wrapHTTP func(http.RoundTripper) http.RoundTripper
+	// sent, if set, receives a line "write: MESSAGE" for each message the
+	// client has sent (once it is written: over HTTP, once the server has
+	// answered the POST), or "write error: ..." (mcp.LoggingTransport).
+	sent io.Writer
+}
+
+// logged wraps tr in an mcp.LoggingTransport when o.sent is set.
+func (o connectOpts) logged(tr mcp.Transport) mcp.Transport {
+	if o.sent == nil {
+		return tr
+	}
+	return &mcp.LoggingTransport{Transport: tr, Writer: o.sent}
 }
 
 // connect starts codeexec on transport with env and connects the go-sdk
@@ -397,7 +410,7 @@ func connect(t *testing.T, transport string, env map[string]string, o connectOpt
 	default:
 		t.Fatalf("unknown transport %q", transport)
 	}
-	cs, err := newClientWith(o).Connect(ctx, tr, sessOpts)
+	cs, err := newClientWith(o).Connect(ctx, o.logged(tr), sessOpts)
 	if err != nil {
 		t.Fatalf("connecting over %s: %v; stderr:\n%s", transport, err, s.logTail())
 	}
@@ -432,7 +445,7 @@ func dialErr(t *testing.T, s *server, o connectOpts) (*mcp.ClientSession, error)
 	} else {
 		tr = &mcp.StreamableClientTransport{Endpoint: s.baseURL + "/mcp", HTTPClient: hc}
 	}
-	cs, err := newClientWith(o).Connect(ctx, tr, sessOpts)
+	cs, err := newClientWith(o).Connect(ctx, o.logged(tr), sessOpts)
 	if err != nil {
 		return nil, err
 	}
@@ -462,6 +475,10 @@ type execResult struct {
 	Sandbox    string  `json:"sandbox"`
 	Language   string  `json:"language"`
 	Signal     string  `json:"signal"`
+	Packages   *struct {
+		List   []string `json:"list"`
+		Cached bool     `json:"cached"`
+	} `json:"packages"`
 }
 
 // call calls a tool and fails the test on a protocol error.
@@ -570,28 +587,39 @@ func zombie(pid string) bool {
 	return len(f) > 0 && (f[0] == "Z" || f[0] == "X")
 }
 
-// waitAlive waits up to d for a process with marker to appear.
-func waitAlive(t *testing.T, marker string, d time.Duration) {
+// eventWait is how long a test waits for an event that must come (a
+// process to start or to end, a log line, a state): it only bounds a hang,
+// so it is generous, never a performance bound.
+const eventWait = 2 * time.Minute
+
+// waitFor polls cond until it holds and fails the test if it does not
+// within d: the wait for a real event that gives no signal to wait on. The
+// failure names what, and says what each of detail returns then.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool, detail ...func() string) {
 	t.Helper()
 	deadline := time.Now().Add(d)
-	for !alive(marker) {
+	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("no process with marker %s appeared within %s", marker, d)
+			msg := fmt.Sprintf("%s did not happen within %s", what, d)
+			for _, f := range detail {
+				msg += "; " + f()
+			}
+			t.Fatal(msg)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
-// waitGone waits up to d for every process with marker to end.
-func waitGone(t *testing.T, marker string, d time.Duration) {
+// waitAlive waits for a process with marker to appear.
+func waitAlive(t *testing.T, marker string) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for alive(marker) {
-		if time.Now().After(deadline) {
-			t.Fatalf("a process with marker %s is still alive %s after the run should have been killed", marker, d)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitFor(t, eventWait, "a process with marker "+marker+" to appear", func() bool { return alive(marker) })
+}
+
+// waitGone waits for every process with marker to end.
+func waitGone(t *testing.T, marker string) {
+	t.Helper()
+	waitFor(t, eventWait, "every process with marker "+marker+" to end after its run was stopped", func() bool { return !alive(marker) })
 }
 
 func jsonMarshal(v any) ([]byte, error)   { return json.Marshal(v) }

@@ -7,10 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -64,7 +62,6 @@ func checkPackages(t *testing.T, mode, ip string) {
 		"CODE_EXEC_TIMEOUT":            "30s",
 		"CODE_EXEC_LANGUAGES":          "python,javascript",
 		"CODE_EXEC_DOCKER_POOL_SIZE":   "2",
-		"CODE_EXEC_METRICS_ADDR":       "127.0.0.1:0",
 	})
 	if mode == "process" && os.Getenv("CODE_EXEC_TEST_NO_USERNS") == "1" && os.Geteuid() != 0 {
 		// Without user namespaces an ordinary user's runs have no network
@@ -80,80 +77,34 @@ func checkPackages(t *testing.T, mode, ip string) {
 		return
 	}
 	cs, srv := connect(t, stdio, env, connectOpts{})
-	if !srv.waitLog("CODE_EXEC_PACKAGES=true", 10*time.Second) {
+	if !srv.waitLog("CODE_EXEC_PACKAGES=true", eventWait) {
 		t.Errorf("the server did not say loudly that packages are on:\n%s", srv.logTail())
 	}
 
-	// In docker mode each timed call waits for the whole warm pool first
-	// (two ready containers of each language, as the server's own metrics
-	// count them: a container that runs but whose interpreter is still
-	// loading does not count), as between an agent's calls: back to back,
-	// the calls would drain the pool and time container creation on a busy
-	// machine, not the cache.
-	settle := func() {}
-	var hits func() float64
-	if mode == "docker" {
-		srv.waitLog(`"msg":"metrics"`, 10*time.Second)
-		url := logField(srv.stderr.String(), "metrics", "url")
-		if url == "" {
-			t.Fatal("the server did not log its metrics URL")
-		}
-		settle = func() {
-			deadline := time.Now().Add(2 * time.Minute)
-			for {
-				m := scrapeMetrics(t, url)
-				py := sample(m, "codeexec_docker_pool_ready", map[string]string{"language": "python"})
-				js := sample(m, "codeexec_docker_pool_ready", map[string]string{"language": "javascript"})
-				if py >= 2 && js >= 2 {
-					return
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the warm pool holds %v python and %v javascript containers after 2 minutes, want 2 of each", py, js)
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
-		}
-		hits = func() float64 { return sample(scrapeMetrics(t, url), "codeexec_docker_pool_hits_total", nil) }
-	}
 	args := map[string]any{"language": "python", "code": "import codeexec_demo\nprint(codeexec_demo.VALUE)", "packages": []any{"codeexec-demo==1.0"}}
-	settle()
-	start := time.Now()
 	res, out := execute(t, cs, args)
-	cold := time.Since(start)
 	if res.IsError || strings.TrimSpace(out.Stdout) != "42" {
 		t.Fatalf("first call: isError=%v %q", res.IsError, text(res))
 	}
-	downloads := ix.Downloads.Load()
-	// The cached time is the median of three cached calls, so that one
-	// call slowed by a busy machine does not decide the ratio.
-	var times []time.Duration
-	for range 3 {
-		settle()
-		var before float64
-		if hits != nil {
-			before = hits()
-		}
-		start = time.Now()
-		res, out = execute(t, cs, args)
-		times = append(times, time.Since(start))
-		if hits != nil && hits() != before+1 {
-			t.Errorf("a cached call did not take a warm container (pool hits %v, then %v)", before, hits())
-		}
-		if res.IsError || strings.TrimSpace(out.Stdout) != "42" {
-			t.Fatalf("a cached call: isError=%v %q", res.IsError, text(res))
-		}
+	if p := out.Packages; p == nil || p.Cached || len(p.List) != 1 || p.List[0] != "codeexec-demo==1.0" {
+		t.Errorf("the first call's packages report %+v, want codeexec-demo==1.0 installed for it", p)
 	}
-	slices.Sort(times)
-	cached := times[1]
-	t.Logf("%s: cold %v, cached %v (%.1f×)", mode, cold, cached, float64(cold)/float64(cached))
+	downloads := ix.Downloads.Load()
+	// The second call comes from the cache: what the result says, and the
+	// index serves nothing. (How much faster it is, is measured by the
+	// benchmark in docs/performance.md, not asserted by a test.)
+	res, out = execute(t, cs, args)
+	if res.IsError || strings.TrimSpace(out.Stdout) != "42" {
+		t.Fatalf("the second call: isError=%v %q", res.IsError, text(res))
+	}
+	if p := out.Packages; p == nil || !p.Cached {
+		t.Errorf("the second call's packages report %+v, want it from the cache", p)
+	}
 	if !strings.Contains(text(res), "Packages: codeexec-demo==1.0 (from the cache).") {
 		t.Errorf("the second call's text does not say the packages came from the cache:\n%s", text(res))
 	}
 	if ix.Downloads.Load() != downloads {
 		t.Error("the second call downloaded the package again")
-	}
-	if cold < 5*cached {
-		t.Errorf("the cached call took %v, the cold one %v: want it at least 5× faster", cached, cold)
 	}
 
 	res, out = execute(t, cs, map[string]any{"language": "javascript", "code": "console.log(require('codeexec-demo').value)", "packages": []any{"codeexec-demo@1.0.0"}})

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestNoProcessOutlivesRun: background processes, daemons and timed-out
@@ -24,14 +23,14 @@ echo spawned`, m)})
 	if res.IsError || out.Stdout != "spawned\n" {
 		t.Fatalf("isError=%v stdout=%q stderr=%q", res.IsError, out.Stdout, out.Stderr)
 	}
-	waitGone(t, m, 10*time.Second)
+	waitGone(t, m)
 
 	m = marker()
 	res, out = execute(t, cs, map[string]any{"language": "bash", "code": fmt.Sprintf("sleep %[1]s & (sleep %[1]s &); sleep %[1]s", m), "timeout_seconds": 1})
 	if !res.IsError || !out.TimedOut {
 		t.Fatalf("timeout: isError=%v timed_out=%v", res.IsError, out.TimedOut)
 	}
-	waitGone(t, m, 10*time.Second)
+	waitGone(t, m)
 
 	m = marker()
 	res, out = execute(t, cs, map[string]any{"language": "python", "code": fmt.Sprintf(`import os
@@ -44,7 +43,7 @@ print("parent done")`, m)})
 	if res.IsError || out.Stdout != "parent done\n" {
 		t.Fatalf("daemon: isError=%v stdout=%q stderr=%q", res.IsError, out.Stdout, out.Stderr)
 	}
-	waitGone(t, m, 10*time.Second)
+	waitGone(t, m)
 }
 
 // TestFreshRunDirectory: nothing a run writes is visible to the next one,

@@ -37,7 +37,7 @@ func TestTaskCapsAndFairness(t *testing.T) {
 	if rerr != nil || res["isError"] != true || !strings.Contains(fmt.Sprint(res["content"]), "CODE_EXEC_MAX_TASKS_PER_CLIENT") {
 		t.Fatalf("a fourth task of one client = %v %v, want an isError result naming CODE_EXEC_MAX_TASKS_PER_CLIENT", res, rerr)
 	}
-	waitAlive(t, m, time.Minute)
+	waitAlive(t, m)
 
 	// B's plain call runs while A's tasks wait.
 	b := dial(t, s, connectOpts{})
@@ -60,5 +60,5 @@ func TestTaskCapsAndFairness(t *testing.T) {
 			t.Errorf("A's task %s: %+v, want it released", id, out)
 		}
 	}
-	waitGone(t, m, 15*time.Second)
+	waitGone(t, m)
 }

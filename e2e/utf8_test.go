@@ -121,11 +121,8 @@ func TestInvalidUTF8Rejected(t *testing.T) {
 			checkExample(t, cs, "process")
 			// The run's log line is written after its response is sent:
 			// wait for it (a bounded wait), then count.
+			waitFor(t, eventWait, "the run's log line", func() bool { return strings.Contains(stderr.String(), `"msg":"run"`) })
 			logs := stderr.String()
-			for deadline := time.Now().Add(10 * time.Second); strings.Count(logs, `"msg":"run"`) == 0 && time.Now().Before(deadline); {
-				time.Sleep(20 * time.Millisecond)
-				logs = stderr.String()
-			}
 			if strings.Contains(logs, "altered:") || strings.Count(logs, `"msg":"run"`) != 1 {
 				t.Errorf("the server ran something other than the example:\n%s", logs)
 			}

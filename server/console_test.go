@@ -60,12 +60,14 @@ func (f adminFixture) startRun(t *testing.T, code string) (approvals.Ask, chan e
 		_, err := f.gate.Run(ctx, sandbox.Request{Language: "python", Code: code, Limits: sandbox.Limits{Timeout: time.Second}})
 		errc <- err
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if asks, _ := f.gate.Broker().Pending(); len(asks) > 0 {
+	// The broker's changes wake the wait; the minute only bounds a hang.
+	wait, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for v := uint64(0); wait.Err() == nil; {
+		var asks []approvals.Ask
+		if asks, v = f.gate.Broker().Changes(wait, v); len(asks) > 0 {
 			return asks[0], errc
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 	t.Fatal("the run never became pending")
 	return approvals.Ask{}, nil

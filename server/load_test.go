@@ -129,9 +129,10 @@ func TestLoadGoroutines(t *testing.T) {
 		}
 		return bad
 	}
-	// settle polls, for up to 10 s, until the goroutines are at most want.
+	// settle polls until the goroutines are at most want; the minute only
+	// bounds a leak (it returns as soon as they are).
 	settle := func(want int) int {
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(time.Minute)
 		for {
 			n := runtime.NumGoroutine()
 			if n <= want || time.Now().After(deadline) {
@@ -142,11 +143,13 @@ func TestLoadGoroutines(t *testing.T) {
 	}
 
 	// A warm-up burst at full concurrency brings the connection pools and
-	// sessions to their steady state; its level is the baseline.
+	// sessions to their steady state; its level once every call has been
+	// answered is the baseline (as high as it will be, if some goroutines
+	// of the burst are still on their way out: the check is then looser,
+	// never wrong).
 	if bad := drive("warm", concurrency); bad > 0 {
 		t.Fatalf("%d warm-up calls failed", bad)
 	}
-	time.Sleep(2 * time.Second)
 	baseline := runtime.NumGoroutine()
 	peak := 0
 	stopPeak := make(chan struct{})
@@ -170,7 +173,7 @@ func TestLoadGoroutines(t *testing.T) {
 	after := settle(baseline + slack)
 	t.Logf("goroutines: %d before the server, %d idle after warm-up, peak %d during %d calls, %d after", start, baseline, peak, calls, after)
 	if after > baseline+slack {
-		t.Errorf("goroutines did not wind down: %d idle before the load, %d ten seconds after %d calls", baseline, after, calls)
+		t.Errorf("goroutines did not wind down: %d idle before the load, %d a minute after %d calls", baseline, after, calls)
 	}
 	if chain.InFlight() != 0 {
 		t.Errorf("%d runs still hold a slot after every call was answered", chain.InFlight())

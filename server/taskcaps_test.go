@@ -129,12 +129,13 @@ func (g *gatedRunner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Re
 func (g *gatedRunner) Capabilities() sandbox.Capabilities { return g.limited.Capabilities() }
 func (g *gatedRunner) Close() error                       { return nil }
 
-// waitFor polls cond (a state the test's own events move) until it holds.
+// waitFor polls cond (a state the test's own events move) until it holds;
+// the minute only bounds a hang.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(2 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(2 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("still waiting for %s after 30s", what)
+			t.Fatalf("still waiting for %s after a minute", what)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -131,22 +132,15 @@ func (ts *taskServer) modern(method, params string, withTasks bool) (map[string]
 // pollModern polls tasks/get until the task's status is one of want.
 func (ts *taskServer) pollModern(id string, want ...string) map[string]any {
 	ts.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		res, rerr := ts.modern("tasks/get", fmt.Sprintf(`{"taskId":%q}`, id), true)
-		if rerr != nil {
+	var res map[string]any
+	waitFor(ts.t, fmt.Sprintf("task %s to be %v", id, want), func() bool {
+		var rerr map[string]any
+		if res, rerr = ts.modern("tasks/get", fmt.Sprintf(`{"taskId":%q}`, id), true); rerr != nil {
 			ts.t.Fatalf("tasks/get: %v", rerr)
 		}
-		for _, w := range want {
-			if res["status"] == w {
-				return res
-			}
-		}
-		if time.Now().After(deadline) {
-			ts.t.Fatalf("task %s is %v after 10s, want %v: %v", id, res["status"], want, res)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return slices.Contains(want, fmt.Sprint(res["status"]))
+	})
+	return res
 }
 
 func countingRunner(runs *atomic.Int32) *sandboxtest.Fake {
@@ -154,10 +148,8 @@ func countingRunner(runs *atomic.Int32) *sandboxtest.Fake {
 		Caps: sandbox.Capabilities{Mode: sandbox.ModeProcess, Languages: []sandbox.LanguageStatus{{Name: "python", Available: true}}},
 		RunFunc: func(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
 			runs.Add(1)
-			select {
-			case <-time.After(50 * time.Millisecond):
-			case <-ctx.Done():
-				return nil, ctx.Err()
+			if err := ctx.Err(); err != nil {
+				return nil, err
 			}
 			return &sandbox.Result{Stdout: "ran " + req.Code + "\n", Sandbox: sandbox.ModeProcess}, nil
 		},
@@ -210,7 +202,8 @@ func TestModernWithoutExtension(t *testing.T) {
 }
 
 // TestModernTaskCancel: tasks/cancel stops the run; the ack comes once the
-// run has been stopped.
+// run has been stopped (that Cancel waits for the work, however long it
+// takes to clean up, is the store's TestCancelStopsTheWorkFirst).
 func TestModernTaskCancel(t *testing.T) {
 	t.Parallel()
 	started := make(chan struct{})
@@ -220,7 +213,6 @@ func TestModernTaskCancel(t *testing.T) {
 		RunFunc: func(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
 			close(started)
 			<-ctx.Done()
-			time.Sleep(20 * time.Millisecond) // kill and clean up
 			stopped.Store(true)
 			return nil, ctx.Err()
 		},
@@ -274,6 +266,9 @@ func TestLegacyTask(t *testing.T) {
 	t.Parallel()
 	var runs atomic.Int32
 	blocked := make(chan struct{}, 1)
+	// The first run ends once its tools/call request has been answered:
+	// the task's run outlives the request that made it.
+	answered := make(chan struct{})
 	var stopped atomic.Bool
 	ts := newTaskServer(t, &sandboxtest.Fake{
 		Caps: sandbox.Capabilities{Mode: sandbox.ModeProcess},
@@ -285,7 +280,11 @@ func TestLegacyTask(t *testing.T) {
 				stopped.Store(true)
 				return nil, ctx.Err()
 			}
-			time.Sleep(100 * time.Millisecond) // longer than the request
+			select {
+			case <-answered:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
 			return &sandbox.Result{Stdout: "ran\n", Sandbox: sandbox.ModeProcess}, nil
 		},
 	})
@@ -308,6 +307,7 @@ func TestLegacyTask(t *testing.T) {
 	if rerr != nil || id == "" {
 		t.Fatalf("tools/call with a task = %v %v", created, rerr)
 	}
+	close(answered)
 	if task["ttl"] != 7200000.0 {
 		t.Errorf("task ttl = %v, want the server's task lifetime (2h) instead of the 60s asked for", task["ttl"])
 	}
@@ -325,11 +325,7 @@ func TestLegacyTask(t *testing.T) {
 	if rerr != nil || cancelled["status"] != "cancelled" {
 		t.Fatalf("tasks/cancel = %v %v", cancelled, rerr)
 	}
-	for deadline := time.Now().Add(5 * time.Second); !stopped.Load(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the run still goes 5s after tasks/cancel")
-		}
-	}
+	waitFor(t, "the run to stop after tasks/cancel", stopped.Load)
 	if c := ts.store.Counts(); c[tasks.StatusCompleted] != 1 || c[tasks.StatusCancelled] != 1 {
 		t.Errorf("store counts = %v, want one completed and one cancelled", c)
 	}
@@ -384,18 +380,14 @@ func TestModernTaskOverStdio(t *testing.T) {
 	if res["resultType"] != "task" || id == "" {
 		t.Fatalf("tools/call over stdio = %v, want a task", res)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		got := ask(2, "tasks/get", fmt.Sprintf(`{"taskId":%q}`, id))
-		if got["status"] == "completed" {
-			result, _ := got["result"].(map[string]any)
-			if sc, _ := result["structuredContent"].(map[string]any); sc["stdout"] != "ran s\n" {
-				t.Fatalf("completed task %v, want the run's stdout", got)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("task %v after 10s", got)
-		}
+	var got map[string]any
+	waitFor(t, "the task to complete", func() bool {
+		got = ask(2, "tasks/get", fmt.Sprintf(`{"taskId":%q}`, id))
+		return got["status"] == "completed"
+	})
+	result, _ := got["result"].(map[string]any)
+	if sc, _ := result["structuredContent"].(map[string]any); sc["stdout"] != "ran s\n" {
+		t.Fatalf("completed task %v, want the run's stdout", got)
 	}
 }
 

@@ -64,12 +64,14 @@ func (f adminFixture) start(t *testing.T, requester approvals.Requester, req san
 		_, err := f.gate.Run(approvals.WithCall(context.Background(), approvals.Call{Requester: requester}), req)
 		errc <- err
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if asks, _ := f.gate.Broker().Pending(); len(asks) > 0 {
+	// The broker's changes wake the wait; the minute only bounds a hang.
+	wait, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for v := uint64(0); wait.Err() == nil; {
+		var asks []approvals.Ask
+		if asks, v = f.gate.Broker().Changes(wait, v); len(asks) > 0 {
 			return asks[0], errc
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 	t.Fatal("the run never became pending")
 	return approvals.Ask{}, nil

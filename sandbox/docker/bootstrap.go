@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"github.com/codeexec/codeexec/sandbox"
@@ -14,24 +15,27 @@ import (
 //
 // Every run container, warm (pooled) or cold, has the same two processes:
 //
-//   - PID 1 is a small POSIX sh supervisor. It starts the language's
-//     bootstrap as its only child, waits for that child to exit, and then
-//     kills every process the program left behind (kill -9 -1: all of the
-//     container but PID 1), and writes a trailer line, "<nonce> <exit status>
-//     <oom kills>\n", to both stdout and stderr before it exits itself (which
-//     ends the container). The nonce is 128 random bits
-//     chosen by the server when it creates the container, so program output
-//     can never be mistaken for a trailer by accident. The trailer lets the
-//     server return the result as soon as the program has exited, without
-//     waiting for the engine to notice the exit (about 30-50 ms on a small
-//     host) and without asking the engine anything on the way.
-//     When the working directory (/tmp) holds anything besides the program
-//     file (main.<ext>, named on the supervisor's command line), the stdout trailer ends in " 1" instead of " 0" and is followed
-//     by a tar stream of it (GNU tar, sorted by name, links stored as links,
-//     never followed; the program file and the contents of hidden folders
-//     such as .cache left out), before the stderr trailer: that is how the
-//     artifacts of a run come back. A plain run, whose /tmp stays empty,
-//     costs nothing more than a shell glob.
+//   - PID 1 is a small supervisor: a python one (supervisorProgram) when
+//     the image has python3, else a POSIX sh one (supervisorScript). It
+//     reads one line from the attached stdin first, the nonce: 128 random
+//     bits chosen by the server for this container (after the tag
+//     "@@codeexec-end-"), written by the server right after the container
+//     starts, so that it is never in any process's arguments or
+//     environment. Only then does it start the language's bootstrap as its
+//     only child. It waits for that child to exit, kills every process the
+//     program left behind (kill -9 -1: all of the container but PID 1) and
+//     waits until each of them is gone (or a zombie, which holds no file),
+//     so that nothing of the program is left to write after it. Then it
+//     writes a trailer line, "<nonce> <exit status> <oom kills> <archive
+//     follows>\n", on stdout, and "<nonce> <exit status> <oom kills>\n" on
+//     stderr, and exits 0, which ends the container. When the working
+//     directory (/tmp) holds anything besides the program file (main.<ext>,
+//     named on the supervisor's command line), the stdout trailer ends in
+//     " 1" instead of " 0" and is followed by a tar stream of it (GNU tar,
+//     sorted by name, links stored as links, never followed; the program
+//     file and the contents of hidden folders such as .cache left out):
+//     that is how the artifacts of a run come back. A plain run, whose /tmp
+//     stays empty, costs nothing more than a look at /tmp.
 //   - The bootstrap is the interpreter itself, already loaded: python3 and
 //     node run a short program that writes one ready byte to stdout, then
 //     blocks reading the header "<code length in bytes> <language> <file
@@ -46,6 +50,38 @@ import (
 //     (for tracebacks), writes one ack byte to stdout and runs the code as
 //     the main program. For bash, dash reads the header, the code and the
 //     files and execs bash on the file.
+//
+// What decides a run's end. The program runs as the same user as PID 1 and
+// writes to the same stdout and stderr, and Docker's default seccomp profile
+// lets a process read the memory (/proc/1/mem), environment and descriptors
+// (/proc/1/fd) of another dumpable process of its user: a sh PID 1's nonce,
+// in its memory, is no secret from the program (the containment case
+// sig-forged-end finds it there under runc). The python supervisor makes
+// itself not dumpable before it reads the nonce, so that nothing of the run
+// can read its memory, environment or descriptors, trace it or change its
+// OOM score, and it writes its trailers only when nothing of the program is
+// alive: a trailer with its nonce is its own, and the run ends when the
+// trailers have come on both streams, at once, as before. Without python3
+// in the image, a trailer proves nothing by itself, and the run ends when,
+// and only when, three things hold: the attach stream has ended (every
+// process of the container is gone: nothing can write after that), the
+// engine reports that the container exited with status 0 (PID 1 ran its
+// script to the end: killed from outside or by the OOM killer it exits 137,
+// and a program cannot make PID 1 exit while the program itself lives on,
+// since every process of the container dies with it), and stderr ends with a
+// trailer line (PID 1 writes it last, when nothing else is alive). The exit
+// status and the OOM count come from that last line. There, a trailer the
+// program forges and follows with more output is passed on as the program's
+// output; one it forges and follows with nothing (it sleeps) is not the end
+// either: the run goes on to its timeout, which counts until the end (the
+// archive of the working directory included), and is reported timed out. On
+// stdout the first trailer starts the archive; if it does not carry the
+// status of the last stderr trailer, the program wrote a copy of it, and the
+// run's artifacts are reported as incomplete rather than taken from the
+// program's bytes. Waiting for the stream's end and the engine's exit costs a
+// fraction of a millisecond on an idle machine, and tens of milliseconds when
+// the engine's own processes wait for a CPU, which is why the python
+// supervisor is preferred (see docs/modes.md, "How a run's end is decided").
 //
 // A container can therefore be created and started long before a request
 // arrives (see pool.go), and a run on it costs one write to the attach
@@ -66,13 +102,14 @@ const (
 	ackMarker = 0x06
 	// trailerTag starts every nonce, to make a trailer easy to spot by eye.
 	trailerTag = "@@codeexec-end-"
-	// maxTrailer bounds the line after the nonce ("<status> <oom kills>\n").
+	// maxTrailer bounds the line after the nonce ("<status> <oom kills>\n"):
+	// a longer line is not a trailer.
 	maxTrailer = 64
 )
 
-// supervisorScript is PID 1 of a run container: sh -c supervisorScript
-// codeexec-supervisor <nonce> <program file name> <bootstrap command...>;
-// a program file name of "-" sends no archive (a session's bash call).
+// supervisorScript is PID 1 of a run container whose image has no python3:
+// sh -c supervisorScript codeexec-supervisor <program file name> <bootstrap
+// command...>, with the nonce as the first line of its stdin.
 //
 // The supervisor ignores every signal that can be ignored but SIGCHLD (the
 // program may signal its pid 1, and must not end the run that way), so that
@@ -80,15 +117,29 @@ const (
 // stdin (an asynchronous list would get /dev/null otherwise), and env
 // --default-signal sets every signal back to its default for the program
 // (sh ignores SIGINT and SIGQUIT in asynchronous lists too), so the program
-// starts with the dispositions it would have as a foreground command. The
-// number of OOM kills comes from the container's own memory cgroup (v2 or v1).
-const supervisorScript = `n=$1; p=$2; shift 2
+// starts with the dispositions it would have as a foreground command. After
+// the child, it kills the rest again until no thread of another process is
+// alive but a zombie's (dash's read never reads past the line, and neither
+// loop starts a process). The number of OOM kills comes from the container's
+// own memory cgroup (v2 or v1).
+const supervisorScript = `p=$1; shift
 trap '' 1 2 3 4 5 6 7 8 10 11 12 13 14 15 16 20 21 22 23 24 25 26 27 28 29 30 31 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63 64
+IFS= read -r n || exit 125
 exec 3<&0
 env --default-signal "$@" <&3 3<&- &
 wait $!
 rc=$?
-kill -9 -1 2>/dev/null
+while :; do
+  kill -9 -1 2>/dev/null
+  b=
+  for t in /proc/[0-9]*/task/[0-9]*; do
+    case "$t" in /proc/1/*) continue;; esac
+    s=
+    read -r s < "$t/stat" 2>/dev/null || continue
+    case "${s##*) }" in Z*|X*|x*|'') ;; *) b=1; break;; esac
+  done
+  [ -z "$b" ] && break
+done
 o=-
 for f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control; do
   if [ -r "$f" ]; then
@@ -98,7 +149,7 @@ for f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control; 
   fi
 done
 a=0
-[ "$p" = - ] || for f in /tmp/* /tmp/.[!.]* /tmp/..?*; do
+for f in /tmp/* /tmp/.[!.]* /tmp/..?*; do
   [ "$f" = "/tmp/$p" ] && continue
   if [ -e "$f" ] || [ -L "$f" ]; then a=1; break; fi
 done
@@ -107,6 +158,7 @@ if [ "$a" = 1 ]; then
   tar -C /tmp -c -f - --sort=name --anchored --exclude="./$p" --exclude='./.*/*' . 2>/dev/null
 fi
 printf '%s %s %s\n' "$n" "$rc" "$o" >&2
+exit 0
 `
 
 // pythonBootstrap runs the program as __main__ in the already-started
@@ -267,9 +319,117 @@ printf '\006'
 exec "$@" /tmp/main.sh
 `
 
+// supervisorProgram is PID 1 of a run container whose image has python3:
+// python3 -I -S -B -c supervisorProgram [--relay <socket> <port> <relay
+// program>] <program file name> <bootstrap command...>, with the nonce as the
+// first line of its stdin. It does what supervisorScript does, and first
+// makes itself not dumpable, so that no process of the run can read its
+// memory, environment or descriptors, or trace it, or change its OOM score:
+// the nonce, read into its memory, is then a secret of PID 1's (see
+// bootstrap.go's comment on what decides a run's end). With --relay it
+// starts the egress relay before it reads the nonce.
+const supervisorProgram = `import os, signal, sys
+def main(args):
+    import ctypes
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)
+    sigs = sorted(signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP})
+    for s in sigs:
+        if s != signal.SIGCHLD:
+            signal.signal(s, signal.SIG_IGN)
+    def write(fd, b):
+        while b:
+            b = b[os.write(fd, b):]
+    def spawn(argv, null=()):
+        # fork and exec, not posix_spawn: glibc's leaves its own signals
+        # (32, 33) ignored in the child. Every signal is at its default for
+        # the child, none blocked.
+        pid = os.fork()
+        if pid == 0:
+            try:
+                for s in sigs:
+                    signal.signal(s, signal.SIG_DFL)
+                if null:
+                    fd = os.open(os.devnull, os.O_RDWR)
+                    for i in null:
+                        os.dup2(fd, i)
+                os.execvp(argv[0], argv)
+            finally:
+                os._exit(127)
+        return pid
+    if args[0] == "--relay":
+        pid = spawn([sys.executable, "-I", "-S", "-c", args[3], args[1], args[2]], (0, 1, 2))
+        if os.waitpid(pid, 0)[1] != 0:
+            write(2, b"codeexec: the egress relay did not start; the program has no network\n")
+        args = args[4:]
+    p, child = args[0], args[1:]
+    n = b""
+    while not n.endswith(b"\n"):
+        c = os.read(0, 1)
+        if not c:
+            os._exit(125)
+        n += c
+    n = n[:-1]
+    pid = spawn(child)
+    st = os.waitpid(pid, 0)[1]
+    rc = os.WEXITSTATUS(st) if os.WIFEXITED(st) else 128 + os.WTERMSIG(st)
+    while True:
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            pass
+        busy = False
+        for d in os.listdir("/proc"):
+            if not d.isdigit() or d == "1":
+                continue
+            try:
+                tasks = os.listdir("/proc/%s/task" % d)
+            except OSError:
+                continue
+            for t in tasks:
+                try:
+                    with open("/proc/%s/task/%s/stat" % (d, t), "rb") as f:
+                        s = f.read()
+                except OSError:
+                    continue
+                if s[s.rfind(b")") + 2:][:1] not in b"ZXx":
+                    busy = True
+            if busy:
+                break
+        if not busy:
+            break
+    o = b"-"
+    for f in ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"):
+        try:
+            with open(f, "rb") as events:
+                o = b"0"
+                for line in events:
+                    k = line.split()
+                    if k[:1] == [b"oom_kill"]:
+                        o = k[1]
+            break
+        except OSError:
+            pass
+    a = any(e != p for e in os.listdir("/tmp"))
+    write(1, b"%s %d %s %d\n" % (n, rc, o, a))
+    if a:
+        pid = spawn(["tar", "-C", "/tmp", "-c", "-f", "-", "--sort=name", "--anchored", "--exclude=./" + p, "--exclude=./.*/*", "."], (2,))
+        os.waitpid(pid, 0)
+    write(2, b"%s %d %s\n" % (n, rc, o))
+    os._exit(0)
+main(sys.argv[1:])
+`
+
 // runCommand is the entrypoint of a run container of lang: the supervisor
-// with the language's bootstrap. It is the same for warm and cold containers.
-func runCommand(lang string, in sandbox.Interpreter, nonce string) []string {
+// with the language's bootstrap, supervisorProgram run by python (the
+// image's python3) when there is one, else supervisorScript. It is the same
+// for warm and cold containers (the nonce comes on stdin). relay, with
+// python, makes the supervisor start the egress relay first.
+func runCommand(lang string, in sandbox.Interpreter, python string, relay bool) []string {
 	spec := sandbox.Languages[lang]
 	interp := append([]string{in.Path}, spec.Args...)
 	var child []string
@@ -281,7 +441,14 @@ func runCommand(lang string, in sandbox.Interpreter, nonce string) []string {
 	default: // bash, and any shell-like language: the file is the last argument
 		child = append([]string{"/bin/sh", "-c", shellBootstrap, "codeexec-bootstrap"}, interp...)
 	}
-	return append([]string{"/bin/sh", "-c", supervisorScript, "codeexec-supervisor", nonce, spec.FileName}, child...)
+	if python == "" {
+		return append([]string{"/bin/sh", "-c", supervisorScript, "codeexec-supervisor", spec.FileName}, child...)
+	}
+	cmd := []string{python, "-I", "-S", "-B", "-c", supervisorProgram}
+	if relay {
+		cmd = append(cmd, "--relay", egressMount+"/"+egressSocket, strconv.Itoa(egressPort), relayProgram)
+	}
+	return append(append(cmd, spec.FileName), child...)
 }
 
 // programHeader is the line that precedes the code on stdin.

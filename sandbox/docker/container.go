@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"sync"
@@ -24,13 +25,19 @@ type containerSpec struct {
 	limits   sandbox.Limits
 	deadline time.Time // after it, the container is a leftover anyone may remove
 	framed   bool      // cmd is the run supervisor (runCommand), whose output is framed
-	nonce    string    // the supervisor's trailer nonce when framed
-	egress   bool      // the container reaches the network through the egress proxy
+	nonce    string    // the supervisor's trailer nonce when framed: the first line of its stdin
+	// secret: the supervisor is not dumpable (supervisorProgram), so the
+	// nonce is PID 1's secret and its trailers end the run.
+	secret bool
+	egress bool // the container reaches the network through the egress proxy
 	// packages, when not nil, is bound at sandbox.PackagesPath (read-only
 	// for a run, writable for the install phase) and named by the
 	// environment of lang.
 	packages *sandbox.PackageDir
 	lang     string
+	// stdout and stderr, when set, receive the container's output as it
+	// comes, instead of a run's streams (a session's supervisor).
+	stdout, stderr io.Writer
 }
 
 // session is a started, locked-down container whose stdin, stdout and
@@ -50,6 +57,9 @@ type session struct {
 	stop    context.CancelFunc
 
 	readC chan struct{} // closed once the output stream ended
+	// secret: the run's supervisor keeps its nonce out of the program's
+	// reach, and its trailers end the run (containerSpec.secret).
+	secret bool
 
 	egress *runEgress // the container's egress, when it has one
 
@@ -254,17 +264,16 @@ func gvisorPids(processes int) int64 {
 // Only its role and deadline labels differ between the two.
 func (r *Runner) runSpec(lang string, lim sandbox.Limits, role string, deadline time.Time, pd *sandbox.PackageDir) containerSpec {
 	nonce := trailerTag + newNonce()
-	cmd := runCommand(lang, r.interps[lang], nonce)
-	if r.cfg.Egress != nil {
-		// The relay starts, and listens, before the supervisor script.
-		cmd[2] = relayLaunch(r.relayPython) + cmd[2]
-	}
+	// The relay starts, and listens, before the program (egress needs
+	// python3 in the image).
+	cmd := runCommand(lang, r.interps[lang], r.relayPython, r.cfg.Egress != nil)
 	return containerSpec{
 		role:     role,
 		cmd:      cmd,
 		limits:   containerLimits(lim),
 		deadline: deadline,
 		framed:   true,
+		secret:   r.relayPython != "",
 		nonce:    nonce,
 		egress:   r.cfg.Egress != nil,
 		packages: pd,
@@ -342,7 +351,7 @@ func (r *Runner) start(ctx context.Context, spec containerSpec, lang string) (*s
 		return fail("attaching to the container", err)
 	}
 	s := &session{
-		id: id, lang: lang, limits: spec.limits, deadline: spec.deadline, created: time.Now(),
+		id: id, lang: lang, limits: spec.limits, deadline: spec.deadline, created: time.Now(), secret: spec.secret,
 		attach:  att.HijackedResponse,
 		out:     newStreams(spec.framed, spec.nonce),
 		exitedC: make(chan struct{}),
@@ -367,9 +376,16 @@ func (r *Runner) start(ctx context.Context, spec containerSpec, lang string) (*s
 		close(s.exitedC)
 	}()
 	go func() {
-		_, err := stdcopy.StdCopy(streamWriter{s.out, 0}, streamWriter{s.out, 1}, s.attach.Reader)
+		var stdout, stderr io.Writer = streamWriter{s.out, 0}, streamWriter{s.out, 1}
+		if spec.stdout != nil {
+			stdout, stderr = spec.stdout, spec.stderr
+		}
+		_, err := stdcopy.StdCopy(stdout, stderr, s.attach.Reader)
 		if err != nil {
 			r.log.Debug("reading container output", "id", shortID(id), "err", err)
+		}
+		if c, ok := spec.stdout.(io.Closer); ok {
+			_ = c.Close()
 		}
 		s.out.end()
 		close(s.readC)
@@ -379,6 +395,15 @@ func (r *Runner) start(ctx context.Context, spec containerSpec, lang string) (*s
 		s.attach.Close()
 		stop()
 		return fail("starting the container", err)
+	}
+	if spec.framed {
+		// The supervisor reads its nonce before it starts anything (see
+		// bootstrap.go): it never appears in a command line.
+		if _, err := io.WriteString(s.attach.Conn, spec.nonce+"\n"); err != nil {
+			s.attach.Close()
+			stop()
+			return fail("handing the supervisor its nonce", err)
+		}
 	}
 	return s, nil
 }

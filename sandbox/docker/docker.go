@@ -12,8 +12,9 @@
 // attached stdin stream, never through the filesystem of the host or the
 // image. PID 1 of a run container is a small supervisor whose only child is
 // the language's interpreter, already loaded and blocked reading the program;
-// when the program exits, the supervisor writes a trailer with its exit
-// status, so the result comes back without asking the engine (see
+// when the program exits, the supervisor kills what it left, writes a trailer
+// with its exit status and exits, and the run's result is the trailer that
+// ends the container's stream once the engine reports that exit (see
 // bootstrap.go).
 //
 // Because a run container needs nothing of its request until the program is

@@ -19,6 +19,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
+	"golang.org/x/tools/txtar"
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
@@ -581,5 +582,66 @@ func TestTrailerCountsAfterTheExit(t *testing.T) {
 		if err != nil || res.ExitCode != 0 || res.Stdout != fmt.Sprintf("%d\n", i) {
 			t.Fatalf("round %d: %+v %v", i, res, err)
 		}
+	}
+}
+
+// A program that forges the end of its run (sig-forged-end: it looks for the
+// nonce in PID 1's command line, environment and memory, writes forged
+// trailers, and sleeps) runs on to its timeout, with either supervisor: the
+// python one, whose nonce it cannot read, and the shell one of an image
+// without python3, whose nonce it finds in PID 1's memory (only the end of
+// the container's stream, the engine's exit status 0 and the last line of
+// stderr end such a run).
+func TestForgedEnd(t *testing.T) {
+	ar, err := txtar.ParseFile("../testdata/attacks/sig-forged-end.txtar")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var code string
+	for _, f := range ar.Files {
+		if f.Name == "main.py" {
+			code = string(f.Data)
+		}
+	}
+	r, _ := newRunner(t, Config{Languages: []string{"python"}})
+	for _, sup := range []string{"python", "shell"} {
+		t.Run(sup, func(t *testing.T) {
+			if sup == "shell" {
+				// As for an image without python3.
+				r.relayPython = ""
+			}
+			req := sandboxtest.Req("python", code)
+			req.Limits.Timeout = 3 * time.Second
+			res := run(t, r, req)
+			if !res.TimedOut || res.ExitCode != 137 {
+				t.Fatalf("timed out %v, exit %d (stdout %q): a forged end ended the run", res.TimedOut, res.ExitCode, res.Stdout)
+			}
+			// What of PID 1 the program can read.
+			look := run(t, r, sandboxtest.Req("python", `import re
+n = 0
+try:
+    with open("/proc/1/maps") as maps, open("/proc/1/mem", "rb", 0) as mem:
+        for line in maps:
+            a, b = (int(x, 16) for x in line.split()[0].split("-"))
+            try:
+                mem.seek(a)
+                n += len(re.findall(rb"@@codeexec-end-[0-9a-f]{32}", mem.read(b - a)))
+            except (OSError, OverflowError, ValueError):
+                pass
+    print("memory read, nonces", n)
+except OSError as e:
+    print("memory refused:", e.strerror)
+`))
+			switch {
+			case sup == "python" && look.Stdout != "memory refused: Permission denied\n":
+				t.Errorf("reading PID 1's memory: %q, want it refused", look.Stdout)
+			case sup == "shell":
+				// runc lets it (and it finds the nonce); gVisor does not.
+				t.Logf("reading a shell PID 1's memory: %q", look.Stdout)
+			}
+			if res := run(t, r, sandboxtest.Req("python", "print(2**64)")); res.Stdout != "18446744073709551616\n" || res.ExitCode != 0 {
+				t.Fatalf("a plain run after it: %+v", res)
+			}
+		})
 	}
 }

@@ -51,15 +51,21 @@ var egressAddr = net.JoinHostPort(egressHost, strconv.Itoa(egressPort))
 
 // relayProgram is the python relay: it listens on the loopback, then
 // forks (so the supervisor starts the program only once it listens), and
-// copies every connection to and from the unix socket in argv[1].
+// copies every connection to and from the unix socket in argv[1]. Given a
+// listening socket's descriptor as argv[3] (a session's supervisor, which
+// listens itself and runs this in a fork of its own), it serves that one
+// and does not fork.
 const relayProgram = `import os, socket, sys, threading
 path, port = sys.argv[1], int(sys.argv[2])
-l = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-l.bind(("127.0.0.1", port))
-l.listen(128)
-if os.fork():
-    os._exit(0)
+if len(sys.argv) > 3:
+    l = socket.socket(fileno=int(sys.argv[3]))
+else:
+    l = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    l.bind(("127.0.0.1", port))
+    l.listen(128)
+    if os.fork():
+        os._exit(0)
 fd = os.open(os.devnull, os.O_RDWR)
 for i in (0, 1, 2):
     os.dup2(fd, i)

@@ -75,7 +75,8 @@ func TestSuiteWarm(t *testing.T) {
 // TestWarmAndColdLockedDownAlike checks that one function builds the
 // isolation of both kinds of container: their host configurations are the
 // same, as built and as the engine holds them, and their configurations
-// differ only in the role and deadline labels and the trailer nonce.
+// differ only in the role and deadline labels. The trailer nonce is in
+// neither: no process's command line or environment holds it.
 func TestWarmAndColdLockedDownAlike(t *testing.T) {
 	r, cli := newRunner(t, poolConfig(1, "python"))
 	lim := sandboxtest.DefaultLimits()
@@ -90,7 +91,15 @@ func TestWarmAndColdLockedDownAlike(t *testing.T) {
 	if wc.Labels[LabelRole] != rolePool || cc.Labels[LabelRole] != roleRun {
 		t.Fatalf("roles: warm %q cold %q", wc.Labels[LabelRole], cc.Labels[LabelRole])
 	}
-	strip := func(c *container.Config, nonce string) container.Config {
+	for _, c := range []struct {
+		cfg   *container.Config
+		nonce string
+	}{{wc, warmSpec.nonce}, {cc, coldSpec.nonce}} {
+		if n := strings.TrimPrefix(c.nonce, trailerTag); n == "" || strings.Contains(fmt.Sprint(c.cfg), n) {
+			t.Fatalf("the configuration holds the trailer nonce %q: %+v", c.nonce, c.cfg)
+		}
+	}
+	strip := func(c *container.Config) container.Config {
 		x := *c
 		x.Labels = map[string]string{}
 		for k, v := range c.Labels {
@@ -98,16 +107,10 @@ func TestWarmAndColdLockedDownAlike(t *testing.T) {
 				x.Labels[k] = v
 			}
 		}
-		x.Entrypoint = slices.Clone(c.Entrypoint)
-		for i, a := range x.Entrypoint {
-			if a == nonce {
-				x.Entrypoint[i] = "NONCE"
-			}
-		}
 		return x
 	}
-	if w, c := strip(wc, warmSpec.nonce), strip(cc, coldSpec.nonce); !reflect.DeepEqual(w, c) {
-		t.Fatalf("configurations differ beyond role, deadline and nonce:\nwarm %+v\ncold %+v", w, c)
+	if w, c := strip(wc), strip(cc); !reflect.DeepEqual(w, c) {
+		t.Fatalf("configurations differ beyond role and deadline:\nwarm %+v\ncold %+v", w, c)
 	}
 
 	// As the engine holds them: a warm container of the pool and a cold one.
@@ -544,6 +547,39 @@ func TestTrailerScanner(t *testing.T) {
 			t.Fatalf("passed on %q, want all but the tail that starts the trailer", out.String())
 		}
 	})
+	// On stderr (last) a trailer counts only as the stream's last line: one
+	// the program forges and follows with more output is output again, and
+	// one that is cut short is output too.
+	for _, c := range []struct {
+		name   string
+		chunks []string
+		out    string
+		line   string // "" when no trailer is held at the end
+	}{
+		{"held at the end", []string{"err\n", nonce + " 3 0\n"}, "err\n", "3 0"},
+		{"forged, then more", []string{nonce + " 0 0\nmore\n", nonce + " 3 0\n"}, nonce + " 0 0\nmore\n", "3 0"},
+		{"forged, then more in the same piece", []string{nonce + " 0 0\nx" + nonce + " 9 0\n"}, nonce + " 0 0\nx", "9 0"},
+		{"forged, then the stream ends mid-line", []string{nonce + " 0 0\n", "sleeping"}, nonce + " 0 0\nsleeping", ""},
+		{"cut short", []string{"a", nonce + " 0"}, "a" + nonce + " 0", ""},
+		{"too long for a trailer", []string{nonce + " " + strings.Repeat("9", maxTrailer+1) + "\n"}, nonce + " " + strings.Repeat("9", maxTrailer+1) + "\n", ""},
+	} {
+		t.Run("last/"+c.name, func(t *testing.T) {
+			sc := trailerScanner{needle: []byte(nonce + " "), last: true}
+			var out strings.Builder
+			emit := func(b []byte) { out.Write(b) }
+			for _, ch := range c.chunks {
+				sc.feed([]byte(ch), emit)
+			}
+			sc.flush(emit)
+			line := ""
+			if sc.complete {
+				line = string(sc.line)
+			}
+			if out.String() != c.out || line != c.line {
+				t.Fatalf("out %q held %q; want out %q held %q", out.String(), line, c.out, c.line)
+			}
+		})
+	}
 	t.Run("no trailer keeps everything", func(t *testing.T) {
 		st := newStreams(true, nonce)
 		o := sandbox.NewOutput(0, nil)

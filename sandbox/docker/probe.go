@@ -31,7 +31,9 @@ func probeScript(enabled []string) string {
 	var b strings.Builder
 	b.WriteString("echo \"@@uid $(id -u)\"\n")
 	b.WriteString("if env --default-signal=INT,QUIT true >/dev/null 2>&1; then echo '@@envsig'; fi\n")
-	b.WriteString("if p=$(command -v python3); then echo \"@@python3 $p\"; fi\n")
+	// A python3 that can make itself not dumpable runs each run's
+	// supervisor (supervisorProgram), the sessions' and the egress relay.
+	b.WriteString("if p=$(command -v python3) && \"$p\" -I -S -c 'import ctypes; ctypes.CDLL(None).prctl' </dev/null >/dev/null 2>&1; then echo \"@@python3 $p\"; fi\n")
 	// Whether the container's own network namespace will do (see
 	// hostConfig): localhost resolves without the engine's /etc/hosts, and
 	// loopback is the only interface.

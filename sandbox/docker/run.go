@@ -18,11 +18,6 @@ import (
 // container has stopped.
 const drainTimeout = 5 * time.Second
 
-// archiveTimeout bounds how long the archive of a run's working directory
-// may take to arrive after the program has ended (the program's own timeout
-// does not count it).
-const archiveTimeout = 30 * time.Second
-
 // collectSpec asks exchange for the artifacts of a run.
 type collectSpec struct {
 	before artifacts.Snapshot
@@ -128,19 +123,20 @@ func (r *Runner) observe(id string, warm bool) {
 }
 
 // exchange feeds input to a started session, collects its output within
-// the limits, and returns once the program has ended: as soon as the
-// supervisor's trailer has arrived on both streams, or else once the
-// container has stopped and its output is drained. It kills the container on
-// timeout, on output overflow, when ctx ends and when the Runner closes. The
-// timeout starts when the input is handed over. The caller releases the
-// session.
+// the limits, and returns once the program has ended: once the container's
+// stream has ended and the engine has reported its exit. For a run container
+// (framed), the result is the supervisor's only when it exited 0 and its
+// trailer ends stderr (see bootstrap.go); otherwise the engine's view
+// decides. It kills the container on timeout, on output overflow, when ctx
+// ends and when the Runner closes. The timeout starts when the input is handed
+// over and runs until the end, the archive of the working directory included.
+// The caller releases the session.
 //
 // fault is set when a warm session (warm) ended before its bootstrap took
 // the program: the program never ran, and the run may be retried elsewhere.
 //
 // With art, the archive of the working directory that the supervisor sends
-// after the program has ended is read into Result.Artifacts; the program's
-// timeout does not bound it (archiveTimeout does).
+// after the program has ended is read into Result.Artifacts.
 func (r *Runner) exchange(ctx context.Context, s *session, input io.Reader, lim sandbox.Limits, observe sandbox.ObserveFunc, art *collectSpec, warm bool) (res *sandbox.Result, err error, fault bool) {
 	overflow := make(chan struct{})
 	var overflowOnce sync.Once
@@ -148,26 +144,6 @@ func (r *Runner) exchange(ctx context.Context, s *session, input io.Reader, lim 
 	s.out.attach(out)
 	if art != nil {
 		s.out.collect(art.before, art.opts)
-	}
-	collected := func() *artifacts.Collection {
-		if art == nil {
-			return nil
-		}
-		t := time.NewTimer(archiveTimeout)
-		defer t.Stop()
-		stop, returned := make(chan struct{}), make(chan struct{})
-		defer close(returned)
-		go func() {
-			select {
-			case <-t.C:
-			case <-r.done:
-			case <-ctx.Done():
-			case <-returned:
-				return
-			}
-			close(stop)
-		}()
-		return s.out.artifacts(stop)
 	}
 
 	started := time.Now()
@@ -187,49 +163,82 @@ func (r *Runner) exchange(ctx context.Context, s *session, input io.Reader, lim 
 
 	res = &sandbox.Result{Sandbox: sandbox.ModeDocker, ExitCode: -1}
 	var (
-		finished bool // the trailer arrived
-		exited   bool
-		killed   bool
-		runErr   error
+		killed bool
+		runErr error
+		drain  <-chan time.Time // output still in flight after the exit
 	)
-	select {
-	case <-s.out.done:
-		finished = true
-	case <-s.out.ended:
-		// The program has ended; what remains is the supervisor's archive
-		// of the working directory and its stderr trailer.
-		res.Duration = time.Since(started)
-		t := time.NewTimer(archiveTimeout)
+	readC, exitedC := s.readC, s.exitedC
+	var doneC <-chan struct{}
+	if s.secret {
+		// The nonce is PID 1's secret: its trailers end the run.
+		doneC = s.out.done
+	}
+wait:
+	for readC != nil || exitedC != nil {
 		select {
-		case <-s.out.done:
-			finished = true
-		case <-s.exitedC:
-			exited = true
-		case <-t.C:
-			finished = true // the stdout trailer told how the program ended
+		case <-doneC:
+			break wait
+		case <-readC:
+			readC = nil
+		case <-exitedC:
+			exitedC = nil
+			if readC != nil {
+				t := time.NewTimer(drainTimeout)
+				defer t.Stop()
+				drain = t.C
+			}
+		case <-drain:
+			r.log.Warn("container output did not end after the container stopped", "id", shortID(s.id))
+			break wait
+		case <-timeout:
+			res.TimedOut, killed = true, true
+			break wait
+		case <-overflow:
+			killed = true // out.Fill sets Truncated
+			break wait
 		case <-ctx.Done():
-			runErr = fmt.Errorf("docker: run cancelled: %w", ctx.Err())
+			runErr, killed = fmt.Errorf("docker: run cancelled: %w", ctx.Err()), true
+			break wait
 		case <-r.done:
-			runErr = fmt.Errorf("docker: %w while the run was in flight", sandbox.ErrClosed)
+			runErr, killed = fmt.Errorf("docker: %w while the run was in flight", sandbox.ErrClosed), true
+			break wait
 		}
-		t.Stop()
+	}
+	res.Duration = time.Since(started)
+	if killed {
+		r.kill(s.id)
+		select {
+		case <-s.exitedC:
+		case <-time.After(cleanupTimeout):
+		}
+		select {
+		case <-s.readC:
+		case <-time.After(drainTimeout):
+		}
+	}
+	w := waitResult{code: -1, err: errors.New("the container did not stop after SIGKILL")}
+	select {
 	case <-s.exitedC:
-		exited = true
-	case <-timeout:
-		res.TimedOut = true
-	case <-overflow:
-		// out.Fill sets Truncated.
-	case <-ctx.Done():
-		runErr = fmt.Errorf("docker: run cancelled: %w", ctx.Err())
-	case <-r.done:
-		runErr = fmt.Errorf("docker: %w while the run was in flight", sandbox.ErrClosed)
+		w = s.exit
+	default:
+		if !killed {
+			w.err = errors.New("the container has not stopped yet")
+		}
 	}
-	if res.Duration == 0 {
-		res.Duration = time.Since(started)
+	ended := false
+	select {
+	case <-s.readC:
+		ended = true
+	default:
 	}
+	out.Fill(res)
 
-	if finished {
-		status, ooms := s.out.trailer()
+	status, ooms, trailer := s.out.final()
+	byTrailer := s.secret && trailer && s.out.archiveTrusted()
+	if s.out.framed && !killed && (byTrailer || ended && trailer && w.err == nil && w.code == 0) {
+		// The supervisor's end: it wrote its trailers after every process
+		// of the program had ended, and (without a secret nonce) it exited
+		// by itself and its trailer was the last thing on stderr.
 		res.ExitCode = status
 		switch {
 		case status == 0:
@@ -240,66 +249,34 @@ func (r *Runner) exchange(ctx context.Context, s *session, input io.Reader, lim 
 			res.OOMKilled = ooms > 0
 		default:
 			// The container could not read its memory cgroup: ask the
-			// engine once the container has stopped.
+			// engine.
 			res.OOMKilled = r.engineOOM(s)
 		}
 		if res.OOMKilled {
 			res.Signal = "killed"
 		}
-		out.Fill(res)
-		res.Artifacts = collected()
+		if art != nil {
+			res.Artifacts = s.out.artifacts(ctx.Done())
+			if res.Artifacts != nil && !s.out.archiveTrusted() {
+				res.Artifacts = &artifacts.Collection{Incomplete: "the program wrote a copy of the end-of-run marker, so its output and its working directory could not be told apart"}
+			}
+		}
 		return res, nil, false
 	}
-
-	if !exited {
-		killed = true
-		r.kill(s.id)
-		select {
-		case <-s.exitedC:
-		case <-time.After(cleanupTimeout):
-		}
-	}
-	w := waitResult{code: -1, err: errors.New("the container did not stop after SIGKILL")}
-	select {
-	case <-s.exitedC:
-		w = s.exit
-	default:
-	}
-
-	// Output written just before the exit may still be in flight. The
-	// trailers are parsed before the stream's end is signalled, so once
-	// either is seen, done tells whether they came (a select on both would
-	// pick either when both are ready).
-	select {
-	case <-s.out.done:
-	case <-s.readC:
-	case <-time.After(drainTimeout):
-		r.log.Warn("container output did not end after the container stopped", "id", shortID(s.id))
-	}
-	select {
-	case <-s.out.done:
-		finished = !killed
-	default:
-	}
-	out.Fill(res)
-	if finished {
-		// The program ended by itself and the trailer came in after the
-		// engine reported the exit.
-		res.ExitCode, _ = s.out.trailer()
-		if runErr == nil {
-			res.Artifacts = collected()
-		}
-		return r.finishFromEngine(s, res, w, false, runErr)
+	if !s.out.framed && !killed && runErr == nil {
+		// Not a run container (the probe): the engine's exit is the result.
+		return r.finishFromEngine(s, res, w, false, nil)
 	}
 	if warm && runErr == nil && !s.out.wasAcked() {
 		return nil, fmt.Errorf("docker: %w: the warm container %s stopped before it took the program", sandbox.ErrSandboxUnavailable, shortID(s.id)), true
 	}
 	if s.out.framed && !killed && runErr == nil {
-		// The container stopped and its supervisor wrote no trailer: PID 1
-		// itself was killed, from outside (an engine that stops kills its
+		// The container stopped without its supervisor's end: PID 1 itself
+		// was killed, from outside (an engine that stops kills its
 		// containers, so does docker kill or docker rm -f) or by the OOM
 		// killer. Only the latter is the program's doing; otherwise the
-		// program did not end by itself, and its exit status is not one.
+		// program did not end by itself, and no exit status is its own.
+		res.ExitCode = -1
 		res, err, _ := r.finishFromEngine(s, res, w, false, nil)
 		if err != nil || res.OOMKilled {
 			return res, err, false

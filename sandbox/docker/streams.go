@@ -17,11 +17,13 @@ const earlyLimit = 64 << 10
 
 // streams receives a container's demultiplexed stdout and stderr from the
 // moment it starts. For a run container (framed) it takes the ready and ack
-// bytes off the front of stdout and the supervisor's trailer off the end of
-// both streams, and passes the program's output to the run's Output once a
-// run has attached one. Until then, output is kept (up to earlyLimit) and
-// handed over on attach, so that a warm container loses nothing a cold one
-// would show. It is safe for concurrent use.
+// bytes off the front of stdout, the first trailer on stdout (and the archive
+// after it), and holds a trailer at the end of stderr, passing the rest to the
+// run's Output once a run has attached one. Until then, output is kept (up
+// to earlyLimit) and handed over on attach, so that a warm container loses
+// nothing a cold one would show. Which trailer ends the run is known only
+// once the stream has ended (see bootstrap.go): final says. It is safe for
+// concurrent use.
 type streams struct {
 	mu     sync.Mutex
 	framed bool
@@ -29,15 +31,18 @@ type streams struct {
 	early  [2]bytes.Buffer // stdout, stderr before a run attached
 
 	state int // stdout of a framed stream: 0 expects ready, 1 expects ack, 2 program output
-	scan  [2]trailerScanner
+	// scan[0] finds the first trailer on stdout; scan[1] holds the last
+	// line of stderr while it looks like a trailer.
+	scan [2]trailerScanner
 
 	ready chan struct{} // closed when the ready byte arrived
 	acked chan struct{} // closed when the ack byte arrived
-	ended chan struct{} // closed when the trailer arrived on stdout: the program has ended
-	done  chan struct{} // closed when the trailer arrived on both streams
-	bad   string        // a protocol violation, for the log
+	// done is closed when a trailer has come on both streams: with a
+	// secret nonce (supervisorProgram), the run's end.
+	done chan struct{}
+	bad  string // a protocol violation, for the log
 
-	status, ooms int // from the trailer; ooms is -1 when the container could not tell
+	stdoutTrailer string // the line of the first stdout trailer, once found
 
 	// The archive of the working directory that follows the stdout
 	// trailer, when a run asked for its artifacts (collect).
@@ -55,11 +60,12 @@ type collector struct {
 }
 
 func newStreams(framed bool, nonce string) *streams {
-	st := &streams{framed: framed, ready: make(chan struct{}), acked: make(chan struct{}), ended: make(chan struct{}), done: make(chan struct{})}
+	st := &streams{framed: framed, ready: make(chan struct{}), acked: make(chan struct{}), done: make(chan struct{})}
 	if framed {
 		for i := range st.scan {
 			st.scan[i].needle = []byte(nonce + " ")
 		}
+		st.scan[1].last = true
 	}
 	return st
 }
@@ -180,33 +186,35 @@ func (st *streams) write(i int, p []byte) {
 		}
 	}
 	sc := &st.scan[i]
-	if sc.complete {
-		if i == 0 && st.archive != nil {
+	if i == 0 && sc.complete {
+		if st.archive != nil {
 			// Written without mu's protection being needed by the reader:
 			// the collector never takes mu.
 			_, _ = st.archive.Write(p)
 		}
-		return // the supervisor is done: anything else later is a leftover's
+		return // what comes after the archive is dropped
 	}
 	line, rest, found := sc.feed(p, func(b []byte) { st.emit(i, b) })
-	if !found {
-		return
-	}
-	if i == 0 {
-		var archive bool
-		st.status, st.ooms, archive = parseTrailer(line)
-		if st.collector != nil {
-			if archive {
-				st.archive = st.collector.w
-				_, _ = st.archive.Write(rest)
-			} else {
-				_ = st.collector.w.Close() // nothing in the working directory
+	defer func() {
+		if st.scan[0].complete && st.scan[1].complete {
+			select {
+			case <-st.done:
+			default:
+				close(st.done)
 			}
 		}
-		close(st.ended)
+	}()
+	if i != 0 || !found {
+		return
 	}
-	if st.scan[0].complete && st.scan[1].complete {
-		close(st.done)
+	st.stdoutTrailer = line
+	if st.collector != nil {
+		if _, _, archive := parseTrailer(line); archive {
+			st.archive = st.collector.w
+			_, _ = st.archive.Write(rest)
+		} else {
+			_ = st.collector.w.Close() // nothing in the working directory
+		}
 	}
 }
 
@@ -224,19 +232,37 @@ func (st *streams) end() {
 		_ = st.collector.w.CloseWithError(errArchiveCut)
 	}
 	for i := range st.scan {
-		if !st.scan[i].complete {
-			st.emit(i, st.scan[i].pend)
-			st.scan[i].pend = nil
-		}
+		st.scan[i].flush(func(b []byte) { st.emit(i, b) })
 	}
 }
 
-// trailer returns the exit status and OOM kill count of the trailer; call it
-// after done is closed.
-func (st *streams) trailer() (status, ooms int) {
+// final returns the exit status and OOM kill count of the trailer that ends
+// stderr (ooms is -1 when the container could not tell), and whether there
+// is one. Call it once the stream has ended; only the engine's exit status
+// says whether PID 1 wrote it (see bootstrap.go).
+func (st *streams) final() (status, ooms int, ok bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return st.status, st.ooms
+	sc := &st.scan[1]
+	if !sc.complete {
+		return -1, -1, false
+	}
+	status, ooms, _ = parseTrailer(string(sc.line))
+	return status, ooms, status >= 0
+}
+
+// archiveTrusted reports whether the stdout trailer that started the
+// archive carries the status and OOM count of the final stderr trailer. If
+// not, the program wrote a copy of a trailer before PID 1 did, and what
+// followed it on stdout was the program's, not its working directory.
+func (st *streams) archiveTrusted() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !st.scan[0].complete || !st.scan[1].complete {
+		return false
+	}
+	f, g := strings.Fields(st.stdoutTrailer), strings.Fields(string(st.scan[1].line))
+	return len(f) == 3 && len(g) == 2 && f[0] == g[0] && f[1] == g[1]
 }
 
 func (st *streams) wasAcked() bool {
@@ -280,45 +306,94 @@ func partialNeedle(p, needle []byte) int {
 
 // trailerScanner passes a stream on while looking for needle. It holds back
 // at most len(needle)-1 bytes that might be the start of it; once the needle
-// is found, it collects the rest of the line and stops passing anything on.
+// is found, it collects the rest of the line (a line longer than maxTrailer
+// is no trailer, and goes on as output). Without last, the first complete
+// trailer ends the scan and nothing after it is passed on. With last, a
+// trailer is held only while nothing follows it: more bytes make it output
+// again and the scan goes on, so that a trailer left held at the end of the
+// stream is the stream's last line.
 type trailerScanner struct {
 	needle   []byte
-	pend     []byte
-	found    bool
+	last     bool
+	pend     []byte // output that may start the needle
+	found    bool   // the needle was found: line collects the rest
 	line     []byte
-	complete bool
+	complete bool // line is a whole trailer line
 }
 
 // feed consumes p, passing program output to emit. It returns the trailer
 // line (without the needle and the newline) once it is complete, and what
 // followed the newline in p.
 func (sc *trailerScanner) feed(p []byte, emit func([]byte)) (string, []byte, bool) {
-	if !sc.found {
-		sc.pend = append(sc.pend, p...)
-		i := bytes.Index(sc.pend, sc.needle)
-		if i < 0 {
-			// Hold back only a tail that could start the needle, so that
-			// output reaches observers as the program writes it.
-			if keep := partialNeedle(sc.pend, sc.needle); len(sc.pend) > keep {
-				emit(sc.pend[:len(sc.pend)-keep])
-				sc.pend = append([]byte(nil), sc.pend[len(sc.pend)-keep:]...)
+	for {
+		if sc.complete {
+			if len(p) == 0 {
+				return "", nil, false
+			}
+			// More after a held trailer: it was the program's.
+			sc.drop(emit)
+		}
+		if !sc.found {
+			sc.pend = append(sc.pend, p...)
+			i := bytes.Index(sc.pend, sc.needle)
+			if i < 0 {
+				// Hold back only a tail that could start the needle, so that
+				// output reaches observers as the program writes it.
+				if keep := partialNeedle(sc.pend, sc.needle); len(sc.pend) > keep {
+					emit(sc.pend[:len(sc.pend)-keep])
+					sc.pend = append([]byte(nil), sc.pend[len(sc.pend)-keep:]...)
+				}
+				return "", nil, false
+			}
+			emit(sc.pend[:i])
+			p = sc.pend[i+len(sc.needle):]
+			sc.pend = nil
+			sc.found = true
+		}
+		j := bytes.IndexByte(p, '\n')
+		if j < 0 {
+			sc.line = append(sc.line, p...)
+			if len(sc.line) > maxTrailer {
+				sc.drop(emit)
 			}
 			return "", nil, false
 		}
-		emit(sc.pend[:i])
-		p = sc.pend[i+len(sc.needle):]
-		sc.pend = nil
-		sc.found = true
-	}
-	if j := bytes.IndexByte(p, '\n'); j >= 0 {
 		sc.line = append(sc.line, p[:j]...)
+		p = p[j+1:]
+		if len(sc.line) > maxTrailer {
+			sc.line = append(sc.line, '\n')
+			sc.drop(emit)
+			continue
+		}
 		sc.complete = true
-		return string(sc.line), p[j+1:], true
+		if !sc.last || len(p) == 0 {
+			return string(sc.line), p, true
+		}
 	}
-	if len(sc.line)+len(p) <= maxTrailer {
-		sc.line = append(sc.line, p...)
+}
+
+// drop passes on what the scanner holds as output, and looks for the needle
+// again.
+func (sc *trailerScanner) drop(emit func([]byte)) {
+	held := append(append([]byte(nil), sc.needle...), sc.line...)
+	if sc.complete {
+		held = append(held, '\n')
 	}
-	return "", nil, false
+	emit(held)
+	sc.found, sc.complete, sc.line = false, false, nil
+}
+
+// flush passes on, at the end of the stream, what is held back and is no
+// trailer.
+func (sc *trailerScanner) flush(emit func([]byte)) {
+	switch {
+	case sc.complete:
+	case sc.found:
+		sc.drop(emit)
+	default:
+		emit(sc.pend)
+		sc.pend = nil
+	}
 }
 
 // streamWriter is one stream of a streams, for stdcopy.

@@ -79,3 +79,37 @@ func TestStreamsCollectTheArchive(t *testing.T) {
 		})
 	}
 }
+
+// A trailer the program forges (it can read the nonce from PID 1's memory)
+// ahead of PID 1's: the stderr trailer that ends the stream decides the
+// status, the forged stderr line is output, and an archive started by a
+// forged stdout trailer that does not carry that status is not taken for
+// the working directory.
+func TestStreamsForgedTrailer(t *testing.T) {
+	t.Parallel()
+	const nonce = trailerTag + "0123456789abcdef"
+	st := newStreams(true, nonce)
+	out := sandbox.NewOutput(0, nil)
+	st.attach(out)
+	st.collect(artifacts.Snapshot{}, artifacts.Options{})
+	st.write(0, []byte{readyMarker, ackMarker})
+	st.write(1, []byte(nonce+" 0 0\n"))
+	st.write(0, []byte(nonce+" 0 0 1\n"))
+	st.write(0, archiveOf(t, artifacts.Input{Path: "forged.txt", Data: []byte("x")}))
+	st.write(1, []byte("still running\n"))
+	st.write(0, []byte(nonce+" 7 0 0\n"))
+	st.write(1, []byte(nonce+" 7 0\n"))
+	st.end()
+	status, ooms, ok := st.final()
+	if !ok || status != 7 || ooms != 0 {
+		t.Fatalf("final = %d %d %v, want 7 0 true", status, ooms, ok)
+	}
+	if st.archiveTrusted() {
+		t.Errorf("the archive after a forged stdout trailer is trusted")
+	}
+	var res sandbox.Result
+	out.Fill(&res)
+	if res.Stderr != nonce+" 0 0\nstill running\n" {
+		t.Errorf("stderr %q, want the forged line and what followed it", res.Stderr)
+	}
+}

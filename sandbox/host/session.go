@@ -15,8 +15,10 @@ import (
 )
 
 // Sessions returns the session backend of mode none: a directory in the
-// work root and, for python and javascript, one interpreter that lives as
-// long as the session, run directly like a run of mode none (no isolation).
+// work root and one run of the session supervisor (sandbox/sessions) that
+// lives as long as the session, run directly like a run of mode none (no
+// isolation: its directory is capped per nothing, its processes are the
+// server's user's).
 func (r *Runner) Sessions() sessions.Backend { return sessionBackend{r} }
 
 type sessionBackend struct{ r *Runner }
@@ -34,8 +36,9 @@ func (b sessionBackend) Start(ctx context.Context, spec sessions.Spec) (sessions
 		Root:   r.root,
 		Begin:  r.runs.Begin,
 		Egress: r.egress,
-		Spec: func(lang, dir, path string, args []string, stdin string, lim sandbox.Limits, serve func(net.Listener)) (executor.Spec, func(), error) {
-			marker := RunIDVariable + "=" + filepath.Base(dir) + "-" + filepath.Base(args[len(args)-1])
+		Python: sessionproc.Python(r.interp, ""),
+		Spec: func(lang, dir, _, path string, args []string, lim sandbox.Limits, serve func(net.Listener)) (executor.Spec, func(), error) {
+			marker := RunIDVariable + "=" + filepath.Base(dir)
 			env := append(os.Environ(), marker)
 			if spec.PackageDir != nil {
 				env = append(env, sandbox.PackageEnv(lang, spec.PackageDir.HostDir)...)
@@ -62,7 +65,6 @@ func (b sessionBackend) Start(ctx context.Context, spec sessions.Spec) (sessions
 				Args:      args,
 				Env:       env,
 				Dir:       dir,
-				Stdin:     stdin,
 				Limits:    sandbox.Limits{Timeout: lim.Timeout, OutputBytes: lim.OutputBytes},
 				Direct:    true,
 				RunMarker: marker,

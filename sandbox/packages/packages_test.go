@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/codeexec/codeexec/sandbox"
@@ -93,13 +94,16 @@ func TestIndexPolicyAllowsOnlyTheIndex(t *testing.T) {
 type fakeInstaller struct {
 	size  int
 	calls atomic.Int64
-	delay time.Duration
-	err   error
+	// gate, if not nil, holds each install until it is closed.
+	gate chan struct{}
+	err  error
 }
 
 func (f *fakeInstaller) Install(ctx context.Context, lang string, specs []string, dir string) error {
 	f.calls.Add(1)
-	time.Sleep(f.delay)
+	if f.gate != nil {
+		<-f.gate
+	}
 	if f.err != nil {
 		return f.err
 	}
@@ -148,24 +152,29 @@ func TestRunnerCachesAndMountsReadOnly(t *testing.T) {
 	}
 }
 
+// TestConcurrentCallsInstallOnce: five calls for the same list, all there
+// while the first install runs (synctest.Wait: each is blocked, four on the
+// install in flight), make one install.
 func TestConcurrentCallsInstallOnce(t *testing.T) {
 	t.Parallel()
-	inst := &fakeInstaller{size: 10, delay: 100 * time.Millisecond}
-	r, _ := layer(t, inst, 1<<20)
-	var wg sync.WaitGroup
-	for range 5 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, err := r.Run(context.Background(), sandbox.Request{Language: "python", Code: "x", Packages: []string{"a"}}); err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
-	if n := inst.calls.Load(); n != 1 {
-		t.Errorf("%d installs, want 1", n)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		inst := &fakeInstaller{size: 10, gate: make(chan struct{})}
+		r, _ := layer(t, inst, 1<<20)
+		var wg sync.WaitGroup
+		for range 5 {
+			wg.Go(func() {
+				if _, err := r.Run(context.Background(), sandbox.Request{Language: "python", Code: "x", Packages: []string{"a"}}); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		synctest.Wait()
+		close(inst.gate)
+		wg.Wait()
+		if n := inst.calls.Load(); n != 1 {
+			t.Errorf("%d installs, want 1", n)
+		}
+	})
 }
 
 func TestEvictionKeepsEntriesInUse(t *testing.T) {
@@ -269,44 +278,46 @@ func TestOpenCacheKeepsFinishedEntries(t *testing.T) {
 // cancellation.
 func TestWaiterOutlivesACancelledInstall(t *testing.T) {
 	t.Parallel()
-	cache, err := packages.OpenCache(filepath.Join(t.TempDir(), "cache"), 1<<20, 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := packages.Key("id", "python", []string{"a"})
-	started := make(chan struct{})
-	first, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() {
-		_, _, _, err := cache.Acquire(first, key, func(ctx context.Context, dir string) error {
-			close(started)
-			<-ctx.Done()
-			return ctx.Err()
-		})
-		done <- err
-	}()
-	<-started
-	waited := make(chan error)
-	go func() {
-		_, release, _, err := cache.Acquire(context.Background(), key, func(_ context.Context, dir string) error {
-			return os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644)
-		})
-		if err == nil {
-			release()
+	synctest.Test(t, func(t *testing.T) {
+		cache, err := packages.OpenCache(filepath.Join(t.TempDir(), "cache"), 1<<20, 1<<20)
+		if err != nil {
+			t.Fatal(err)
 		}
-		waited <- err
-	}()
-	time.Sleep(50 * time.Millisecond)
-	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Errorf("the cancelled caller: %v", err)
-	}
-	if err := <-waited; err != nil {
-		t.Errorf("the waiting caller: %v, want it to install the list itself", err)
-	}
-	if st := cache.Stats(); st.Entries != 1 {
-		t.Errorf("cache %+v", st)
-	}
+		key := packages.Key("id", "python", []string{"a"})
+		started := make(chan struct{})
+		first, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() {
+			_, _, _, err := cache.Acquire(first, key, func(ctx context.Context, dir string) error {
+				close(started)
+				<-ctx.Done()
+				return ctx.Err()
+			})
+			done <- err
+		}()
+		<-started
+		waited := make(chan error)
+		go func() {
+			_, release, _, err := cache.Acquire(context.Background(), key, func(_ context.Context, dir string) error {
+				return os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644)
+			})
+			if err == nil {
+				release()
+			}
+			waited <- err
+		}()
+		synctest.Wait() // the second caller waits for the first's install
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("the cancelled caller: %v", err)
+		}
+		if err := <-waited; err != nil {
+			t.Errorf("the waiting caller: %v, want it to install the list itself", err)
+		}
+		if st := cache.Stats(); st.Entries != 1 {
+			t.Errorf("cache %+v", st)
+		}
+	})
 }
 
 // TestParseAgreesWithTheInstallers asks pip and npm themselves how they read

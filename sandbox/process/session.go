@@ -14,17 +14,17 @@ import (
 	"github.com/codeexec/codeexec/sandbox/sessions"
 )
 
-// Sessions returns the session backend of this Runner: each session is a
-// directory in the work root and, for python and javascript, one
-// interpreter that lives as long as the session, isolated and limited
-// exactly as a run is (namespaces, Landlock, the seccomp filter, rlimits,
-// the supervisor that kills every process it started). A session holds a
-// run's guard for its whole life: its own host user from the uid range
-// (when the server is root) and its own cgroups, which bound the
-// interpreter and the session's bash calls together. The sessions end when
-// the Runner closes; a server that dies takes them along (the supervisor
-// sees its control pipe close), and the next start sweeps their directories
-// with the work root.
+// Sessions returns the session backend of this Runner: each session is one
+// long run of the session supervisor (sandbox/sessions), isolated and
+// limited exactly as a run is (namespaces, Landlock, the seccomp filter,
+// rlimits, the run's supervisor that kills every process it started), whose
+// working directory is, with a mount namespace, the run's own tmpfs capped
+// like a run's (CODE_EXEC_FILE_SIZE, 16384 files). A session holds a run's
+// guard for its whole life: its own host user from the uid range (when the
+// server is root) and its own cgroups, which bound the interpreter and the
+// session's bash calls together. The sessions end when the Runner closes; a
+// server that dies takes them along (the run's supervisor sees its control
+// pipe close), and the next start sweeps their folders with the work root.
 func (r *Runner) Sessions() sessions.Backend { return sessionBackend{r} }
 
 type sessionBackend struct{ r *Runner }
@@ -47,6 +47,7 @@ func (b sessionBackend) Start(ctx context.Context, spec sessions.Spec) (sessions
 		Root:    r.root,
 		Begin:   r.runs.Begin,
 		Spec:    sg.spec,
+		Python:  sessionproc.Python(r.interp, executor.MinimalPath),
 		Egress:  r.egress,
 		Owner:   g.owner,
 		Finish:  sg.finish,
@@ -69,9 +70,11 @@ type sessionGuard struct {
 	once sync.Once
 }
 
-// spec is the Spec of one program of a session: a run's, in the session's
-// directory, as the session's user and in its cgroups.
-func (sg *sessionGuard) spec(lang, dir, path string, args []string, stdin string, lim sandbox.Limits, serve func(net.Listener)) (executor.Spec, func(), error) {
+// spec is the Spec of a session's supervisor: a run's, as the session's
+// user and in its cgroups, whose working directory dir lives as long as the
+// supervisor (the run's capped tmpfs, with a mount namespace), with the
+// folder ctl of its control channel bound in.
+func (sg *sessionGuard) spec(lang, dir, ctl, path string, args []string, lim sandbox.Limits, serve func(net.Listener)) (executor.Spec, func(), error) {
 	r, g := sg.r, sg.g
 	iso := g.iso
 	cleanup := func() {}
@@ -84,9 +87,7 @@ func (sg *sessionGuard) spec(lang, dir, path string, args []string, stdin string
 		cleanup = func() { _ = executor.RemoveAll(root) }
 	}
 	iso.TmpBytes = lim.FileSizeBytes
-	// The session's files outlive each program: its directory is bound,
-	// not copied into a tmpfs of the program's own.
-	iso.BindWork = true
+	iso.Binds = append(slices.Clip(iso.Binds), executor.Bind{Src: ctl, Dst: ctl, Writable: true})
 	// The environment of a run: thread pools sized to the CPU limit,
 	// WORKSPACE, and python's figure hook (plt.show() saves the figures).
 	env := append(minimalEnv(dir), executor.ThreadEnv(lim.CPUs)...)
@@ -115,7 +116,6 @@ func (sg *sessionGuard) spec(lang, dir, path string, args []string, stdin string
 		Args:                append(interpreterArgs(lang, lim), args...),
 		Env:                 env,
 		Dir:                 dir,
-		Stdin:               stdin,
 		Limits:              lim,
 		Rlimits:             true,
 		NoAddressSpaceLimit: g.cg != nil || lang == "javascript",

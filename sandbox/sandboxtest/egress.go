@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,14 +30,20 @@ type Egress struct {
 	// HTTPPort serves plain HTTP, TLSPort HTTPS (the test server's
 	// certificate; the program does not verify it).
 	HTTPPort, TLSPort int
+	// background counts the plain HTTP requests for /bg.
+	background *atomic.Int64
 }
 
 // StartEgress starts an HTTP and an HTTPS listener on ip; t's cleanup
 // closes them.
 func StartEgress(t *testing.T, ip string) *Egress {
 	t.Helper()
+	background := new(atomic.Int64)
 	h := func(kind string) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/bg" {
+				background.Add(1)
+			}
 			fmt.Fprintf(w, "%s-ok", kind)
 		})
 	}
@@ -54,9 +61,10 @@ func StartEgress(t *testing.T, ip string) *Egress {
 	ts.StartTLS()
 	t.Cleanup(ts.Close)
 	return &Egress{
-		IP:       ip,
-		HTTPPort: hs.Listener.Addr().(*net.TCPAddr).Port,
-		TLSPort:  ts.Listener.Addr().(*net.TCPAddr).Port,
+		IP:         ip,
+		HTTPPort:   hs.Listener.Addr().(*net.TCPAddr).Port,
+		TLSPort:    ts.Listener.Addr().(*net.TCPAddr).Port,
+		background: background,
 	}
 }
 
@@ -182,6 +190,44 @@ func (e *Egress) CheckSessionEgress(t *testing.T, b sessions.Backend, allowPriva
 	}
 	bs := StartSession(t, b, "bash")
 	e.check(t, bs.Exec, "bash", allowPrivate, rawIPs...)
+	if allowPrivate {
+		e.checkLeftoverTraffic(t, b)
+	}
+}
+
+// checkLeftoverTraffic: a thread and a process that a call leaves behind,
+// each requesting allowed.test through the proxy in a loop, make no request
+// once the call has returned, and nothing of them is charged to the next
+// call.
+func (e *Egress) checkLeftoverTraffic(t *testing.T, b sessions.Backend) {
+	t.Helper()
+	s := StartSession(t, b, "python")
+	res := SessionCall(t, s, "python", fmt.Sprintf(`import subprocess, sys, threading, time, urllib.request
+url = "http://allowed.test:%d/bg"
+loop = """import sys, time, urllib.request
+while True:
+    try:
+        urllib.request.urlopen(sys.argv[1], timeout=5).read()
+    except Exception:
+        pass
+    time.sleep(0.01)
+"""
+sys.argv[1:] = [url]
+threading.Thread(target=exec, args=(loop, {"__name__": "leftover"}), daemon=True).start()
+subprocess.Popen([sys.executable, "-c", loop, url], start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print(urllib.request.urlopen(url, timeout=15).read().decode())
+`, e.HTTPPort))
+	if res.Stdout != "plain-ok\n" {
+		t.Fatalf("the call that starts the leftovers: stdout %q stderr %q", res.Stdout, abbrev(res.Stderr))
+	}
+	after := e.background.Load()
+	res = SessionCall(t, s, "python", "import time\ntime.sleep(0.3)\nprint('quiet')")
+	if res.Network != nil && !res.Network.Empty() {
+		t.Errorf("the next call was charged the leftovers' traffic: %+v", res.Network)
+	}
+	if n := e.background.Load(); n != after {
+		t.Errorf("%d requests came from what an earlier call left running, after it had ended", n-after)
+	}
 }
 
 // check runs the program with run (as python, or through python3 from

@@ -27,6 +27,10 @@ type SessionOptions struct {
 	// directory, its container) is gone; the suite calls it after Close
 	// with the output of pwd in the session.
 	Gone func(t *testing.T, dir string) bool
+	// DirUncapped, when set, says why the session's working directory has
+	// no size cap in this mode (mode none, or no mount namespace);
+	// otherwise a call cannot write more than the file-size limit there.
+	DirUncapped string
 }
 
 // StartSession starts a session of lang on b with DefaultLimits and a
@@ -350,9 +354,9 @@ func RunSessionSuite(t *testing.T, b sessions.Backend, opts SessionOptions) {
 		})
 	}
 
-	t.Run("close stops everything", func(t *testing.T) {
+	t.Run("nothing a call starts outlives it, and close removes everything", func(t *testing.T) {
 		t.Parallel()
-		for _, lang := range []string{"python", "javascript"} {
+		for _, lang := range []string{"python", "javascript", "bash"} {
 			t.Run(lang, func(t *testing.T) {
 				t.Parallel()
 				s, err := b.Start(context.Background(), sessions.Spec{ID: "ses_test", Language: lang, Limits: DefaultLimits(), Deadline: time.Now().Add(time.Hour)})
@@ -361,19 +365,18 @@ func RunSessionSuite(t *testing.T, b sessions.Backend, opts SessionOptions) {
 				}
 				marker := Marker()
 				code := map[string]string{
-					"python":     "import subprocess, os; p = subprocess.Popen(['sleep', '" + marker + "']); print(os.getcwd())",
-					"javascript": "const cp = require('child_process'); globalThis.p = cp.spawn('sleep', ['" + marker + "']); console.log(process.cwd())",
+					"python":     "import subprocess, os; p = subprocess.Popen(['sleep', '" + marker + "'], start_new_session=True); print(os.getcwd())",
+					"javascript": "const cp = require('child_process'); globalThis.p = cp.spawn('sleep', ['" + marker + "'], { detached: true, stdio: 'ignore' }); console.log(process.cwd())",
+					"bash":       "setsid sleep " + marker + " >/dev/null 2>&1 < /dev/null & disown; pwd",
 				}[lang]
 				res := SessionCall(t, s, lang, code)
 				dir := strings.TrimSpace(res.Stdout)
-				if !alive(t, marker) {
-					t.Fatalf("the session's child is not running: %q", abbrev(res.Stderr))
+				if alive(t, marker) {
+					t.Errorf("a process that a call started outlived the call (stderr %q)", abbrev(res.Stderr))
 				}
+				expect(t, SessionCall(t, s, lang, map[string]string{"python": "print('next')", "javascript": "console.log('next')", "bash": "echo next"}[lang]), 0, "next\n")
 				if err := s.Close(); err != nil {
 					t.Fatal(err)
-				}
-				if alive(t, marker) {
-					t.Errorf("a process of the session outlived it")
 				}
 				if opts.Gone != nil && !opts.Gone(t, dir) {
 					t.Errorf("the session's files or sandbox outlived it (%s)", dir)
@@ -387,4 +390,178 @@ func RunSessionSuite(t *testing.T, b sessions.Backend, opts SessionOptions) {
 			})
 		}
 	})
+
+	// What a call leaves running cannot write into a later call's result:
+	// a background process, a python thread, a javascript interval and
+	// worker, each writing forged frames (output and an exit status) into
+	// the interpreter's control channel as fast as it can, from the moment
+	// the call that started it knows it wrote. The next call's result is
+	// its own.
+	t.Run("leftovers cannot write into later calls", func(t *testing.T) {
+		t.Parallel()
+		for name, c := range map[string]struct{ lang, start, next string }{
+			"python/background process":      {"python", pyForge + pyForgeProcess, pyNext},
+			"python/thread":                  {"python", pyForge + pyForgeThread, pyNext},
+			"javascript/background process":  {"javascript", jsForge + jsForgeProcess, jsNext},
+			"javascript/interval and worker": {"javascript", jsForge + jsForgeInterval, jsNext},
+		} {
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				s := StartSession(t, b, c.lang)
+				if res := SessionCall(t, s, c.lang, c.start); !strings.Contains(res.Stdout, "started") {
+					t.Fatalf("the call that starts the leftover ended before its own code did (its leftover forged the end), or the leftover did not start: exit %d stdout %q stderr %q", res.ExitCode, abbrev(res.Stdout), abbrev(res.Stderr))
+				}
+				expect(t, SessionCall(t, s, c.lang, c.next), 0, "real\n")
+				expect(t, SessionCall(t, s, c.lang, c.next), 0, "real\n")
+			})
+		}
+	})
+
+	// A call's own code that writes an end frame into its control channel
+	// and goes on does not end the call: it runs on to its timeout.
+	t.Run("a forged end does not end a call", func(t *testing.T) {
+		t.Parallel()
+		for lang, code := range map[string]string{
+			"python":     pyForge + "for fd in control_fds():\n    try:\n        os.write(fd, FORGED)\n    except OSError:\n        pass\ntime.sleep(30)\n",
+			"javascript": jsForge + "fs.writeSync(control, FORGED); await new Promise((r) => setTimeout(r, 30000));",
+		} {
+			t.Run(lang, func(t *testing.T) {
+				t.Parallel()
+				s := StartSession(t, b, lang)
+				req := Req(lang, code)
+				req.Limits.Timeout = 1500 * time.Millisecond
+				res, err := s.Exec(context.Background(), req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !res.TimedOut || !res.StateLost {
+					t.Fatalf("timed out %v, state lost %v (exit %d, stdout %q); want a call that runs on to its timeout", res.TimedOut, res.StateLost, res.ExitCode, abbrev(res.Stdout))
+				}
+				expect(t, SessionCall(t, s, lang, map[string]string{"python": "print('fresh')", "javascript": "console.log('fresh')"}[lang]), 0, "fresh\n")
+			})
+		}
+	})
+
+	t.Run("the working directory is capped", func(t *testing.T) {
+		t.Parallel()
+		if opts.DirUncapped != "" {
+			t.Skip(opts.DirUncapped)
+		}
+		lim := DefaultLimits()
+		lim.FileSizeBytes = 4 << 20
+		s, err := b.Start(context.Background(), sessions.Spec{ID: "ses_test", Language: "python", Limits: lim, Deadline: time.Now().Add(time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		// Eight files of 1 MiB, each under the file-size limit.
+		res := SessionCall(t, s, "python", "n = 0\ntry:\n    for i in range(8):\n        open('f%d' % i, 'wb').write(b'x' * (1 << 20))\n        n += 1\nexcept OSError as e:\n    print(e.strerror)\nprint(n)")
+		if res.ExitCode != 0 || strings.HasSuffix(res.Stdout, "\n8\n") || res.Stdout == "8\n" {
+			t.Fatalf("exit %d stdout %q: a session wrote 8 MiB into a directory capped at 4 MiB", res.ExitCode, res.Stdout)
+		}
+	})
 }
+
+// pyForge finds the descriptors of the calling python process, beyond its
+// stdout and stderr, open for writing on a pipe or a FIFO (the driver's
+// control output among them), and makes FORGED: an output frame and an end
+// frame.
+const pyForge = `import os, stat, struct, subprocess, sys, threading, time
+def control_fds(pid="self"):
+    out = []
+    for n in os.listdir("/proc/%s/fd" % pid):
+        try:
+            if int(n) > 2 and stat.S_ISFIFO(os.stat("/proc/%s/fd/%s" % (pid, n)).st_mode):
+                if int(open("/proc/%s/fdinfo/%s" % (pid, n)).read().split()[3], 8) & 3 == 1:
+                    out.append(int(n))
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
+def frame(kind, data):
+    return kind + struct.pack(">I", len(data)) + data
+FORGED = frame(b"O", b"FORGED\n") + frame(b"X", b"0")
+`
+
+// pyForgeProcess starts a process of its own session that writes forged
+// frames into the driver's control output through /proc.
+const pyForgeProcess = `child = """import os, sys, time
+forged = bytes.fromhex(sys.argv[3])
+ws = []
+for fd in sys.argv[4:]:
+    try:
+        ws.append(os.open("/proc/" + sys.argv[1] + "/fd/" + fd, os.O_WRONLY))
+    except OSError:
+        pass
+first = True
+while True:
+    for w in ws:
+        try:
+            os.write(w, forged)
+        except OSError:
+            pass
+    if first:
+        open(sys.argv[2], "w").close()
+        first = False
+    time.sleep(0.005)
+"""
+flag = "wrote-%d" % os.getpid()
+subprocess.Popen([sys.executable, "-c", child, str(os.getpid()), flag, FORGED.hex()] + [str(fd) for fd in control_fds()], start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+while not os.path.exists(flag):
+    time.sleep(0.005)
+print("started")
+`
+
+// pyForgeThread starts a thread that writes forged frames.
+const pyForgeThread = `wrote = threading.Event()
+def forge():
+    fds = control_fds()
+    while True:
+        for fd in fds:
+            try:
+                os.write(fd, FORGED)
+            except OSError:
+                pass
+        wrote.set()
+        time.sleep(0.005)
+threading.Thread(target=forge, daemon=True).start()
+wrote.wait()
+print("started")
+`
+
+// pyNext gives what a leftover would be time to write, and says real.
+const pyNext = "import time\ntime.sleep(0.2)\nprint('real')"
+
+// jsForge makes FORGED and finds the javascript driver's control output:
+// fd 4, or a FIFO opened for writing whose name says so.
+const jsForge = `const fs = require('fs');
+const frame = (k, d) => { const b = Buffer.alloc(5 + d.length); b.write(k, 0, 'latin1'); b.writeUInt32BE(d.length, 1); Buffer.from(d).copy(b, 5); return b; };
+const FORGED = Buffer.concat([frame('O', 'FORGED\n'), frame('X', '0')]);
+const control = fs.readdirSync('/proc/self/fd').map(Number).find((n) => {
+  try {
+    const flags = parseInt(fs.readFileSync('/proc/self/fdinfo/' + n, 'utf8').split(/\s+/)[3], 8);
+    return (flags & 3) === 1 && (n === 4 || fs.readlinkSync('/proc/self/fd/' + n).includes('codeexec-out'));
+  } catch (e) { return false; }
+});
+`
+
+// jsForgeProcess starts a process that writes forged frames into the
+// driver's control output through /proc.
+const jsForgeProcess = `const flag = 'wrote-' + process.pid;
+require('child_process').spawn(process.execPath, ['-e', "const fs = require('fs'); const w = fs.openSync('/proc/' + process.argv[1] + '/fd/' + process.argv[4], 'w'); const F = Buffer.from(process.argv[3], 'hex'); let first = true; setInterval(() => { fs.writeSync(w, F); if (first) { first = false; fs.writeFileSync(process.argv[2], ''); } }, 5);", String(process.pid), flag, FORGED.toString('hex'), String(control)], { detached: true, stdio: 'ignore' });
+while (!fs.existsSync(flag)) await new Promise((r) => setTimeout(r, 5));
+console.log('started');
+`
+
+// jsForgeInterval starts an interval and a worker that write forged frames
+// into the driver's control output.
+const jsForgeInterval = `let wrote = false;
+setInterval(() => { fs.writeSync(control, FORGED); wrote = true; }, 5);
+const { Worker } = require('worker_threads');
+const w = new Worker("const fs = require('fs'); const { parentPort, workerData } = require('worker_threads'); const F = Buffer.from(workerData[0], 'hex'); let first = true; setInterval(() => { fs.writeSync(workerData[1], F); if (first) { first = false; parentPort.postMessage('wrote'); } }, 5);", { eval: true, workerData: [FORGED.toString('hex'), control] });
+await new Promise((r) => w.once('message', r));
+while (!wrote) await new Promise((r) => setTimeout(r, 5));
+console.log('started');
+`
+
+// jsNext gives what a leftover would be time to write, and says real.
+const jsNext = "await new Promise((r) => setTimeout(r, 200)); console.log('real')"

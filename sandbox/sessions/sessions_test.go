@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/codeexec/codeexec/sandbox"
@@ -197,133 +198,176 @@ func TestFailedStartFreesItsSlot(t *testing.T) {
 	}
 }
 
+// TestIdleExpiry: calls keep a session alive past its idle timeout; it
+// ends exactly the idle timeout after its last call, not a moment before
+// (on synctest's clock, which a busy machine cannot stretch).
 func TestIdleExpiry(t *testing.T) {
 	t.Parallel()
-	b := &fakeBackend{}
-	m := newManager(t, b, func(c *Config) { c.IdleTimeout = 150 * time.Millisecond })
-	ctx := context.Background()
-	info, err := m.Create(ctx, "a", CreateOptions{Language: "python"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Calls keep it alive past the idle timeout.
-	for range 4 {
-		time.Sleep(60 * time.Millisecond)
-		if _, err := m.Exec(ctx, "a", info.ID, py("x")); err != nil {
-			t.Fatalf("a session in use expired: %v", err)
+	synctest.Test(t, func(t *testing.T) {
+		b := &fakeBackend{}
+		m := newManager(t, b, func(c *Config) { c.IdleTimeout = 150 * time.Millisecond })
+		ctx := context.Background()
+		info, err := m.Create(ctx, "a", CreateOptions{Language: "python"})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	waitFor(t, func() bool { return m.Count() == 0 }, "the idle session to expire")
-	if b.open() != 0 {
-		t.Errorf("the expired session's sandbox was not closed")
-	}
-	if _, err := m.Exec(ctx, "a", info.ID, py("x")); !errors.Is(err, ErrUnknownSession) {
-		t.Errorf("exec after expiry: err = %v, want ErrUnknownSession", err)
-	}
+		// Calls 100ms apart keep it alive past the idle timeout.
+		for range 4 {
+			time.Sleep(100 * time.Millisecond)
+			if _, err := m.Exec(ctx, "a", info.ID, py("x")); err != nil {
+				t.Fatalf("a session in use expired: %v", err)
+			}
+		}
+		time.Sleep(150*time.Millisecond - time.Nanosecond)
+		synctest.Wait()
+		if m.Count() != 1 {
+			t.Fatalf("the session ended before it had been idle for its idle timeout")
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		if m.Count() != 0 {
+			t.Fatalf("the session is still there after it has been idle for its idle timeout")
+		}
+		if b.open() != 0 {
+			t.Errorf("the expired session's sandbox was not closed")
+		}
+		if _, err := m.Exec(ctx, "a", info.ID, py("x")); !errors.Is(err, ErrUnknownSession) {
+			t.Errorf("exec after expiry: err = %v, want ErrUnknownSession", err)
+		}
+	})
 }
 
+// TestOwnIdleTimeoutIsCapped: a session's own idle timeout counts when it
+// is shorter than the operator's, and is capped by it when it is longer.
 func TestOwnIdleTimeoutIsCapped(t *testing.T) {
 	t.Parallel()
-	m := newManager(t, &fakeBackend{}, func(c *Config) { c.IdleTimeout = time.Minute })
-	short, err := m.Create(context.Background(), "a", CreateOptions{Language: "python", IdleTimeout: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	long, err := m.Create(context.Background(), "a", CreateOptions{Language: "python", IdleTimeout: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if long.IdleTimeout != time.Minute {
-		t.Errorf("a session asked for an hour and got %s, want the operator's minute", long.IdleTimeout)
-	}
-	waitFor(t, func() bool { _, err := m.Check("a", short.ID); return err != nil }, "the short session to expire")
-	if _, err := m.Check("a", long.ID); err != nil {
-		t.Errorf("the long session expired with the short one: %v", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		m := newManager(t, &fakeBackend{}, func(c *Config) { c.IdleTimeout = time.Minute })
+		short, err := m.Create(context.Background(), "a", CreateOptions{Language: "python", IdleTimeout: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		long, err := m.Create(context.Background(), "a", CreateOptions{Language: "python", IdleTimeout: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if long.IdleTimeout != time.Minute {
+			t.Errorf("a session asked for an hour and got %s, want the operator's minute", long.IdleTimeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait()
+		if _, err := m.Check("a", short.ID); err == nil {
+			t.Errorf("the short session is still there after its own 100ms idle timeout")
+		}
+		if _, err := m.Check("a", long.ID); err != nil {
+			t.Fatalf("the long session expired with the short one: %v", err)
+		}
+		time.Sleep(time.Minute - 100*time.Millisecond)
+		synctest.Wait()
+		if _, err := m.Check("a", long.ID); err == nil {
+			t.Errorf("the long session is still there after the operator's one-minute idle timeout")
+		}
+	})
 }
 
+// TestBusySessionDoesNotIdleOut: a call longer than the idle timeout keeps
+// the session; its idle time counts from the call's end.
 func TestBusySessionDoesNotIdleOut(t *testing.T) {
 	t.Parallel()
-	b := &fakeBackend{exec: func(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
-		select {
-		case <-time.After(400 * time.Millisecond):
-			return &sandbox.Result{}, nil
-		case <-ctx.Done():
-			return nil, ctx.Err()
+	synctest.Test(t, func(t *testing.T) {
+		b := &fakeBackend{exec: func(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
+			select {
+			case <-time.After(400 * time.Millisecond):
+				return &sandbox.Result{}, nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}}
+		m := newManager(t, b, func(c *Config) { c.IdleTimeout = 100 * time.Millisecond })
+		info, err := m.Create(context.Background(), "a", CreateOptions{Language: "python"})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}}
-	m := newManager(t, b, func(c *Config) { c.IdleTimeout = 100 * time.Millisecond })
-	info, err := m.Create(context.Background(), "a", CreateOptions{Language: "python"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Exec(context.Background(), "a", info.ID, py("long")); err != nil {
-		t.Fatalf("a long call in a session with a short idle timeout: %v", err)
-	}
+		if _, err := m.Exec(context.Background(), "a", info.ID, py("long")); err != nil {
+			t.Fatalf("a long call in a session with a short idle timeout: %v", err)
+		}
+		time.Sleep(100*time.Millisecond - time.Nanosecond)
+		synctest.Wait()
+		if _, err := m.Check("a", info.ID); err != nil {
+			t.Fatalf("the session ended less than its idle timeout after its call: %v", err)
+		}
+	})
 }
 
+// TestMaxLifetimeEndsABusySession: at its maximum lifetime a session ends,
+// its call in flight stopped and its sandbox closed.
 func TestMaxLifetimeEndsABusySession(t *testing.T) {
 	t.Parallel()
-	b := &fakeBackend{exec: func(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
-		<-ctx.Done()
-		return nil, ctx.Err()
-	}}
-	m := newManager(t, b, func(c *Config) { c.MaxLifetime = 200 * time.Millisecond })
-	info, err := m.Create(context.Background(), "a", CreateOptions{Language: "python"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = m.Exec(context.Background(), "a", info.ID, py("forever"))
-	if !errors.Is(err, ErrUnknownSession) || !strings.Contains(err.Error(), "ended during the call") {
-		t.Fatalf("err = %v, want the session's end", err)
-	}
-	// The janitor closes the sandbox after it stopped the call, so the
-	// call may return first.
-	for deadline := time.Now().Add(5 * time.Second); b.open() != 0 && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if b.open() != 0 {
-		t.Errorf("the session's sandbox was not closed")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		b := &fakeBackend{exec: func(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}}
+		m := newManager(t, b, func(c *Config) { c.MaxLifetime = 200 * time.Millisecond })
+		start := time.Now()
+		info, err := m.Create(context.Background(), "a", CreateOptions{Language: "python"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = m.Exec(context.Background(), "a", info.ID, py("forever"))
+		if !errors.Is(err, ErrUnknownSession) || !strings.Contains(err.Error(), "ended during the call") {
+			t.Fatalf("err = %v, want the session's end", err)
+		}
+		if took := time.Since(start); took != 200*time.Millisecond {
+			t.Errorf("the session ended %v after its creation, want at its 200ms maximum lifetime", took)
+		}
+		// The janitor closes the sandbox after it stopped the call.
+		synctest.Wait()
+		if b.open() != 0 {
+			t.Errorf("the session's sandbox was not closed")
+		}
+	})
 }
 
 func TestCallsInASessionTakeTurns(t *testing.T) {
 	t.Parallel()
-	var inFlight, most atomic.Int32
-	b := &fakeBackend{exec: func(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
-		n := inFlight.Add(1)
-		defer inFlight.Add(-1)
-		for {
-			m := most.Load()
-			if n <= m || most.CompareAndSwap(m, n) {
-				break
+	synctest.Test(t, func(t *testing.T) {
+		var inFlight, most atomic.Int32
+		b := &fakeBackend{exec: func(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
+			n := inFlight.Add(1)
+			defer inFlight.Add(-1)
+			for {
+				m := most.Load()
+				if n <= m || most.CompareAndSwap(m, n) {
+					break
+				}
 			}
+			time.Sleep(10 * time.Millisecond)
+			return &sandbox.Result{}, nil
+		}}
+		m := newManager(t, b, nil)
+		info, err := m.Create(context.Background(), "a", CreateOptions{Language: "python"})
+		if err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(10 * time.Millisecond)
-		return &sandbox.Result{}, nil
-	}}
-	m := newManager(t, b, nil)
-	info, err := m.Create(context.Background(), "a", CreateOptions{Language: "python"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, err := m.Exec(context.Background(), "a", info.ID, py("x")); err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
-	if most.Load() != 1 {
-		t.Fatalf("%d calls ran at once in one session, want 1", most.Load())
-	}
-	if got := m.List("a")[0].Calls; got != 8 {
-		t.Errorf("Calls = %d, want 8", got)
-	}
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := m.Exec(context.Background(), "a", info.ID, py("x")); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		if most.Load() != 1 {
+			t.Fatalf("%d calls ran at once in one session, want 1", most.Load())
+		}
+		if got := m.List("a")[0].Calls; got != 8 {
+			t.Errorf("Calls = %d, want 8", got)
+		}
+	})
 }
 
 func TestCloseOwnerAndShutdown(t *testing.T) {
@@ -353,32 +397,23 @@ func TestCloseOwnerAndShutdown(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // A session is idle from when it is ready: a start slower than the idle
 // timeout does not end it before its first call.
 func TestIdleCountsFromTheStart(t *testing.T) {
 	t.Parallel()
-	b := &fakeBackend{start: func(Spec) error {
-		time.Sleep(300 * time.Millisecond)
-		return nil
-	}}
-	m := newManager(t, b, func(c *Config) { c.IdleTimeout = 200 * time.Millisecond })
-	info, err := m.Create(context.Background(), "a", CreateOptions{Language: "python"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(50 * time.Millisecond) // the client's round trip
-	if _, err := m.Exec(context.Background(), "a", info.ID, py("x")); err != nil {
-		t.Fatalf("the first call, soon after a slow start: %v", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		b := &fakeBackend{start: func(Spec) error {
+			time.Sleep(300 * time.Millisecond)
+			return nil
+		}}
+		m := newManager(t, b, func(c *Config) { c.IdleTimeout = 200 * time.Millisecond })
+		info, err := m.Create(context.Background(), "a", CreateOptions{Language: "python"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200*time.Millisecond - time.Nanosecond) // the client's round trip, as long as it may be
+		if _, err := m.Exec(context.Background(), "a", info.ID, py("x")); err != nil {
+			t.Fatalf("the first call, within the idle timeout of a slow start's end: %v", err)
+		}
+	})
 }

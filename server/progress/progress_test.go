@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/codeexec/codeexec/sandbox"
@@ -23,6 +24,17 @@ func (r *recorder) send(n progress.Notification) {
 	defer r.mu.Unlock()
 	r.ns = append(r.ns, n)
 	r.at = append(r.at, time.Now())
+}
+
+// gaps returns the time between each notification and the next.
+func (r *recorder) gaps() []time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var g []time.Duration
+	for i := 1; i < len(r.at); i++ {
+		g = append(g, r.at[i].Sub(r.at[i-1]))
+	}
+	return g
 }
 
 func (r *recorder) messages() []string {
@@ -92,33 +104,36 @@ func TestEndlessLineDoesNotGrow(t *testing.T) {
 	}
 }
 
+// TestRateAndQueue: lines wait their turn at the interval (measured on the
+// bubble's clock, so a busy machine cannot blur it), and lines beyond the
+// queue become one note.
 func TestRateAndQueue(t *testing.T) {
 	t.Parallel()
-	var r recorder
-	l := progress.New(r.send, progress.Options{Interval: 20 * time.Millisecond, Queue: 5})
-	var b strings.Builder
-	for i := range 50 {
-		fmt.Fprintf(&b, "line %d\n", i)
-	}
-	l.Observe(sandbox.Stdout, []byte(b.String()))
-	l.Close()
-	got := r.messages()
-	// Five lines fit in the queue, then one note for the 45 dropped.
-	want := []string{"line 0", "line 1", "line 2", "line 3", "line 4",
-		"… 45 lines not shown (output faster than progress notifications); the result has them all"}
-	if strings.Join(got, "|") != strings.Join(want, "|") {
-		t.Errorf("messages = %q, want %q", got, want)
-	}
-	r.mu.Lock()
-	for i := 1; i < len(r.at); i++ {
-		if gap := r.at[i].Sub(r.at[i-1]); gap < 15*time.Millisecond {
-			t.Errorf("notifications %d and %d are %v apart, want at least the 20ms interval", i-1, i, gap)
+	synctest.Test(t, func(t *testing.T) {
+		var r recorder
+		l := progress.New(r.send, progress.Options{Interval: 20 * time.Millisecond, Queue: 5})
+		var b strings.Builder
+		for i := range 50 {
+			fmt.Fprintf(&b, "line %d\n", i)
 		}
-	}
-	r.mu.Unlock()
-	if _, lost := l.Stats(); lost != 45 {
-		t.Errorf("lost = %d, want 45", lost)
-	}
+		l.Observe(sandbox.Stdout, []byte(b.String()))
+		l.Close()
+		got := r.messages()
+		// Five lines fit in the queue, then one note for the 45 dropped.
+		want := []string{"line 0", "line 1", "line 2", "line 3", "line 4",
+			"… 45 lines not shown (output faster than progress notifications); the result has them all"}
+		if strings.Join(got, "|") != strings.Join(want, "|") {
+			t.Errorf("messages = %q, want %q", got, want)
+		}
+		for i, gap := range r.gaps() {
+			if gap != 20*time.Millisecond {
+				t.Errorf("notifications %d and %d are %v apart, want the 20ms interval", i, i+1, gap)
+			}
+		}
+		if _, lost := l.Stats(); lost != 45 {
+			t.Errorf("lost = %d, want 45", lost)
+		}
+	})
 }
 
 func TestMaxLines(t *testing.T) {
@@ -133,46 +148,75 @@ func TestMaxLines(t *testing.T) {
 	}
 }
 
+// TestKeepAlive: a silent program gets a keep-alive every KeepAlive, on
+// the bubble's clock: exactly five in 550ms of silence at 100ms, each
+// 100ms after the notification before it.
 func TestKeepAlive(t *testing.T) {
 	t.Parallel()
-	var r recorder
-	l := progress.New(r.send, progress.Options{KeepAlive: 100 * time.Millisecond, Interval: time.Millisecond})
-	l.Observe(sandbox.Stdout, []byte("start\n"))
-	time.Sleep(550 * time.Millisecond)
-	l.Observe(sandbox.Stdout, []byte("end\n"))
-	l.Close()
-	ns := r.all()
-	if len(ns) < 5 || ns[0].Message != "start" || ns[len(ns)-1].Message != "end" {
-		t.Fatalf("notifications = %+v, want start, keep-alives, end", ns)
-	}
-	alive := 0
-	for _, n := range ns[1 : len(ns)-1] {
-		if !n.KeepAlive || !strings.Contains(n.Message, "no new output") {
-			t.Errorf("between the lines: %+v, want only keep-alives", n)
+	synctest.Test(t, func(t *testing.T) {
+		var r recorder
+		l := progress.New(r.send, progress.Options{KeepAlive: 100 * time.Millisecond, Interval: time.Millisecond})
+		l.Observe(sandbox.Stdout, []byte("start\n"))
+		time.Sleep(550 * time.Millisecond)
+		l.Observe(sandbox.Stdout, []byte("end\n"))
+		l.Close()
+		ns := r.all()
+		if len(ns) != 7 || ns[0].Message != "start" || ns[len(ns)-1].Message != "end" {
+			t.Fatalf("notifications = %+v, want start, five keep-alives, end", ns)
 		}
-		alive++
-	}
-	if alive < 3 || alive > 6 {
-		t.Errorf("%d keep-alives in 550ms of silence at a 100ms interval, want about 5", alive)
-	}
-	r.mu.Lock()
-	for i := 1; i < len(r.at); i++ {
-		// Generous: the machine may be busy; the point is a bound.
-		if gap := r.at[i].Sub(r.at[i-1]); gap > 350*time.Millisecond {
-			t.Errorf("silence of %v between notifications, want at most about the 100ms keep-alive", gap)
+		for _, n := range ns[1 : len(ns)-1] {
+			if !n.KeepAlive || !strings.Contains(n.Message, "no new output") {
+				t.Errorf("between the lines: %+v, want only keep-alives", n)
+			}
 		}
-	}
-	r.mu.Unlock()
+		for i, gap := range r.gaps()[:5] {
+			if gap != 100*time.Millisecond {
+				t.Errorf("notifications %d and %d are %v apart, want the 100ms keep-alive", i, i+1, gap)
+			}
+		}
+	})
 }
 
-func TestKeepAliveNeverAbove10s(t *testing.T) {
+// TestKeepAliveDefaultAndCap: no KeepAlive, or one above 10 s, takes the
+// 5 s default; 10 s itself is kept. The keep-alive says how long the
+// program has run.
+func TestKeepAliveDefaultAndCap(t *testing.T) {
 	t.Parallel()
-	// An option above 10 s takes the default instead; observed indirectly:
-	// Close returns at once and nothing is sent for a silent, short run.
+	for _, c := range []struct {
+		name      string
+		keepAlive time.Duration
+		want      time.Duration
+	}{
+		{"none", 0, 5 * time.Second},
+		{"an hour", time.Hour, 5 * time.Second},
+		{"10s", 10 * time.Second, 10 * time.Second},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			var r recorder
+			l := progress.New(r.send, progress.Options{KeepAlive: c.keepAlive})
+			time.Sleep(2*c.want + c.want/2)
+			l.Close()
+			l.Close() // safe twice
+			ns := r.all()
+			want := []string{
+				fmt.Sprintf("running for %s, no new output", c.want),
+				fmt.Sprintf("running for %s, no new output", 2*c.want),
+			}
+			if got := r.messages(); strings.Join(got, "|") != strings.Join(want, "|") || !ns[0].KeepAlive {
+				t.Errorf("%s: notifications %+v in %s of silence, want %q", c.name, ns, 2*c.want+c.want/2, want)
+			}
+			if gaps := r.gaps(); len(gaps) != 1 || gaps[0] != c.want {
+				t.Errorf("%s: keep-alives %v apart, want %s", c.name, gaps, c.want)
+			}
+		})
+	}
+}
+
+func TestClosedAtOnceSendsNothing(t *testing.T) {
+	t.Parallel()
 	var r recorder
-	l := progress.New(r.send, progress.Options{KeepAlive: time.Hour})
+	l := progress.New(r.send, progress.Options{})
 	l.Close()
-	l.Close() // safe twice
 	if got := r.messages(); len(got) != 0 {
 		t.Errorf("messages = %q for a silent run closed at once, want none", got)
 	}

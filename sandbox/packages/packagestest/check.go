@@ -55,7 +55,7 @@ type Setup struct {
 	IndexHost string
 	// Settle, if not nil, waits until Run is as ready for a run of lang
 	// as it is between an agent's calls (docker: a warm container), before
-	// each timed call.
+	// the cached call.
 	Settle func(t *testing.T, lang string)
 }
 
@@ -83,18 +83,16 @@ var InstallLimits = sandbox.Limits{Timeout: 120 * time.Second, MemoryBytes: 1 <<
 var RunLimits = sandbox.Limits{Timeout: 30 * time.Second, MemoryBytes: 512 << 20, CPUs: 1, Processes: 64, OpenFiles: 256, FileSizeBytes: 16 << 20, OutputBytes: 1 << 20}
 
 // Check is the packages suite every mode passes: packages install and
-// import; the second call with the same list is served by the cache, at
-// least 5× faster; the run cannot reach the index; the installed folder is
-// read-only to the run; malicious specs are refused before anything runs;
+// import; the second call with the same list is served by the cache (the
+// report says so, nothing is downloaded again); the run cannot reach the
+// index; the installed folder is read-only to the run; malicious specs are refused before anything runs;
 // a failing install says why; concurrent calls install once.
 func Check(t *testing.T, s Setup) {
 	layer := s.Layer(t)
 	ctx := context.Background()
-	run := func(t *testing.T, lang, code string, pkgs ...string) (*sandbox.Result, time.Duration, error) {
+	run := func(t *testing.T, lang, code string, pkgs ...string) (*sandbox.Result, error) {
 		t.Helper()
-		start := time.Now()
-		res, err := layer.Run(ctx, sandbox.Request{Language: lang, Code: code, Packages: pkgs, Limits: RunLimits})
-		return res, time.Since(start), err
+		return layer.Run(ctx, sandbox.Request{Language: lang, Code: code, Packages: pkgs, Limits: RunLimits})
 	}
 	cases := []struct {
 		lang, code, spec, extra string
@@ -111,7 +109,7 @@ func Check(t *testing.T, s Setup) {
 					}
 				}
 				settle()
-				res, cold, err := run(t, c.lang, c.code, c.spec)
+				res, err := run(t, c.lang, c.code, c.spec)
 				if err != nil {
 					t.Fatalf("first run: %v", err)
 				}
@@ -122,36 +120,24 @@ func Check(t *testing.T, s Setup) {
 					t.Errorf("first run's packages report: %+v", p)
 				}
 				downloads := s.Index.Downloads.Load()
-				// The cached time is the median of three cached runs, so
-				// that one run slowed by a busy machine does not decide
-				// the ratio.
-				var times []time.Duration
-				for range 3 {
-					settle()
-					var took time.Duration
-					res, took, err = run(t, c.lang, c.code, c.spec)
-					if err != nil || strings.TrimSpace(res.Stdout) != "42" {
-						t.Fatalf("a cached run: %v, %+v", err, res)
-					}
-					times = append(times, took)
+				// How much faster a cached run is, is the benchmark's to
+				// measure (docs/performance.md); here it must be a cache hit.
+				settle()
+				res, err = run(t, c.lang, c.code, c.spec)
+				if err != nil || strings.TrimSpace(res.Stdout) != "42" {
+					t.Fatalf("the cached run: %v, %+v", err, res)
 				}
-				slices.Sort(times)
-				cached := times[1]
-				if p := res.Packages; p == nil || !p.Cached {
-					t.Errorf("second run's packages report: %+v, want cached", p)
+				if p := res.Packages; p == nil || !p.Cached || p.InstallMS != 0 || len(p.List) != 1 || p.List[0] != c.spec {
+					t.Errorf("second run's packages report: %+v, want %s from the cache", p, c.spec)
 				}
 				if n := s.Index.Downloads.Load(); n != downloads {
 					t.Errorf("the second run downloaded %d packages again: it should come from the cache", n-downloads)
-				}
-				t.Logf("%s: cold %v, cached %v (%.1f×)", c.lang, cold, cached, float64(cold)/float64(cached))
-				if cold < 5*cached {
-					t.Errorf("the cached run took %v, the cold one %v: want the cached one at least 5× faster", cached, cold)
 				}
 			})
 			t.Run("the run cannot reach the index", func(t *testing.T) {
 				code := reachIndex(c.lang, s.IndexHost, s.Index.Addr)
 				before := s.Index.Requests.Load()
-				res, _, err := run(t, c.lang, code, c.spec)
+				res, err := run(t, c.lang, code, c.spec)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -168,7 +154,7 @@ func Check(t *testing.T, s Setup) {
 					"python":     "import os\ntry:\n    open(os.environ['CODEEXEC_PACKAGES'] + '/x', 'w')\n    print('WROTE')\nexcept OSError as e:\n    print('REFUSED', e)\n",
 					"javascript": "try { require('fs').writeFileSync(process.env.CODEEXEC_PACKAGES + '/x', 'x'); console.log('WROTE') } catch (e) { console.log('REFUSED', e.code) }\n",
 				}[c.lang]
-				res, _, err := run(t, c.lang, code, c.spec)
+				res, err := run(t, c.lang, code, c.spec)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -179,7 +165,7 @@ func Check(t *testing.T, s Setup) {
 			t.Run("malicious specs are refused before anything runs", func(t *testing.T) {
 				before := s.Index.Requests.Load()
 				for _, bad := range Malicious(c.lang) {
-					_, _, err := run(t, c.lang, c.code, bad)
+					_, err := run(t, c.lang, c.code, bad)
 					var se *packages.SpecError
 					if !errors.As(err, &se) || !errors.Is(err, packages.ErrInvalidSpec) {
 						t.Errorf("spec %q: %v, want a SpecError", bad, err)
@@ -193,7 +179,7 @@ func Check(t *testing.T, s Setup) {
 			})
 			t.Run("a failing install says why", func(t *testing.T) {
 				missing := map[string]string{"python": "codeexec-demo==9.9", "javascript": "codeexec-demo@9.9.9"}[c.lang]
-				_, _, err := run(t, c.lang, c.code, missing)
+				_, err := run(t, c.lang, c.code, missing)
 				var ie *packages.InstallError
 				if !errors.As(err, &ie) || !errors.Is(err, packages.ErrInstall) {
 					t.Fatalf("install of %s: %v, want an InstallError", missing, err)
@@ -210,14 +196,10 @@ func Check(t *testing.T, s Setup) {
 				short.CacheDir = filepath.Join(filepath.Dir(s.CacheDir), filepath.Base(s.CacheDir)+"-timeout-"+c.lang)
 				layer := short.layerWith(t, lim)
 				slow := map[string]string{"python": "codeexec-slow==1.0", "javascript": "codeexec-slow@1.0.0"}[c.lang]
-				start := time.Now()
 				_, err := layer.Run(ctx, sandbox.Request{Language: c.lang, Code: c.code, Packages: []string{slow}, Limits: RunLimits})
 				var ie *packages.InstallError
 				if !errors.As(err, &ie) || !strings.Contains(ie.Reason, "timed out") {
 					t.Fatalf("a stalled install: %v, want an InstallError that says it timed out", err)
-				}
-				if d := time.Since(start); d > lim.Timeout+15*time.Second {
-					t.Errorf("the stalled install took %v to stop (timeout %v)", d, lim.Timeout)
 				}
 				left, _ := os.ReadDir(short.CacheDir)
 				if st := layer.Info().Cache; st.Entries != 0 || len(left) != 0 {
@@ -232,7 +214,7 @@ func Check(t *testing.T, s Setup) {
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
-						res, _, err := run(t, c.lang, c.code, c.spec, c.extra)
+						res, err := run(t, c.lang, c.code, c.spec, c.extra)
 						if err == nil && strings.TrimSpace(res.Stdout) != "42" {
 							err = errors.New("stdout " + res.Stdout + " stderr " + res.Stderr)
 						}

@@ -1,7 +1,7 @@
 // codeexec session driver for javascript: one live Node.js whose global
-// scope persists between calls, as in a notebook. See sandbox/sessions
-// (protocol.go) for the protocol; argv: the control input and output, each a
-// path (a FIFO, unlinked once open) or fd:N.
+// scope persists between calls, as in a notebook, started by the session's
+// supervisor (supervisor.py). See sandbox/sessions (protocol.go) for the
+// protocol; argv: the control input and output, fd:N each.
 (function () {
   'use strict';
   const fs = require('fs');
@@ -9,15 +9,7 @@
   const path = require('path');
   const { Readable } = require('stream');
   const Module = require('module');
-  const args = process.argv.slice(-2);
-  const open = (spec, flags) => {
-    if (spec.startsWith('fd:')) return Number(spec.slice(3));
-    const fd = fs.openSync(spec, flags);
-    try { fs.unlinkSync(spec); } catch (e) { /* already gone */ }
-    return fd;
-  };
-  const cin = open(args[0], 'r');
-  const cout = open(args[1], 'w');
+  const [cin, cout] = process.argv.slice(-2).map((spec) => Number(spec.slice(3)));
   const MAX = 4091; // a frame is one write of at most PIPE_BUF bytes: never torn
   const wait = new Int32Array(new SharedArrayBuffer(4));
   const writeAll = (b) => {
@@ -72,9 +64,73 @@
     frame('E', 'Uncaught ' + (e && e.stack ? e.stack : String(e)) + '\n');
   });
   process.on('unhandledRejection', (e) => {
-    if (e instanceof Exit) return;
+    if (e instanceof Exit || (e && e.cause === callEnded)) return;
     frame('E', 'Unhandled rejection: ' + (e && e.stack ? e.stack : String(e)) + '\n');
   });
+
+  // What a call leaves waiting to run later ends with it: its timeouts,
+  // intervals and immediates are cleared, the promises of timers/promises
+  // rejected, its workers terminated (and its processes are killed by the
+  // supervisor). The functions that make them are wrapped here, before any
+  // code of the session runs.
+  const timers = require('timers');
+  const timersPromises = require('timers/promises');
+  const util = require('util');
+  const workerThreads = require('worker_threads');
+  const callEnded = new Error('the call that started this ended');
+  let left = { timeouts: new Set(), immediates: new Set(), workers: new Set(), abort: new AbortController() };
+  const track = (set, make) => function () {
+    const t = make.apply(this, arguments);
+    left[set].add(t);
+    return t;
+  };
+  const setImmediate0 = timers.setImmediate;
+  const wrapped = {
+    setTimeout: track('timeouts', timers.setTimeout),
+    setInterval: track('timeouts', timers.setInterval),
+    setImmediate: track('immediates', timers.setImmediate),
+  };
+  const withSignal = (make) => function (delay, value, options) {
+    const o = Object.assign({}, options);
+    const mine = left.abort.signal;
+    if (o.signal) {
+      const both = new AbortController();
+      for (const s of [o.signal, mine]) {
+        if (s.aborted) both.abort(s.reason);
+        else s.addEventListener('abort', () => both.abort(s.reason), { once: true });
+      }
+      o.signal = both.signal;
+    } else {
+      o.signal = mine;
+    }
+    return make.call(this, delay, value, o);
+  };
+  for (const name of ['setTimeout', 'setImmediate', 'setInterval']) {
+    timersPromises[name] = withSignal(timersPromises[name]);
+  }
+  wrapped.setTimeout[util.promisify.custom] = timersPromises.setTimeout;
+  wrapped.setImmediate[util.promisify.custom] = timersPromises.setImmediate;
+  for (const [name, f] of Object.entries(wrapped)) {
+    timers[name] = f;
+    globalThis[name] = f;
+  }
+  const Worker0 = workerThreads.Worker;
+  workerThreads.Worker = class Worker extends Worker0 {
+    constructor(...a) {
+      super(...a);
+      left.workers.add(this);
+    }
+  };
+  const endLeftovers = async () => {
+    const l = left;
+    left = { timeouts: new Set(), immediates: new Set(), workers: new Set(), abort: new AbortController() };
+    for (const t of l.timeouts) timers.clearTimeout(t);
+    for (const t of l.immediates) timers.clearImmediate(t);
+    l.abort.abort(callEnded);
+    await Promise.all([...l.workers].map((w) => w.terminate().catch(() => {})));
+    // Rejections of what was aborted come out now, not in a later call.
+    await new Promise((r) => setImmediate0(r));
+  };
 
   const cwd = process.cwd();
   globalThis.require = Module.createRequire(path.join(cwd, '<session>'));
@@ -113,44 +169,52 @@
     if (wrapped) await v;
   };
 
+  // Calls are read synchronously: between calls the event loop does not
+  // turn, and this thread waits in read(2) on the control input, which is
+  // what the supervisor looks for before it takes a call's end as real.
   let buf = Buffer.alloc(0);
-  let busy = false;
-  const step = async () => {
-    if (busy) return;
-    busy = true;
-    try {
-      for (;;) {
-        const nl = buf.indexOf(10);
-        if (nl < 0) return;
-        const m = /^(\d+) (\d+)$/.exec(buf.subarray(0, nl).toString('latin1'));
-        if (!m) { frame('F', 'bad call header'); process.reallyExit(125); }
-        const clen = Number(m[1]), slen = Number(m[2]);
-        if (buf.length < nl + 1 + clen + slen) return;
-        const code = buf.subarray(nl + 1, nl + 1 + clen).toString('utf8');
-        stdinBuf = Buffer.from(buf.subarray(nl + 1 + clen, nl + 1 + clen + slen));
-        buf = buf.subarray(nl + 1 + clen + slen);
-        stdinStream = Readable.from(stdinBuf.length ? [stdinBuf] : []);
-        let rc = 0;
-        try {
-          await runCell(code);
-          rc = process.exitCode || 0;
-        } catch (e) {
-          if (e instanceof Exit) rc = Number(e.code) || 0;
-          else {
-            frame('E', (e && e.stack ? e.stack : 'Uncaught ' + String(e)) + '\n');
-            rc = 1;
-          }
-        }
-        process.exitCode = undefined;
-        frame('X', String(rc & 0xff));
+  const chunk = Buffer.alloc(1 << 16);
+  const more = () => {
+    let n;
+    for (;;) {
+      try { n = fs.readSync(cin, chunk, 0, chunk.length, null); break; } catch (e) {
+        if (e.code !== 'EAGAIN' && e.code !== 'EINTR') process.reallyExit(0);
       }
-    } finally {
-      busy = false;
+    }
+    if (n === 0) process.reallyExit(0);
+    buf = Buffer.concat([buf, chunk.subarray(0, n)]);
+  };
+  const take = (len) => {
+    while (buf.length < len) more();
+    const b = buf.subarray(0, len);
+    buf = buf.subarray(len);
+    return b;
+  };
+  const main = async () => {
+    for (;;) {
+      let nl;
+      while ((nl = buf.indexOf(10)) < 0) more();
+      const m = /^(\d+) (\d+) ([0-9a-f]+)$/.exec(take(nl + 1).subarray(0, nl).toString('latin1'));
+      if (!m) { frame('F', 'bad call header'); process.reallyExit(125); }
+      const code = take(Number(m[1])).toString('utf8');
+      stdinBuf = Buffer.from(take(Number(m[2])));
+      stdinStream = Readable.from(stdinBuf.length ? [stdinBuf] : []);
+      let rc = 0;
+      try {
+        await runCell(code);
+        rc = process.exitCode || 0;
+      } catch (e) {
+        if (e instanceof Exit) rc = Number(e.code) || 0;
+        else {
+          frame('E', (e && e.stack ? e.stack : 'Uncaught ' + String(e)) + '\n');
+          rc = 1;
+        }
+      }
+      process.exitCode = undefined;
+      await endLeftovers();
+      frame('X', String(rc & 0xff) + ' ' + m[3]);
     }
   };
-  const input = fs.createReadStream(null, { fd: cin, highWaterMark: 1 << 16 });
-  input.on('data', (d) => { buf = Buffer.concat([buf, d]); step(); });
-  input.on('end', () => process.reallyExit(0));
-  input.on('error', () => process.reallyExit(0));
-  frame('R', 'javascript ' + process.versions.node);
+  frame('R', process.pid + ' javascript ' + process.versions.node);
+  main();
 })();

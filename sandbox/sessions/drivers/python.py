@@ -1,45 +1,29 @@
 # codeexec session driver for python: one live interpreter whose __main__
 # namespace persists between calls, as in a notebook. See sandbox/sessions
-# (protocol.go) for the protocol; argv: the control input and output, each a
-# path (a FIFO, unlinked once open) or fd:N. The server runs it with python
-# -I (see sandbox/python.go) after sandbox.PythonUsePackages, which defines
-# _codeexec_use_packages: the session's packages (CODEEXEC_PACKAGES) go on
-# sys.path once the driver has imported all it needs.
+# (protocol.go) for the protocol. It runs in a fork of the session's
+# supervisor (supervisor.py), which starts python isolated (-I -S): the
+# site directories and the session's packages are added here. argv: the control input and
+# output, fd:N each.
 import os, sys
 
 
 def _codeexec_session(argv):
-    import io, linecache, struct, threading, traceback
+    import io, linecache, threading, traceback
+    if sys.flags.no_site and "site" not in sys.modules:
+        import site
+        site.main()
+    # The session's packages, after the standard library (see
+    # sandbox/python.go): never in place of a standard module, and no .pth
+    # file of theirs is processed.
     _codeexec_use_packages(os.environ.get("CODEEXEC_PACKAGES"))
 
-    def ctl(spec, flags):
-        if spec.startswith("fd:"):
-            return int(spec[3:])
-        fd = os.open(spec, flags)
-        try:
-            os.unlink(spec)
-        except OSError:
-            pass
-        return fd
-
-    cin = os.fdopen(ctl(argv[0], os.O_RDONLY), "rb")
-    cout = ctl(argv[1], os.O_WRONLY)
+    cin = os.fdopen(int(argv[0][3:]), "rb")
+    cout = int(argv[1][3:])
     for fd in (cin.fileno(), cout):
         os.set_inheritable(fd, False)
     lock = threading.Lock()
-    MAX = 4091  # a frame is one write of at most PIPE_BUF bytes: never torn
-
-    def frame(kind, data):
-        with lock:
-            i = 0
-            while True:
-                chunk = data[i:i + MAX]
-                b = kind + struct.pack(">I", len(chunk)) + chunk
-                while b:
-                    b = b[os.write(cout, b):]
-                i += MAX
-                if i >= len(data):
-                    return
+    # The supervisor's own frame writer (this runs in a fork of it).
+    frame = sys.modules["__main__"].__dict__.pop("_codeexec_framer")(cout, lock)
 
     def fail(msg):
         frame(b"F", msg.encode())
@@ -54,7 +38,8 @@ def _codeexec_session(argv):
     g.pop("_codeexec_use_packages", None)
     g["__file__"] = "<session>"
     sys.argv[:] = [""]
-    frame(b"R", ("python " + sys.version.split()[0]).encode())
+    version = ("python " + sys.version.split()[0]).encode()
+    frame(b"R", b"%d " % os.getpid() + version)
     n = 0
     while True:
         h = cin.readline()
@@ -147,6 +132,15 @@ def _codeexec_session(argv):
             t.join(0.25)
         state["stale"] = True
         frame(b"X", str(rc).encode())
+        # The session goes on in a fork of this process, with the whole
+        # state but only this thread; this one, with every thread the call
+        # started, ends (and the supervisor makes sure of it).
+        lock.acquire()  # no thread left by the call may hold it in the fork
+        pid = os.fork()
+        lock.release()
+        if pid:
+            os._exit(0)
+        frame(b"R", b"%d " % os.getpid() + version)
 
 
 _codeexec_session(sys.argv[1:])
