@@ -166,7 +166,7 @@ func TestFilesAndArtifacts(t *testing.T) {
 					t.Errorf("the text does not mention the chart: %q", text(res))
 				}
 				if m.name == "process" && *update {
-					// The picture of the README's first screen.
+					// The picture in the README.
 					if err := os.WriteFile(filepath.Join("..", "docs", "images", "csv-chart.png"), images[0].Data, 0o644); err != nil {
 						t.Fatal(err)
 					}
