@@ -206,8 +206,12 @@ func (st *Streams) write(i int, p []byte) {
 		return // what comes after the archive is dropped
 	}
 	line, rest, found := sc.feed(p, func(b []byte) { st.emit(i, b) })
-	if st.scan[0].complete && st.scan[1].complete && !isClosed(st.trailers) {
-		close(st.trailers)
+	if st.scan[0].complete && st.scan[1].complete {
+		select {
+		case <-st.trailers:
+		default:
+			close(st.trailers)
+		}
 	}
 	if i != 0 || !found {
 		return
@@ -272,7 +276,14 @@ func (st *Streams) ArchiveTrusted() bool {
 
 // Acked reports whether the bootstrap's ack byte arrived: it took the
 // program.
-func (st *Streams) Acked() bool { return isClosed(st.acked) }
+func (st *Streams) Acked() bool {
+	select {
+	case <-st.acked:
+		return true
+	default:
+		return false
+	}
+}
 
 // parseTrailer reads "<status> <oom kills>[ <archive follows>]"; an
 // unreadable count is -1.
@@ -464,15 +475,6 @@ func (st *Streams) Finished(ended, exit0 bool) (status, ooms int, ok bool) {
 // (Supervisor.Secret) is that the run's end: otherwise a program that
 // learned the nonce can forge both (see Finished).
 func (st *Streams) Trailers() <-chan struct{} { return st.trailers }
-
-func isClosed(c <-chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
-}
 
 // Framed reports whether the output is a run supervisor's.
 func (st *Streams) Framed() bool { return st.framed }

@@ -2,6 +2,7 @@ package runproto
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -202,4 +203,49 @@ func TestTrailerScanner(t *testing.T) {
 			t.Fatalf("stdout %q", res.Stdout)
 		}
 	})
+}
+
+// Trailers says when a trailer has come on both streams, in either order:
+// with a secret nonce, the run's end.
+func TestStreamsTrailers(t *testing.T) {
+	t.Parallel()
+	const nonce = TrailerTag + "0123456789abcdef"
+	st := NewStreams(true, nonce)
+	st.Attach(sandbox.NewOutput(0, nil))
+	st.write(0, []byte{ReadyMarker, AckMarker})
+	st.write(1, []byte(nonce+" 0 0\n"))
+	select {
+	case <-st.Trailers():
+		t.Fatal("Trailers closed with the stderr trailer alone")
+	default:
+	}
+	st.write(0, []byte(nonce+" 0 0 0\n"))
+	select {
+	case <-st.Trailers():
+	default:
+		t.Fatal("Trailers not closed once both trailers came")
+	}
+	st.write(1, []byte("more\n")) // a later write keeps it closed
+}
+
+// Command: the python supervisor when there is a python3, with its options
+// in the order SupervisorProgram reads them; never the nonce.
+func TestCommand(t *testing.T) {
+	t.Parallel()
+	in := sandbox.Interpreter{Path: "/usr/bin/python3"}
+	sh := Command("python", in, Supervisor{Hold: true})
+	if sh[0] != "/bin/sh" || sh[2] != SupervisorScript || sh[4] != "main.py" || sh[5] != "1" {
+		t.Errorf("shell supervisor: %q", sh[:6])
+	}
+	py := Command("python", in, Supervisor{Python: "/usr/bin/python3", Before: "ulimit -n 64\n", Hold: true, Relay: []string{"/s", "3128", "relay"}})
+	want := []string{"/bin/sh", "-c", "ulimit -n 64\nexec \"$@\"", "codeexec-supervisor", "/usr/bin/python3", "-I", "-S", "-B", "-c", SupervisorProgram, "--hold", "--relay", "/s", "3128", "relay", "main.py", "/usr/bin/python3"}
+	if !slices.Equal(py[:len(want)], want) {
+		t.Errorf("python supervisor: %q", py[:len(want)])
+	}
+	if c := Command("bash", in, Supervisor{Python: "/usr/bin/python3"}); c[0] != "/usr/bin/python3" || c[6] != "main.sh" {
+		t.Errorf("python supervisor without options: %q", c[6:])
+	}
+	if strings.Contains(strings.Join(py, " "), TrailerTag) {
+		t.Error("the command holds a nonce")
+	}
 }

@@ -392,8 +392,8 @@ def main(args):
         try:
             with open(f, "rb") as events:
                 o = b"0"
-                for line in events:
-                    k = line.split()
+                for ev in events:
+                    k = ev.split()
                     if k[:1] == [b"oom_kill"]:
                         o = k[1]
             break
