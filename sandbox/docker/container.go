@@ -16,6 +16,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/internal/runproto"
 )
 
 // containerSpec says what a locked-down container runs and within which limits.
@@ -24,9 +25,9 @@ type containerSpec struct {
 	cmd      []string // replaces the image's entrypoint and command
 	limits   sandbox.Limits
 	deadline time.Time // after it, the container is a leftover anyone may remove
-	framed   bool      // cmd is the run supervisor (runCommand), whose output is framed
+	framed   bool      // cmd is the run supervisor (runproto.Command), whose output is framed
 	nonce    string    // the supervisor's trailer nonce when framed: the first line of its stdin
-	// secret: the supervisor is not dumpable (supervisorProgram), so the
+	// secret: the supervisor is not dumpable (runproto.SupervisorProgram), so the
 	// nonce is PID 1's secret and its trailers end the run.
 	secret bool
 	egress bool // the container reaches the network through the egress proxy
@@ -50,7 +51,7 @@ type session struct {
 	deadline time.Time
 	created  time.Time
 	attach   client.HijackedResponse
-	out      *streams
+	out      *runproto.Streams
 
 	exitedC chan struct{} // closed once the engine answered the wait
 	exit    waitResult    // valid once exitedC is closed
@@ -263,17 +264,21 @@ func gvisorPids(processes int) int64 {
 // runSpec is the specification of a run container of lang, warm or cold.
 // Only its role and deadline labels differ between the two.
 func (r *Runner) runSpec(lang string, lim sandbox.Limits, role string, deadline time.Time, pd *sandbox.PackageDir) containerSpec {
-	nonce := trailerTag + newNonce()
-	// The relay starts, and listens, before the program (egress needs
-	// python3 in the image).
-	cmd := runCommand(lang, r.interps[lang], r.relayPython, r.cfg.Egress != nil)
+	nonce := runproto.NewNonce()
+	sup := runproto.Supervisor{Python: r.relayPython}
+	if r.cfg.Egress != nil {
+		// The relay starts, and listens, before the program (egress needs
+		// python3 in the image).
+		sup.Relay = []string{egressMount + "/" + egressSocket, strconv.Itoa(egressPort), relayProgram}
+	}
+	cmd := runproto.Command(lang, r.interps[lang], sup)
 	return containerSpec{
 		role:     role,
 		cmd:      cmd,
 		limits:   containerLimits(lim),
 		deadline: deadline,
 		framed:   true,
-		secret:   r.relayPython != "",
+		secret:   sup.Secret(),
 		nonce:    nonce,
 		egress:   r.cfg.Egress != nil,
 		packages: pd,
@@ -353,7 +358,7 @@ func (r *Runner) start(ctx context.Context, spec containerSpec, lang string) (*s
 	s := &session{
 		id: id, lang: lang, limits: spec.limits, deadline: spec.deadline, created: time.Now(), secret: spec.secret,
 		attach:  att.HijackedResponse,
-		out:     newStreams(spec.framed, spec.nonce),
+		out:     runproto.NewStreams(spec.framed, spec.nonce),
 		exitedC: make(chan struct{}),
 		readC:   make(chan struct{}),
 		takenC:  make(chan struct{}),
@@ -376,7 +381,7 @@ func (r *Runner) start(ctx context.Context, spec containerSpec, lang string) (*s
 		close(s.exitedC)
 	}()
 	go func() {
-		var stdout, stderr io.Writer = streamWriter{s.out, 0}, streamWriter{s.out, 1}
+		stdout, stderr := s.out.Stdout(), s.out.Stderr()
 		if spec.stdout != nil {
 			stdout, stderr = spec.stdout, spec.stderr
 		}
@@ -387,7 +392,7 @@ func (r *Runner) start(ctx context.Context, spec containerSpec, lang string) (*s
 		if c, ok := spec.stdout.(io.Closer); ok {
 			_ = c.Close()
 		}
-		s.out.end()
+		s.out.End()
 		close(s.readC)
 	}()
 
@@ -398,7 +403,7 @@ func (r *Runner) start(ctx context.Context, spec containerSpec, lang string) (*s
 	}
 	if spec.framed {
 		// The supervisor reads its nonce before it starts anything (see
-		// bootstrap.go): it never appears in a command line.
+		// runproto): it never appears in a command line.
 		if _, err := io.WriteString(s.attach.Conn, spec.nonce+"\n"); err != nil {
 			s.attach.Close()
 			stop()

@@ -15,7 +15,8 @@
 // when the program exits, the supervisor kills what it left, writes a trailer
 // with its exit status and exits, and the run's result is the trailer that
 // ends the container's stream once the engine reports that exit (see
-// bootstrap.go).
+// sandbox/internal/runproto, the run protocol it shares with kubernetes
+// mode).
 //
 // Because a run container needs nothing of its request until the program is
 // written to it, containers can be created and started ahead of demand: with
@@ -596,13 +597,6 @@ func (r *Runner) beginRun() error {
 	}
 	r.runs.Add(1)
 	return nil
-}
-
-// newNonce returns 128 random bits in hex.
-func newNonce() string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 func newInstanceID() string {

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/tools/txtar"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/internal/runproto"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 )
 
@@ -568,7 +569,7 @@ func TestTrailerCountsAfterTheExit(t *testing.T) {
 			t.Fatal(err)
 		}
 		code := fmt.Sprintf("print(%d)", i)
-		_, _ = io.Copy(s.attach.Conn, strings.NewReader(programHeader("python", len(code), 0, "")+code))
+		_, _ = io.Copy(s.attach.Conn, strings.NewReader(runproto.Header("python", len(code), 0, "")+code))
 		_ = s.attach.CloseWrite()
 		for _, c := range []chan struct{}{s.exitedC, s.readC} {
 			select {

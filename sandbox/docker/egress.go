@@ -15,6 +15,7 @@ import (
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/egress"
 	"github.com/codeexec/codeexec/sandbox/egress/proxy"
+	"github.com/codeexec/codeexec/sandbox/internal/runproto"
 )
 
 // Egress in docker mode (CODE_EXEC_NETWORK=allowlist).
@@ -104,7 +105,7 @@ while True:
 // relayLaunch is the shell line that starts the relay ahead of the
 // supervisor script; python is the image's python3.
 func relayLaunch(python string) string {
-	return shellQuoteAll([]string{python, "-I", "-S", "-c", relayProgram, egressMount + "/" + egressSocket, strconv.Itoa(egressPort)}) +
+	return runproto.ShellQuoteAll([]string{python, "-I", "-S", "-c", relayProgram, egressMount + "/" + egressSocket, strconv.Itoa(egressPort)}) +
 		" </dev/null >/dev/null 2>&1 || echo 'codeexec: the egress relay did not start; the program has no network' >&2\n"
 }
 
@@ -185,7 +186,7 @@ func (r *Runner) prepareEgress(ctx context.Context) error {
 		return fmt.Errorf("docker: egress socket directory: %w", err)
 	}
 	r.egressDir = dir
-	cmd := []string{"/bin/sh", "-c", relayLaunch(r.relayPython) + "exec " + shellQuoteAll([]string{r.relayPython, "-I", "-S", "-c", egressCheckProgram})}
+	cmd := []string{"/bin/sh", "-c", relayLaunch(r.relayPython) + "exec " + runproto.ShellQuoteAll([]string{r.relayPython, "-I", "-S", "-c", egressCheckProgram})}
 	spec := containerSpec{role: roleProbe, cmd: cmd, limits: probeLimits, deadline: runDeadline(time.Now(), probeLimits.Timeout), egress: true}
 	fail := func(detail string) error {
 		_ = os.RemoveAll(dir)

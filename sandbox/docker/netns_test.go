@@ -179,7 +179,7 @@ func buildTestImage(t *testing.T, cli *client.Client, dockerfile string) string 
 	}
 	_, _ = tw.Write([]byte(dockerfile))
 	_ = tw.Close()
-	tag := "codeexec-test-" + strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())) + ":" + newNonce()[:12]
+	tag := "codeexec-test-" + strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())) + ":" + newInstanceID()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	res, err := cli.ImageBuild(ctx, &ctxTar, client.ImageBuildOptions{Tags: []string{tag}, Remove: true, ForceRemove: true})

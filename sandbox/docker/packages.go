@@ -7,10 +7,11 @@ import (
 	"strconv"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/internal/runproto"
 )
 
 // PackagesCachePath is where run containers see Config.PackagesCache.
-const PackagesCachePath = "/codeexec-packages"
+const PackagesCachePath = runproto.PackagesCachePath
 
 // packageEntry returns the name of pd's folder in Config.PackagesCache when
 // pd is a read-only entry there, which every run container sees already

@@ -162,7 +162,7 @@ func (p *pool) create(lang string, lim sandbox.Limits) {
 	if err == nil {
 		t := time.NewTimer(poolReadyTimeout)
 		select {
-		case <-s.out.ready:
+		case <-s.out.Ready:
 		case <-s.exitedC:
 			err = errors.New("the container stopped before its interpreter was ready")
 		case <-s.readC:

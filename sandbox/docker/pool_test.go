@@ -18,6 +18,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/internal/runproto"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 )
 
@@ -95,7 +96,7 @@ func TestWarmAndColdLockedDownAlike(t *testing.T) {
 		cfg   *container.Config
 		nonce string
 	}{{wc, warmSpec.nonce}, {cc, coldSpec.nonce}} {
-		if n := strings.TrimPrefix(c.nonce, trailerTag); n == "" || strings.Contains(fmt.Sprint(c.cfg), n) {
+		if n := strings.TrimPrefix(c.nonce, runproto.TrailerTag); n == "" || strings.Contains(fmt.Sprint(c.cfg), n) {
 			t.Fatalf("the configuration holds the trailer nonce %q: %+v", c.nonce, c.cfg)
 		}
 	}
@@ -503,94 +504,4 @@ func TestIsLeftover(t *testing.T) {
 			}
 		})
 	}
-}
-
-func TestTrailerScanner(t *testing.T) {
-	const nonce = trailerTag + "0123456789abcdef"
-	cases := []struct {
-		name   string
-		chunks []string
-		out    string
-		line   string
-	}{
-		{"whole", []string{"hello\n" + nonce + " 3 0\nleftover"}, "hello\n", "3 0"},
-		{"split everywhere", strings.Split("ab"+nonce+" 0 -\n", ""), "ab", "0 -"},
-		{"no newline before", []string{"partial", nonce[:5], nonce[5:] + " 1 0", "\n"}, "partial", "1 0"},
-		{"look-alike", []string{trailerTag + "x " + nonce + " 0 0\n"}, trailerTag + "x ", "0 0"},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			sc := trailerScanner{needle: []byte(nonce + " ")}
-			var out strings.Builder
-			var line string
-			var found bool
-			for _, ch := range c.chunks {
-				if l, _, ok := sc.feed([]byte(ch), func(b []byte) { out.Write(b) }); ok {
-					line, found = l, true
-				}
-			}
-			if !found || line != c.line || out.String() != c.out {
-				t.Fatalf("out %q line %q found %v; want out %q line %q", out.String(), line, found, c.out, c.line)
-			}
-		})
-	}
-	t.Run("output is not held back", func(t *testing.T) {
-		// Only a tail that could start the trailer waits for more.
-		sc := trailerScanner{needle: []byte(nonce + " ")}
-		var out strings.Builder
-		sc.feed([]byte("one\n"), func(b []byte) { out.Write(b) })
-		if out.String() != "one\n" {
-			t.Fatalf("after a line, passed on %q, want it all", out.String())
-		}
-		sc.feed([]byte("two"+nonce[:4]), func(b []byte) { out.Write(b) })
-		if out.String() != "one\ntwo" {
-			t.Fatalf("passed on %q, want all but the tail that starts the trailer", out.String())
-		}
-	})
-	// On stderr (last) a trailer counts only as the stream's last line: one
-	// the program forges and follows with more output is output again, and
-	// one that is cut short is output too.
-	for _, c := range []struct {
-		name   string
-		chunks []string
-		out    string
-		line   string // "" when no trailer is held at the end
-	}{
-		{"held at the end", []string{"err\n", nonce + " 3 0\n"}, "err\n", "3 0"},
-		{"forged, then more", []string{nonce + " 0 0\nmore\n", nonce + " 3 0\n"}, nonce + " 0 0\nmore\n", "3 0"},
-		{"forged, then more in the same piece", []string{nonce + " 0 0\nx" + nonce + " 9 0\n"}, nonce + " 0 0\nx", "9 0"},
-		{"forged, then the stream ends mid-line", []string{nonce + " 0 0\n", "sleeping"}, nonce + " 0 0\nsleeping", ""},
-		{"cut short", []string{"a", nonce + " 0"}, "a" + nonce + " 0", ""},
-		{"too long for a trailer", []string{nonce + " " + strings.Repeat("9", maxTrailer+1) + "\n"}, nonce + " " + strings.Repeat("9", maxTrailer+1) + "\n", ""},
-	} {
-		t.Run("last/"+c.name, func(t *testing.T) {
-			sc := trailerScanner{needle: []byte(nonce + " "), last: true}
-			var out strings.Builder
-			emit := func(b []byte) { out.Write(b) }
-			for _, ch := range c.chunks {
-				sc.feed([]byte(ch), emit)
-			}
-			sc.flush(emit)
-			line := ""
-			if sc.complete {
-				line = string(sc.line)
-			}
-			if out.String() != c.out || line != c.line {
-				t.Fatalf("out %q held %q; want out %q held %q", out.String(), line, c.out, c.line)
-			}
-		})
-	}
-	t.Run("no trailer keeps everything", func(t *testing.T) {
-		st := newStreams(true, nonce)
-		o := sandbox.NewOutput(0, nil)
-		st.attach(o)
-		st.write(0, []byte{readyMarker, ackMarker})
-		st.write(0, []byte("all of it"))
-		st.end()
-		var res sandbox.Result
-		o.Fill(&res)
-		if res.Stdout != "all of it" {
-			t.Fatalf("stdout %q", res.Stdout)
-		}
-	})
 }

@@ -2,16 +2,13 @@ package docker
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/codeexec/codeexec/sandbox"
-	"github.com/codeexec/codeexec/sandbox/datascience"
+	"github.com/codeexec/codeexec/sandbox/internal/runproto"
 )
 
 // probeLimits bound the one container that New runs to find the interpreters.
@@ -25,43 +22,11 @@ var probeLimits = sandbox.Limits{
 	OutputBytes:   256 << 10,
 }
 
-// probeScript prints the uid the container runs as and, for each enabled
-// language, the interpreter found on PATH and what its ProbeArgs print.
-func probeScript(enabled []string) string {
-	var b strings.Builder
-	b.WriteString("echo \"@@uid $(id -u)\"\n")
-	b.WriteString("if env --default-signal=INT,QUIT true >/dev/null 2>&1; then echo '@@envsig'; fi\n")
-	// A python3 that can make itself not dumpable runs each run's
-	// supervisor (supervisorProgram), the sessions' and the egress relay.
-	b.WriteString("if p=$(command -v python3) && \"$p\" -I -S -c 'import ctypes; ctypes.CDLL(None).prctl' </dev/null >/dev/null 2>&1; then echo \"@@python3 $p\"; fi\n")
-	// Whether the container's own network namespace will do (see
-	// hostConfig): localhost resolves without the engine's /etc/hosts, and
-	// loopback is the only interface.
-	b.WriteString("if getent hosts localhost >/dev/null 2>&1; then echo '@@localhost'; fi\n")
-	b.WriteString("{ read -r _; read -r _; while IFS=: read -r i _; do echo \"@@netif $i\"; done; } </proc/net/dev\n")
-	for _, name := range sandbox.LanguageNames() {
-		if !slices.Contains(enabled, name) {
-			continue
-		}
-		spec := sandbox.Languages[name]
-		fmt.Fprintf(&b, "echo '@@begin %s'\nfound=''\nfor c in %s; do if p=$(command -v \"$c\"); then found=$p; break; fi; done\n",
-			name, shellQuoteAll(spec.Interpreters))
-		fmt.Fprintf(&b, "if [ -n \"$found\" ]; then echo \"$found\"; \"$found\" %s </dev/null 2>&1; echo \"@@rc $?\"; else echo '@@missing'; fi\necho '@@end'\n",
-			shellQuoteAll(spec.ProbeArgs))
-		if name == "python" {
-			// Which notable packages programs can import (find_spec: no import).
-			fmt.Fprintf(&b, "if [ -n \"$found\" ]; then echo \"@@packages $(\"$found\" -I -B -c %s %s </dev/null 2>/dev/null)\"; fi\n",
-				shellQuote(datascience.ProbeProgram), shellQuoteAll(datascience.NotablePackages))
-		}
-	}
-	return b.String()
-}
-
 // probe runs one short container that finds the interpreters of the enabled
 // languages and the uid code runs as. It sets r.interps and returns the
 // status of every known language.
 func (r *Runner) probe(ctx context.Context) ([]sandbox.LanguageStatus, error) {
-	spec := containerSpec{role: roleProbe, cmd: []string{"/bin/sh", "-c", probeScript(r.cfg.Languages)}, limits: probeLimits, deadline: runDeadline(time.Now(), probeLimits.Timeout)}
+	spec := containerSpec{role: roleProbe, cmd: []string{"/bin/sh", "-c", runproto.ProbeScript(r.cfg.Languages)}, limits: probeLimits, deadline: runDeadline(time.Now(), probeLimits.Timeout)}
 	s, err := r.start(ctx, spec, "")
 	if err != nil {
 		return nil, fmt.Errorf("docker: probing the interpreters in %s: %w", r.cfg.Image, err)
@@ -77,91 +42,23 @@ func (r *Runner) probe(ctx context.Context) ([]sandbox.LanguageStatus, error) {
 	return r.parseProbe(res.Stdout)
 }
 
-// parseProbe reads probeScript's output.
+// parseProbe reads what runproto.ProbeScript printed.
 func (r *Runner) parseProbe(out string) ([]sandbox.LanguageStatus, error) {
-	r.interps = map[string]sandbox.Interpreter{}
-	type found struct {
-		lines   []string
-		missing bool
-		rc      int
+	p := runproto.ParseProbe(out, r.cfg.Image, r.cfg.Languages)
+	if p.PackagesErr != nil {
+		r.log.Warn("could not tell which python packages the image has", "err", p.PackagesErr)
 	}
-	got := map[string]*found{}
-	var cur *found
-	uid := ""
-	envsig := false
-	localhost := false
-	var netifs []string
-	var pkgs []sandbox.Package
-	for _, line := range strings.Split(out, "\n") {
-		switch {
-		case strings.HasPrefix(line, "@@packages "):
-			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "@@packages ")), &pkgs); err != nil {
-				r.log.Warn("could not tell which python packages the image has", "err", err)
-				pkgs = nil
-			}
-		case strings.HasPrefix(line, "@@uid "):
-			uid = strings.TrimSpace(strings.TrimPrefix(line, "@@uid "))
-		case line == "@@envsig":
-			envsig = true
-		case line == "@@localhost":
-			localhost = true
-		case strings.HasPrefix(line, "@@netif "):
-			netifs = append(netifs, strings.TrimSpace(strings.TrimPrefix(line, "@@netif ")))
-		case strings.HasPrefix(line, "@@python3 "):
-			r.relayPython = strings.TrimSpace(strings.TrimPrefix(line, "@@python3 "))
-		case strings.HasPrefix(line, "@@begin "):
-			cur = &found{}
-			got[strings.TrimPrefix(line, "@@begin ")] = cur
-		case cur == nil:
-		case line == "@@missing":
-			cur.missing = true
-		case strings.HasPrefix(line, "@@rc "):
-			cur.rc, _ = strconv.Atoi(strings.TrimPrefix(line, "@@rc "))
-		case line == "@@end":
-			cur = nil
-		default:
-			cur.lines = append(cur.lines, strings.TrimSpace(line))
-		}
-	}
-	if uid == "" {
+	r.interps = p.Interpreters
+	if p.UID == "" {
 		return nil, fmt.Errorf("docker: %w: the probe container of %s printed no uid", sandbox.ErrSandboxUnavailable, r.cfg.Image)
 	}
-	r.uid = uid
-	if !envsig {
+	r.uid = p.UID
+	r.relayPython = p.Python3
+	if !p.EnvDefaultSignal {
 		return nil, fmt.Errorf("docker: %w: the image %s lacks env --default-signal (GNU coreutils 8.31 or newer), which the run supervisor needs; rebuild it with %s", sandbox.ErrSandboxUnavailable, r.cfg.Image, BuildCommand)
 	}
-
-	r.decideNetns(localhost, netifs)
-
-	var statuses []sandbox.LanguageStatus
-	for _, name := range sandbox.LanguageNames() {
-		spec := sandbox.Languages[name]
-		st := sandbox.LanguageStatus{Name: name}
-		f := got[name]
-		switch {
-		case !slices.Contains(r.cfg.Languages, name):
-			st.Reason = "disabled by CODE_EXEC_LANGUAGES"
-		case f == nil || f.missing || len(f.lines) == 0:
-			st.Reason = fmt.Sprintf("interpreter not found in the image %s (looked for %s)", r.cfg.Image, strings.Join(spec.Interpreters, ", "))
-		case f.rc != 0:
-			st.Reason = fmt.Sprintf("%s does not run in the image %s (exit %d): %s", f.lines[0], r.cfg.Image, f.rc, strings.Join(f.lines[1:], " "))
-		default:
-			in := sandbox.Interpreter{Path: f.lines[0]}
-			if len(f.lines) >= 2 && filepath.IsAbs(f.lines[1]) {
-				in.Path = f.lines[1]
-			}
-			if len(f.lines) >= 3 {
-				in.Version = f.lines[2]
-			}
-			r.interps[name] = in
-			st.Available, st.Version, st.Interpreter = true, in.Version, in.Path
-			if name == "python" {
-				st.Packages = pkgs
-			}
-		}
-		statuses = append(statuses, st)
-	}
-	return statuses, nil
+	r.decideNetns(p.Localhost, p.NetIfs)
+	return p.Languages, nil
 }
 
 // decideNetns keeps the runtime's own network namespace (ownNetns, which

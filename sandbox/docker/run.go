@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/artifacts"
+	"github.com/codeexec/codeexec/sandbox/internal/runproto"
 )
 
 // drainTimeout bounds how long output may keep arriving after the
@@ -68,12 +68,8 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		return nil, err
 	}
 	input := func() io.Reader {
-		return io.MultiReader(
-			strings.NewReader(programHeader(lang, len(req.Code), len(req.Files), entry)),
-			strings.NewReader(req.Code),
-			fileRecords(req.Files),
-			strings.NewReader(req.Stdin),
-		)
+		prog, _ := runproto.Program(lang, req.Code, req.Files, req.Stdin, entry)
+		return prog
 	}
 
 	if s := r.poolFor(lang, req, entry); s != nil {
@@ -126,7 +122,7 @@ func (r *Runner) observe(id string, warm bool) {
 // the limits, and returns once the program has ended: once the container's
 // stream has ended and the engine has reported its exit. For a run container
 // (framed), the result is the supervisor's only when it exited 0 and its
-// trailer ends stderr (see bootstrap.go); otherwise the engine's view
+// trailer ends stderr (see runproto); otherwise the engine's view
 // decides. It kills the container on timeout, on output overflow, when ctx
 // ends and when the Runner closes. The timeout starts when the input is handed
 // over and runs until the end, the archive of the working directory included.
@@ -141,9 +137,9 @@ func (r *Runner) exchange(ctx context.Context, s *session, input io.Reader, lim 
 	overflow := make(chan struct{})
 	var overflowOnce sync.Once
 	out := sandbox.NewOutput(lim.OutputBytes, func() { overflowOnce.Do(func() { close(overflow) }) }).Observe(observe)
-	s.out.attach(out)
+	s.out.Attach(out)
 	if art != nil {
-		s.out.collect(art.before, art.opts)
+		s.out.Collect(art.before, art.opts)
 	}
 
 	started := time.Now()
@@ -171,7 +167,7 @@ func (r *Runner) exchange(ctx context.Context, s *session, input io.Reader, lim 
 	var doneC <-chan struct{}
 	if s.secret {
 		// The nonce is PID 1's secret: its trailers end the run.
-		doneC = s.out.done
+		doneC = s.out.Trailers()
 	}
 wait:
 	for readC != nil || exitedC != nil {
@@ -233,9 +229,9 @@ wait:
 	}
 	out.Fill(res)
 
-	status, ooms, trailer := s.out.final()
-	byTrailer := s.secret && trailer && s.out.archiveTrusted()
-	if s.out.framed && !killed && (byTrailer || ended && trailer && w.err == nil && w.code == 0) {
+	status, ooms, trailer := s.out.Final()
+	byTrailer := s.secret && trailer && s.out.ArchiveTrusted()
+	if s.out.Framed() && !killed && (byTrailer || ended && trailer && w.err == nil && w.code == 0) {
 		// The supervisor's end: it wrote its trailers after every process
 		// of the program had ended, and (without a secret nonce) it exited
 		// by itself and its trailer was the last thing on stderr.
@@ -256,21 +252,21 @@ wait:
 			res.Signal = "killed"
 		}
 		if art != nil {
-			res.Artifacts = s.out.artifacts(ctx.Done())
-			if res.Artifacts != nil && !s.out.archiveTrusted() {
+			res.Artifacts = s.out.Artifacts(ctx.Done())
+			if res.Artifacts != nil && !s.out.ArchiveTrusted() {
 				res.Artifacts = &artifacts.Collection{Incomplete: "the program wrote a copy of the end-of-run marker, so its output and its working directory could not be told apart"}
 			}
 		}
 		return res, nil, false
 	}
-	if !s.out.framed && !killed && runErr == nil {
+	if !s.out.Framed() && !killed && runErr == nil {
 		// Not a run container (the probe): the engine's exit is the result.
 		return r.finishFromEngine(s, res, w, false, nil)
 	}
-	if warm && runErr == nil && !s.out.wasAcked() {
+	if warm && runErr == nil && !s.out.Acked() {
 		return nil, fmt.Errorf("docker: %w: the warm container %s stopped before it took the program", sandbox.ErrSandboxUnavailable, shortID(s.id)), true
 	}
-	if s.out.framed && !killed && runErr == nil {
+	if s.out.Framed() && !killed && runErr == nil {
 		// The container stopped without its supervisor's end: PID 1 itself
 		// was killed, from outside (an engine that stops kills its
 		// containers, so does docker kill or docker rm -f) or by the OOM

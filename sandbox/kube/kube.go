@@ -167,10 +167,13 @@ type Runner struct {
 	lease   *replicaLease
 	watch   *podWatch
 	interps map[string]sandbox.Interpreter
-	facts   probeFacts
-	langs   []sandbox.LanguageStatus
-	caps    sandbox.Capabilities
-	pool    *warmpool.Pool[*podSession]
+	// python is the image's python3 that runs each run's supervisor
+	// (runproto.SupervisorProgram); "" when it has none.
+	python string
+	facts  probeFacts
+	langs  []sandbox.LanguageStatus
+	caps   sandbox.Capabilities
+	pool   *warmpool.Pool[*podSession]
 
 	mu       sync.Mutex
 	closed   bool

@@ -254,8 +254,9 @@ func (r *Runner) runSpec(lang string, lim sandbox.Limits, role string, deadline 
 		lang: lang,
 		// hold: containerd 1.6's CRI can lose what a container wrote just
 		// before it exited (seen on the test cluster: the end of an
-		// archive of artifacts), so PID 1 waits for the server's word.
-		cmd:      runproto.Command(lang, r.interps[lang], ulimits(cl), true),
+		// archive of artifacts), so PID 1 waits for the server's word. The
+		// python supervisor keeps its nonce from the program.
+		cmd:      runproto.Command(lang, r.interps[lang], runproto.Supervisor{Python: r.python, Before: ulimits(cl), Hold: true}),
 		limits:   cl,
 		deadline: deadline,
 		framed:   true,

@@ -180,6 +180,7 @@ func (r *Runner) probe(ctx context.Context) error {
 		r.log.Warn("could not tell which python packages the image has", "err", p.PackagesErr)
 	}
 	r.interps = p.Interpreters
+	r.python = p.Python3
 	f := &r.facts
 	f.uid = p.UID
 	f.listener, f.netSkip = strconv.Itoa(ln.Addr().(*net.TCPAddr).Port), skipped

@@ -23,7 +23,13 @@ func ProbeScript(enabled []string) string {
 	var b strings.Builder
 	b.WriteString("echo \"@@uid $(id -u)\"\n")
 	b.WriteString("if env --default-signal=INT,QUIT true >/dev/null 2>&1; then echo '@@envsig'; fi\n")
-	b.WriteString("if p=$(command -v python3); then echo \"@@python3 $p\"; fi\n")
+	// A python3 that can make itself not dumpable runs each run's
+	// supervisor (SupervisorProgram), and in docker mode the sessions' and
+	// the egress relay.
+	b.WriteString("if p=$(command -v python3) && \"$p\" -I -S -c 'import ctypes; ctypes.CDLL(None).prctl' </dev/null >/dev/null 2>&1; then echo \"@@python3 $p\"; fi\n")
+	// Whether a container's own network namespace will do (docker mode):
+	// localhost resolves without the engine's /etc/hosts, and loopback is
+	// the only interface.
 	b.WriteString("if getent hosts localhost >/dev/null 2>&1; then echo '@@localhost'; fi\n")
 	b.WriteString("{ read -r _; read -r _; while IFS=: read -r i _; do echo \"@@netif $i\"; done; } </proc/net/dev\n")
 	for _, name := range sandbox.LanguageNames() {
@@ -50,7 +56,8 @@ type Probe struct {
 	UID string
 	// EnvDefaultSignal: env --default-signal works.
 	EnvDefaultSignal bool
-	// Python3 is python3's path in the image ("" when it has none).
+	// Python3 is python3's path in the image ("" when it has none, or
+	// its ctypes cannot call prctl): it runs SupervisorProgram.
 	Python3 string
 	// Localhost: the image resolves localhost without /etc/hosts.
 	Localhost bool

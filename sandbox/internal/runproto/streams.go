@@ -22,8 +22,8 @@ const earlyLimit = 64 << 10
 // run's Output once a run has attached one. Until then, output is kept (up
 // to earlyLimit) and handed over on attach, so that a warm container loses
 // nothing a cold one would show. Which trailer ends the run is known only
-// once the stream has ended (see bootstrap.go): final says. It is safe for
-// concurrent use.
+// once the stream has ended (see the package documentation): Final says.
+// It is safe for concurrent use.
 type Streams struct {
 	mu     sync.Mutex
 	framed bool
@@ -39,6 +39,9 @@ type Streams struct {
 	// its program.
 	Ready chan struct{}
 	acked chan struct{} // closed when the ack byte arrived
+	// trailers is closed when a trailer has come on both streams: with a
+	// secret nonce (Supervisor.Secret), the run's end.
+	trailers chan struct{}
 	// changed is closed and replaced whenever output arrives or the
 	// archive has been read (see Settled); cmu guards it.
 	cmu     sync.Mutex
@@ -66,7 +69,7 @@ type collector struct {
 // supervisor (Command) with the trailer nonce; otherwise its output is passed
 // on as it is (docker mode's probe).
 func NewStreams(framed bool, nonce string) *Streams {
-	st := &Streams{framed: framed, Ready: make(chan struct{}), acked: make(chan struct{}), changed: make(chan struct{})}
+	st := &Streams{framed: framed, Ready: make(chan struct{}), acked: make(chan struct{}), trailers: make(chan struct{}), changed: make(chan struct{})}
 	if framed {
 		for i := range st.scan {
 			st.scan[i].needle = []byte(nonce + " ")
@@ -203,6 +206,13 @@ func (st *Streams) write(i int, p []byte) {
 		return // what comes after the archive is dropped
 	}
 	line, rest, found := sc.feed(p, func(b []byte) { st.emit(i, b) })
+	if st.scan[0].complete && st.scan[1].complete {
+		select {
+		case <-st.trailers:
+		default:
+			close(st.trailers)
+		}
+	}
 	if i != 0 || !found {
 		return
 	}
@@ -238,7 +248,7 @@ func (st *Streams) End() {
 // Final returns the exit status and OOM kill count of the trailer that ends
 // stderr (ooms is -1 when the container could not tell), and whether there
 // is one. Call it once the stream has ended; only the engine's exit status
-// says whether PID 1 wrote it (see bootstrap.go).
+// says whether PID 1 wrote it (see the package documentation).
 func (st *Streams) Final() (status, ooms int, ok bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -264,6 +274,8 @@ func (st *Streams) ArchiveTrusted() bool {
 	return len(f) == 3 && len(g) == 2 && f[0] == g[0] && f[1] == g[1]
 }
 
+// Acked reports whether the bootstrap's ack byte arrived: it took the
+// program.
 func (st *Streams) Acked() bool {
 	select {
 	case <-st.acked:
@@ -457,6 +469,12 @@ func (st *Streams) Finished(ended, exit0 bool) (status, ooms int, ok bool) {
 	}
 	return st.Final()
 }
+
+// Trailers returns a channel that is closed once a trailer has come on
+// both streams. Only with a supervisor whose nonce is a secret
+// (Supervisor.Secret) is that the run's end: otherwise a program that
+// learned the nonce can forge both (see Finished).
+func (st *Streams) Trailers() <-chan struct{} { return st.trailers }
 
 // Framed reports whether the output is a run supervisor's.
 func (st *Streams) Framed() bool { return st.framed }

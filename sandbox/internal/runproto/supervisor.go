@@ -39,7 +39,8 @@ func NewNonce() string {
 	return TrailerTag + hex.EncodeToString(b)
 }
 
-// SupervisorScript is PID 1 of a run container: sh -c SupervisorScript
+// SupervisorScript is PID 1 of a run container or pod whose image has no
+// python3 (see SupervisorProgram): sh -c SupervisorScript
 // codeexec-supervisor <program file name> <hold> <bootstrap command...>,
 // with the nonce as the first line of its stdin; a program file name of "-"
 // sends no archive (a session's bash call).
@@ -269,14 +270,185 @@ printf '\006'
 exec "$@" /tmp/main.sh
 `
 
+// SupervisorProgram is PID 1 of a run container or pod whose image has
+// python3: python3 -I -S -B -c SupervisorProgram [--hold] [--relay <socket>
+// <port> <relay program>] <program file name> <bootstrap command...>, with
+// the nonce as the first line of its stdin. It does what SupervisorScript
+// does (--hold as its hold "1"), and first makes itself not dumpable, so
+// that no process of the run can read its memory, environment or
+// descriptors, or trace it, or change its OOM score: the nonce, read into
+// its memory, is then a secret of PID 1's (see the package documentation on
+// what decides a run's end). The fork that feeds the child its bytes with
+// --hold is not dumpable either. With --relay it starts the egress relay
+// (docker mode's) before it reads the nonce.
+const SupervisorProgram = `import os, signal, sys
+def main(args):
+    import ctypes
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)
+    sigs = sorted(signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP})
+    for s in sigs:
+        if s != signal.SIGCHLD:
+            signal.signal(s, signal.SIG_IGN)
+    def write(fd, b):
+        while b:
+            b = b[os.write(fd, b):]
+    def line():
+        # One line of stdin, never more.
+        b = b""
+        while not b.endswith(b"\n"):
+            c = os.read(0, 1)
+            if not c:
+                return None
+            b += c
+        return b[:-1]
+    def spawn(argv, null=(), stdin=None):
+        # fork and exec, not posix_spawn: glibc's leaves its own signals
+        # (32, 33) ignored in the child. Every signal is at its default for
+        # the child, none blocked.
+        pid = os.fork()
+        if pid == 0:
+            try:
+                for s in sigs:
+                    signal.signal(s, signal.SIG_DFL)
+                if null:
+                    fd = os.open(os.devnull, os.O_RDWR)
+                    for i in null:
+                        os.dup2(fd, i)
+                if stdin is not None:
+                    os.dup2(stdin, 0)
+                os.execvp(argv[0], argv)
+            finally:
+                os._exit(127)
+        return pid
+    hold = args[0] == "--hold"
+    if hold:
+        args = args[1:]
+    if args[0] == "--relay":
+        pid = spawn([sys.executable, "-I", "-S", "-c", args[3], args[1], args[2]], (0, 1, 2))
+        if os.waitpid(pid, 0)[1] != 0:
+            write(2, b"codeexec: the egress relay did not start; the program has no network\n")
+        args = args[4:]
+    p, child = args[0], args[1:]
+    n = line()
+    if n is None:
+        os._exit(125)
+    stdin = None
+    if hold:
+        # A fork of PID 1, not dumpable either, hands the child exactly as
+        # many bytes of stdin as the line after the nonce says, then closes
+        # the pipe: the child sees its input end there.
+        stdin, w = os.pipe()
+        if os.fork() == 0:
+            try:
+                os.close(stdin)
+                size = line()
+                left = int(size) if size and size.isdigit() else 0
+                while left > 0:
+                    c = os.read(0, min(left, 1 << 16))
+                    if not c:
+                        break
+                    write(w, c)
+                    left -= len(c)
+            finally:
+                os._exit(0)
+        os.close(w)
+    pid = spawn(child, stdin=stdin)
+    if stdin is not None:
+        os.close(stdin)
+    st = os.waitpid(pid, 0)[1]
+    rc = os.WEXITSTATUS(st) if os.WIFEXITED(st) else 128 + os.WTERMSIG(st)
+    while True:
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            pass
+        busy = False
+        for d in os.listdir("/proc"):
+            if not d.isdigit() or d == "1":
+                continue
+            try:
+                tasks = os.listdir("/proc/%s/task" % d)
+            except OSError:
+                continue
+            for t in tasks:
+                try:
+                    with open("/proc/%s/task/%s/stat" % (d, t), "rb") as f:
+                        s = f.read()
+                except OSError:
+                    continue
+                if s[s.rfind(b")") + 2:][:1] not in b"ZXx":
+                    busy = True
+            if busy:
+                break
+        if not busy:
+            break
+    o = b"-"
+    for f in ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"):
+        try:
+            with open(f, "rb") as events:
+                o = b"0"
+                for ev in events:
+                    k = ev.split()
+                    if k[:1] == [b"oom_kill"]:
+                        o = k[1]
+            break
+        except OSError:
+            pass
+    a = p != "-" and any(e != p for e in os.listdir("/tmp"))
+    write(1, b"%s %d %s %d\n" % (n, rc, o, a))
+    if a:
+        pid = spawn(["tar", "-C", "/tmp", "-c", "-f", "-", "--sort=name", "--anchored", "--exclude=./" + p, "--exclude=./.*/*", "."], (2,))
+        os.waitpid(pid, 0)
+    write(2, b"%s %d %s\n" % (n, rc, o))
+    if hold:
+        bye, rest = n + b" bye", b""
+        while True:
+            c = os.read(0, 1 << 16)
+            if not c:
+                break
+            lines = (rest + c).split(b"\n")
+            rest = lines.pop()
+            if bye in lines:
+                break
+    os._exit(0)
+main(sys.argv[1:])
+`
+
+// Supervisor says which supervisor is PID 1 of a run container or pod, and
+// what it does besides running the bootstrap.
+type Supervisor struct {
+	// Python is the image's python3 that can make itself not dumpable (the
+	// probe's Python3); "" when there is none. With it PID 1 is
+	// SupervisorProgram, whose nonce is its own (see Secret); otherwise
+	// SupervisorScript.
+	Python string
+	// Before, if not empty, is shell text that runs first (kubernetes mode's
+	// ulimits); it must not read stdin. With Python, a shell runs it and
+	// then execs the python supervisor.
+	Before string
+	// Relay, with Python, makes PID 1 start the egress relay (docker mode's)
+	// before it reads the nonce: its arguments as SupervisorProgram takes
+	// them after --relay, the socket, the port and the relay program.
+	Relay []string
+	// Hold makes PID 1 wait for the server's word before it exits (see
+	// SupervisorScript): the server then sends the program's length first
+	// (Length) and says Bye.
+	Hold bool
+}
+
+// Secret reports whether PID 1 keeps its nonce out of every process of the
+// run (SupervisorProgram), so that a trailer with the nonce is PID 1's.
+func (s Supervisor) Secret() bool { return s.Python != "" }
+
 // Command is the entrypoint of a run container or pod of lang: the
-// supervisor (PID 1) with the language's bootstrap, the same for warm and
-// cold ones (the nonce comes on stdin). before, if not empty, is shell text
-// that PID 1 runs first (docker mode's egress relay, kubernetes mode's
-// ulimits); it must not read stdin. hold makes PID 1 wait for the server's
-// word before it exits (see SupervisorScript): the server then sends the
-// program's length first (Length) and says Bye.
-func Command(lang string, in sandbox.Interpreter, before string, hold bool) []string {
+// supervisor sup (PID 1) with the language's bootstrap, the same for warm
+// and cold ones (the nonce comes on stdin).
+func Command(lang string, in sandbox.Interpreter, sup Supervisor) []string {
 	spec := sandbox.Languages[lang]
 	interp := append([]string{in.Path}, spec.Args...)
 	var child []string
@@ -288,11 +460,25 @@ func Command(lang string, in sandbox.Interpreter, before string, hold bool) []st
 	default: // bash, and any shell-like language: the file is the last argument
 		child = append([]string{"/bin/sh", "-c", shellBootstrap, "codeexec-bootstrap"}, interp...)
 	}
-	h := "0"
-	if hold {
-		h = "1"
+	if sup.Python == "" {
+		h := "0"
+		if sup.Hold {
+			h = "1"
+		}
+		return append([]string{"/bin/sh", "-c", sup.Before + SupervisorScript, "codeexec-supervisor", spec.FileName, h}, child...)
 	}
-	return append([]string{"/bin/sh", "-c", before + SupervisorScript, "codeexec-supervisor", spec.FileName, h}, child...)
+	var cmd []string
+	if sup.Before != "" {
+		cmd = []string{"/bin/sh", "-c", sup.Before + `exec "$@"`, "codeexec-supervisor"}
+	}
+	cmd = append(cmd, sup.Python, "-I", "-S", "-B", "-c", SupervisorProgram)
+	if sup.Hold {
+		cmd = append(cmd, "--hold")
+	}
+	if len(sup.Relay) > 0 {
+		cmd = append(append(cmd, "--relay"), sup.Relay...)
+	}
+	return append(append(cmd, spec.FileName), child...)
 }
 
 // Length is the line that precedes the program, for a supervisor that
