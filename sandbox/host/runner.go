@@ -164,43 +164,87 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		return nil, err
 	}
 	res := &sandbox.Result{Sandbox: sandbox.ModeNone}
-	marker := RunIDVariable + "=" + filepath.Base(dir)
-	path, env := in.Path, append(os.Environ(), marker)
+	var serve func(net.Listener)
 	if r.egress != nil {
+		var session *proxy.Session
+		serve = func(l net.Listener) { session = r.egress.Serve(filepath.Base(dir), l) }
+		defer func() {
+			if session != nil {
+				res.Network = session.Close()
+			}
+		}()
+	}
+	run, err := r.programSpec(program{
+		lang:     req.Language,
+		dir:      dir,
+		path:     in.Path,
+		args:     spec.ProgramArgs(file, req.PackageDir != nil),
+		packages: req.PackageDir,
+		limits:   req.Limits,
+		serve:    serve,
+	})
+	if err != nil {
+		return nil, err
+	}
+	run.Stdin, run.Observe = req.Stdin, req.Observe
+	err = executor.Spawn(ctx, run, res)
+	if err == nil && req.Artifacts != nil {
+		res.Artifacts = executor.CollectArtifacts(dir, spec.FileName, before, *req.Artifacts)
+	}
+	return res, err
+}
+
+// program is what a program of a run or of a session is made of.
+type program struct {
+	// lang is the program's language, dir its working directory.
+	lang, dir string
+	// path and args are the command, as lang's programs run.
+	path string
+	args []string
+	// packages is the package folder the program sees, or nil.
+	packages *sandbox.PackageDir
+	limits   sandbox.Limits
+	// serve, when not nil, is given the listener that the program's
+	// HTTP_PROXY and HTTPS_PROXY point at, before the program starts.
+	serve func(net.Listener)
+}
+
+// programSpec is the Spec of a program of mode none, one-off run or
+// session: the server's environment with the run marker, the egress
+// listener, WORKSPACE, the package folder and python's figure hook.
+func (r *Runner) programSpec(p program) (executor.Spec, error) {
+	marker := RunIDVariable + "=" + filepath.Base(p.dir)
+	path, env := p.path, append(os.Environ(), marker)
+	if p.serve != nil {
+		// Not enforced in mode none (see EgressWarning): the program is
+		// pointed at a listener of its own.
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return nil, fmt.Errorf("%w: egress listener: %v", sandbox.ErrSandboxUnavailable, err)
+			return executor.Spec{}, fmt.Errorf("%w: egress listener: %v", sandbox.ErrSandboxUnavailable, err)
 		}
-		session := r.egress.Serve(filepath.Base(dir), l)
-		defer func() { res.Network = session.Close() }()
+		p.serve(l)
 		env = append(withoutProxyEnv(env), egress.ProxyEnv(l.Addr().String())...)
 	}
 	if r.workspace != nil {
 		env = append(env, sandbox.WorkspaceVariable+"="+r.workspace.Dir)
 	}
-	if req.PackageDir != nil {
-		// No mount namespace here: the run sees the folder at its own
+	if p.packages != nil {
+		// No mount namespace here: the program sees the folder at its own
 		// path, with the server's permissions.
-		env = append(env, sandbox.PackageEnv(req.Language, req.PackageDir.HostDir)...)
+		env = append(env, sandbox.PackageEnv(p.lang, p.packages.HostDir)...)
 	}
-	if req.Language == "python" && r.python != nil {
+	if p.lang == "python" && r.python != nil {
 		path, env = r.python.Python, executor.PythonEnv(env, r.python)
 	}
-	err = executor.Spawn(ctx, executor.Spec{
+	return executor.Spec{
 		Path:      path,
-		Args:      spec.ProgramArgs(file, req.PackageDir != nil),
+		Args:      p.args,
 		Env:       env,
-		Dir:       dir,
-		Stdin:     req.Stdin,
-		Limits:    req.Limits,
-		Observe:   req.Observe,
+		Dir:       p.dir,
+		Limits:    p.limits,
 		Direct:    true,
 		RunMarker: marker,
-	}, res)
-	if err == nil && req.Artifacts != nil {
-		res.Artifacts = executor.CollectArtifacts(dir, spec.FileName, before, *req.Artifacts)
-	}
-	return res, err
+	}, nil
 }
 
 // withoutProxyEnv drops the server's own proxy variables, which the egress

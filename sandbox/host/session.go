@@ -4,11 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 
 	"github.com/codeexec/codeexec/sandbox"
-	"github.com/codeexec/codeexec/sandbox/egress"
 	"github.com/codeexec/codeexec/sandbox/internal/executor"
 	"github.com/codeexec/codeexec/sandbox/internal/sessionproc"
 	"github.com/codeexec/codeexec/sandbox/sessions"
@@ -38,37 +35,16 @@ func (b sessionBackend) Start(ctx context.Context, spec sessions.Spec) (sessions
 		Egress: r.egress,
 		Python: sessionproc.Python(r.interp, ""),
 		Spec: func(lang, dir, _, path string, args []string, lim sandbox.Limits, serve func(net.Listener)) (executor.Spec, func(), error) {
-			marker := RunIDVariable + "=" + filepath.Base(dir)
-			env := append(os.Environ(), marker)
-			if spec.PackageDir != nil {
-				env = append(env, sandbox.PackageEnv(lang, spec.PackageDir.HostDir)...)
-			}
-			if serve != nil {
-				// As a run: the program is pointed at a listener of its own
-				// (not enforced in mode none; see EgressWarning).
-				l, err := net.Listen("tcp", "127.0.0.1:0")
-				if err != nil {
-					return executor.Spec{}, nil, fmt.Errorf("%w: egress listener: %v", sandbox.ErrSandboxUnavailable, err)
-				}
-				serve(l)
-				env = append(withoutProxyEnv(env), egress.ProxyEnv(l.Addr().String())...)
-			}
-			// And as a run: WORKSPACE, and python's figure hook.
-			if r.workspace != nil {
-				env = append(env, sandbox.WorkspaceVariable+"="+r.workspace.Dir)
-			}
-			if lang == "python" && r.python != nil {
-				path, env = r.python.Python, executor.PythonEnv(env, r.python)
-			}
-			return executor.Spec{
-				Path:      path,
-				Args:      args,
-				Env:       env,
-				Dir:       dir,
-				Limits:    sandbox.Limits{Timeout: lim.Timeout, OutputBytes: lim.OutputBytes},
-				Direct:    true,
-				RunMarker: marker,
-			}, func() {}, nil
+			run, err := r.programSpec(program{
+				lang:     lang,
+				dir:      dir,
+				path:     path,
+				args:     args,
+				packages: spec.PackageDir,
+				limits:   sandbox.Limits{Timeout: lim.Timeout, OutputBytes: lim.OutputBytes},
+				serve:    serve,
+			})
+			return run, func() {}, err
 		},
 		Owner: func() (int, int, bool) { return 0, 0, false },
 		Log:   r.log,
