@@ -174,14 +174,14 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 			}
 		}()
 	}
-	run, err := r.programSpec(program{
-		lang:     req.Language,
-		dir:      dir,
-		path:     in.Path,
-		args:     spec.ProgramArgs(file, req.PackageDir != nil),
-		packages: req.PackageDir,
-		limits:   req.Limits,
-		serve:    serve,
+	run, err := r.programSpec(executor.Program{
+		Lang:     req.Language,
+		Dir:      dir,
+		Path:     in.Path,
+		Args:     spec.ProgramArgs(file, req.PackageDir != nil),
+		Packages: req.PackageDir,
+		Limits:   req.Limits,
+		Serve:    serve,
 	})
 	if err != nil {
 		return nil, err
@@ -194,54 +194,39 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	return res, err
 }
 
-// program is what a program of a run or of a session is made of.
-type program struct {
-	// lang is the program's language, dir its working directory.
-	lang, dir string
-	// path and args are the command, as lang's programs run.
-	path string
-	args []string
-	// packages is the package folder the program sees, or nil.
-	packages *sandbox.PackageDir
-	limits   sandbox.Limits
-	// serve, when not nil, is given the listener that the program's
-	// HTTP_PROXY and HTTPS_PROXY point at, before the program starts.
-	serve func(net.Listener)
-}
-
 // programSpec is the Spec of a program of mode none, one-off run or
 // session: the server's environment with the run marker, the egress
 // listener, WORKSPACE, the package folder and python's figure hook.
-func (r *Runner) programSpec(p program) (executor.Spec, error) {
-	marker := RunIDVariable + "=" + filepath.Base(p.dir)
-	path, env := p.path, append(os.Environ(), marker)
-	if p.serve != nil {
+func (r *Runner) programSpec(p executor.Program) (executor.Spec, error) {
+	marker := RunIDVariable + "=" + filepath.Base(p.Dir)
+	path, env := p.Path, append(os.Environ(), marker)
+	if p.Serve != nil {
 		// Not enforced in mode none (see EgressWarning): the program is
 		// pointed at a listener of its own.
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return executor.Spec{}, fmt.Errorf("%w: egress listener: %v", sandbox.ErrSandboxUnavailable, err)
 		}
-		p.serve(l)
+		p.Serve(l)
 		env = append(withoutProxyEnv(env), egress.ProxyEnv(l.Addr().String())...)
 	}
 	if r.workspace != nil {
 		env = append(env, sandbox.WorkspaceVariable+"="+r.workspace.Dir)
 	}
-	if p.packages != nil {
+	if p.Packages != nil {
 		// No mount namespace here: the program sees the folder at its own
 		// path, with the server's permissions.
-		env = append(env, sandbox.PackageEnv(p.lang, p.packages.HostDir)...)
+		env = append(env, sandbox.PackageEnv(p.Lang, p.Packages.HostDir)...)
 	}
-	if p.lang == "python" && r.python != nil {
+	if p.Lang == "python" && r.python != nil {
 		path, env = r.python.Python, executor.PythonEnv(env, r.python)
 	}
 	return executor.Spec{
 		Path:      path,
-		Args:      p.args,
+		Args:      p.Args,
 		Env:       env,
-		Dir:       p.dir,
-		Limits:    p.limits,
+		Dir:       p.Dir,
+		Limits:    p.Limits,
 		Direct:    true,
 		RunMarker: marker,
 	}, nil

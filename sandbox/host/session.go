@@ -3,7 +3,6 @@ package host
 import (
 	"context"
 	"fmt"
-	"net"
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/internal/executor"
@@ -34,17 +33,11 @@ func (b sessionBackend) Start(ctx context.Context, spec sessions.Spec) (sessions
 		Begin:  r.runs.Begin,
 		Egress: r.egress,
 		Python: sessionproc.Python(r.interp, ""),
-		Spec: func(lang, dir, _, path string, args []string, lim sandbox.Limits, serve func(net.Listener)) (executor.Spec, func(), error) {
-			run, err := r.programSpec(program{
-				lang:     lang,
-				dir:      dir,
-				path:     path,
-				args:     args,
-				packages: spec.PackageDir,
-				limits:   sandbox.Limits{Timeout: lim.Timeout, OutputBytes: lim.OutputBytes},
-				serve:    serve,
-			})
-			return run, func() {}, err
+		Spec: func(p executor.Program, _ string) (executor.Spec, func(), error) {
+			// As a run: mode none applies the timeout and the output cap only.
+			p.Limits = sandbox.Limits{Timeout: p.Limits.Timeout, OutputBytes: p.Limits.OutputBytes}
+			spec, err := r.programSpec(p)
+			return spec, func() {}, err
 		},
 		Owner: func() (int, int, bool) { return 0, 0, false },
 		Log:   r.log,

@@ -46,15 +46,14 @@ type Host struct {
 	// Begin registers a run with the mode's run group (so that closing
 	// the Runner stops the session); see executor.RunGroup.Begin.
 	Begin func(ctx context.Context) (context.Context, func(), error)
-	// Spec returns the Spec of a program of lang (path and args, as the
-	// mode would run lang's programs) in dir, a run's working directory
-	// whose files the program keeps for its whole life, and what to clean
-	// up after it ran. The program must be able to open the FIFOs in ctl.
-	// With serve set (Egress is), the program reaches the network only
-	// through the egress proxy, as a run of the mode does: the mode hands
-	// the listener that the program's HTTP_PROXY and HTTPS_PROXY point at
-	// to serve, before the program starts.
-	Spec func(lang, dir, ctl, path string, args []string, lim sandbox.Limits, serve func(net.Listener)) (executor.Spec, func(), error)
+	// Spec returns the Spec of program p (as the mode makes a run's, with
+	// the command as the mode would run p.Lang's programs) and what to
+	// clean up after it ran. p.Dir is the working directory, whose files
+	// the program keeps for its whole life; the program must be able to
+	// open the FIFOs in ctl. With p.Serve set (Egress is), the program
+	// reaches the network only through the egress proxy, as a run of the
+	// mode does.
+	Spec func(p executor.Program, ctl string) (executor.Spec, func(), error)
 	// Python returns the python3 that runs the supervisor of a session
 	// whose language is not python (a python session's own python runs
 	// it).
@@ -250,15 +249,18 @@ func (s *Session) startSupervisor(ctx context.Context) error {
 	var spec executor.Spec
 	cleanup := func() {}
 	var err error
+	p := executor.Program{Lang: s.lang.Name, Dir: s.dir, Path: s.interp.Path, Packages: s.spec.PackageDir, Limits: lim, Serve: serve}
 	if s.lang.Name == "python" {
 		// The session's own python runs the supervisor (the mode may give
 		// another one: the data-science python).
-		spec, cleanup, err = s.h.Spec("python", s.dir, s.ctl, s.interp.Path, sessions.SupervisorArgs("python", inPath, outPath, nil), lim, serve)
+		p.Args = sessions.SupervisorArgs("python", inPath, outPath, nil)
+		spec, cleanup, err = s.h.Spec(p, s.ctl)
 	} else {
 		var python string
 		if python, err = s.h.Python(ctx); err == nil {
 			// The program the mode would run, run by the supervisor.
-			spec, cleanup, err = s.h.Spec(s.lang.Name, s.dir, s.ctl, s.interp.Path, slices.Clone(s.lang.Args), lim, serve)
+			p.Args = slices.Clone(s.lang.Args)
+			spec, cleanup, err = s.h.Spec(p, s.ctl)
 			spec.Args = sessions.SupervisorArgs(s.lang.Name, inPath, outPath, append([]string{spec.Path}, spec.Args...))
 			spec.Path = python
 		}
