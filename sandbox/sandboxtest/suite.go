@@ -463,7 +463,7 @@ func runnerFreshWorkingDirectory(t *testing.T, rs *runnerSuite) {
 
 // runnerFilesInArtifactsOut is the case "files in, artifacts out".
 func runnerFilesInArtifactsOut(t *testing.T, rs *runnerSuite) {
-	filesSuite(t, rs.r, rs.run, rs.need)
+	filesSuite(t, rs)
 }
 
 // runnerLocalhostReachesTheProgramsOwnLoopbackServer is the case "localhost reaches the program's own loopback server".
