@@ -163,16 +163,10 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		return nil, fmt.Errorf("%w: CODE_EXEC_NETWORK=allowlist needs process mode's network namespace, which is unavailable (%s)", sandbox.ErrSandboxUnavailable, featureStatus(r.features, FeatureNetwork))
 	}
 	if cfg.Strict {
-		var missing []string
-		for _, f := range r.features {
-			if !f.Active {
-				missing = append(missing, f.Name+" ("+f.Detail+")")
-			}
-		}
-		if len(missing) > 0 {
+		if err := r.checkStrict(); err != nil {
 			r.closeCgroups()
 			_ = wr.Remove()
-			return nil, fmt.Errorf("%w: CODE_EXEC_PROCESS_STRICT=true but these protections are unavailable: %s", sandbox.ErrSandboxUnavailable, strings.Join(missing, "; "))
+			return nil, err
 		}
 	}
 	for i := range langs {
@@ -180,20 +174,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 			langs[i].Packages = pkgs
 		}
 	}
-	r.caps = sandbox.Capabilities{
-		Mode:        sandbox.ModeProcess,
-		Isolation:   r.isolation(),
-		Summary:     r.isolationSummary(),
-		Languages:   langs,
-		Protections: r.protections(),
-		Workspace:   ws,
-	}
-	if ws != nil && !ws.Enforced {
-		r.caps.Warnings = append(r.caps.Warnings, "CODE_EXEC_WORKSPACE_MODE=ro is not enforced on this host: "+ws.Detail)
-	}
-	if r.egress != nil {
-		r.caps.Egress = r.egress.Policy().Info(true, EgressAddr)
-	}
+	r.caps = r.capabilities(langs, ws)
 	if err := r.probeLanguages(ctx); err != nil {
 		r.closeCgroups()
 		_ = wr.Remove()
@@ -203,6 +184,42 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		r.pool = newWarmPool(r, cfg.PoolSize)
 	}
 	return r, nil
+}
+
+// checkStrict refuses, for CODE_EXEC_PROCESS_STRICT, a host where a
+// protection is unavailable, naming each.
+func (r *Runner) checkStrict() error {
+	var missing []string
+	for _, f := range r.features {
+		if !f.Active {
+			missing = append(missing, f.Name+" ("+f.Detail+")")
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: CODE_EXEC_PROCESS_STRICT=true but these protections are unavailable: %s", sandbox.ErrSandboxUnavailable, strings.Join(missing, "; "))
+	}
+	return nil
+}
+
+// capabilities are what sandbox_info says of this Runner: the isolation
+// and protections in force, the languages langs, the workspace ws (nil for
+// none) and the egress policy.
+func (r *Runner) capabilities(langs []sandbox.LanguageStatus, ws *sandbox.WorkspaceStatus) sandbox.Capabilities {
+	caps := sandbox.Capabilities{
+		Mode:        sandbox.ModeProcess,
+		Isolation:   r.isolation(),
+		Summary:     r.isolationSummary(),
+		Languages:   langs,
+		Protections: r.protections(),
+		Workspace:   ws,
+	}
+	if ws != nil && !ws.Enforced {
+		caps.Warnings = append(caps.Warnings, "CODE_EXEC_WORKSPACE_MODE=ro is not enforced on this host: "+ws.Detail)
+	}
+	if r.egress != nil {
+		caps.Egress = r.egress.Policy().Info(true, EgressAddr)
+	}
+	return caps
 }
 
 // probeLimits bound the start-up probes: the defaults of a run, so that an
