@@ -164,25 +164,9 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		return nil, err
 	}
 	res := &sandbox.Result{Sandbox: sandbox.ModeNone}
-	var serve func(net.Listener)
-	if r.egress != nil {
-		var session *proxy.Session
-		serve = func(l net.Listener) { session = r.egress.Serve(filepath.Base(dir), l) }
-		defer func() {
-			if session != nil {
-				res.Network = session.Close()
-			}
-		}()
-	}
-	run, err := r.programSpec(executor.Program{
-		Lang:     req.Language,
-		Dir:      dir,
-		Path:     in.Path,
-		Args:     spec.ProgramArgs(file, req.PackageDir != nil),
-		Packages: req.PackageDir,
-		Limits:   req.Limits,
-		Serve:    serve,
-	})
+	part, serve := proxy.NewPart(r.egress, filepath.Base(dir))
+	defer func() { res.Network = part.Close() }()
+	run, err := r.programSpec(executor.ProgramOf(req, spec, in.Path, dir, file, serve))
 	if err != nil {
 		return nil, err
 	}

@@ -506,26 +506,13 @@ func (r *Runner) runIn(ctx context.Context, s *slot, req sandbox.Request, spec s
 		return nil, err
 	}
 	res := &sandbox.Result{Sandbox: sandbox.ModeProcess}
+	var part *proxy.Part
 	var serve func(net.Listener)
 	if r.egress != nil {
-		var session *proxy.Session
-		id := fmt.Sprintf("process-%d", r.runSeq.Add(1))
-		serve = func(l net.Listener) { session = r.egress.Serve(id, l) }
-		defer func() {
-			if session != nil {
-				res.Network = session.Close()
-			}
-		}()
+		part, serve = proxy.NewPart(r.egress, fmt.Sprintf("process-%d", r.runSeq.Add(1)))
+		defer func() { res.Network = part.Close() }()
 	}
-	run, err := r.programSpec(g, s.isolation(), executor.Program{
-		Lang:     req.Language,
-		Dir:      dir,
-		Path:     in.Path,
-		Args:     spec.ProgramArgs(file, req.PackageDir != nil),
-		Packages: req.PackageDir,
-		Limits:   req.Limits,
-		Serve:    serve,
-	})
+	run, err := r.programSpec(g, s.isolation(), executor.ProgramOf(req, spec, in.Path, dir, file, serve))
 	if err != nil {
 		return nil, err
 	}

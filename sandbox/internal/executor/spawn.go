@@ -29,25 +29,6 @@ import (
 	"github.com/codeexec/codeexec/sandbox"
 )
 
-// Program is what a mode makes one program's Spec of, the same way for a
-// one-off run and for a session's supervisor: its language, working
-// directory and command, the package folder it sees, its limits and its way
-// to the egress proxy.
-type Program struct {
-	// Lang is the program's language, Dir its working directory.
-	Lang, Dir string
-	// Path and Args are the command, as the mode runs Lang's programs.
-	Path string
-	Args []string
-	// Packages is the package folder the program sees, or nil.
-	Packages *sandbox.PackageDir
-	Limits   sandbox.Limits
-	// Serve, when not nil, is given the listener that the program's
-	// HTTP_PROXY and HTTPS_PROXY point at, before the program starts: the
-	// program reaches the network through the egress proxy only.
-	Serve func(net.Listener)
-}
-
 // Spec is one program to start under the supervisor: what Spawn needs from a
 // runner. Both process mode and mode none (sandbox/host) use it; they differ
 // only in the environment, the limits, the user and the isolation.

@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -31,7 +30,6 @@ import (
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/artifacts"
-	"github.com/codeexec/codeexec/sandbox/egress"
 	"github.com/codeexec/codeexec/sandbox/egress/proxy"
 	"github.com/codeexec/codeexec/sandbox/internal/executor"
 	"github.com/codeexec/codeexec/sandbox/sessions"
@@ -126,50 +124,7 @@ type supervisor struct {
 	res    sandbox.Result
 	err    error
 	// egress is the session's part of the egress proxy (nil without one).
-	egress *egressPart
-}
-
-// egressPart is the proxy session of a session's supervisor, once its
-// listener is handed over. A nil *egressPart reports nothing.
-type egressPart struct {
-	mu sync.Mutex
-	s  *proxy.Session
-}
-
-// newEgressPart returns a part for a program, and the function that the
-// mode hands the program's listener to; nil ones without a proxy.
-func newEgressPart(p *proxy.Proxy, id string) (*egressPart, func(net.Listener)) {
-	if p == nil {
-		return nil, nil
-	}
-	e := &egressPart{}
-	return e, func(l net.Listener) {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		e.s = p.Serve(id, l)
-	}
-}
-
-// cut returns what the program reached since the last cut.
-func (e *egressPart) cut() *egress.Report { return e.report(false) }
-
-// close ends the proxy session and returns what the program reached since
-// the last cut.
-func (e *egressPart) close() *egress.Report { return e.report(true) }
-
-func (e *egressPart) report(closing bool) *egress.Report {
-	if e == nil {
-		return nil
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	switch {
-	case e.s == nil:
-		return nil
-	case closing:
-		return e.s.Close()
-	}
-	return e.s.Cut()
+	egress *proxy.Part
 }
 
 // Start makes the session's folders and starts its supervisor, so that a
@@ -245,7 +200,7 @@ func (s *Session) startSupervisor(ctx context.Context) error {
 	lim := s.spec.Limits
 	lim.Timeout = time.Until(s.spec.Deadline) + time.Minute
 	lim.OutputBytes = supervisorOutput
-	part, serve := newEgressPart(s.h.Egress, s.spec.ID)
+	part, serve := proxy.NewPart(s.h.Egress, s.spec.ID)
 	var spec executor.Spec
 	cleanup := func() {}
 	var err error
@@ -266,7 +221,7 @@ func (s *Session) startSupervisor(ctx context.Context) error {
 		}
 	}
 	if err != nil {
-		_ = part.close()
+		_ = part.Close()
 		return fail("preparing the session's supervisor", err)
 	}
 	runCtx, end, err := s.h.Begin(context.Background())
@@ -275,7 +230,7 @@ func (s *Session) startSupervisor(ctx context.Context) error {
 		for _, f := range files {
 			_ = f.Close()
 		}
-		_ = part.close()
+		_ = part.Close()
 		return err
 	}
 	runCtx, cancel := context.WithCancel(runCtx)
@@ -285,7 +240,7 @@ func (s *Session) startSupervisor(ctx context.Context) error {
 		defer end()
 		defer cleanup()
 		sv.err = executor.Spawn(runCtx, spec, &sv.res)
-		_ = part.close()
+		_ = part.Close()
 		// The supervisor is gone: its FIFOs can give nothing more.
 		_ = sv.conn.Close()
 		_ = os.Remove(inPath)
@@ -340,7 +295,7 @@ func (s *Session) Exec(ctx context.Context, req sandbox.Request) (*sandbox.Resul
 				s.h.Finish(res)
 			}
 		},
-		Network: func(res *sandbox.Result) { res.Network = sv.egress.cut() },
+		Network: func(res *sandbox.Result) { res.Network = sv.egress.Cut() },
 		Known:   &s.known,
 	})
 	if err != nil && errors.Is(err, sandbox.ErrSandboxUnavailable) {
