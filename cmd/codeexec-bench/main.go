@@ -91,12 +91,8 @@ func run(rounds, warmup, pool int, bin string, withDocker bool, sus sustained, s
 			return err
 		}
 		defer os.RemoveAll(dir)
-		bin = filepath.Join(dir, "codeexec")
-		fmt.Fprintln(os.Stderr, "building ./cmd/codeexec ...")
-		build := exec.Command("go", "build", "-o", bin, "./cmd/codeexec")
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			return fmt.Errorf("building codeexec: %w", err)
+		if bin, err = buildCodeexec(dir); err != nil {
+			return err
 		}
 	}
 
@@ -112,6 +108,37 @@ func run(rounds, warmup, pool int, bin string, withDocker bool, sus sustained, s
 		return nil
 	}
 
+	targets := latencyTargets(withDocker, pool)
+	defer closeTargets(targets)
+	if err := connectTargets(ctx, bin, targets); err != nil {
+		return err
+	}
+	if withDocker {
+		time.Sleep(3 * time.Second) // let the pool fill before the first round
+	}
+	if err := measureLatency(ctx, targets, warmup, rounds, withDocker, settle); err != nil {
+		return err
+	}
+	printLatency(targets, rounds)
+	printRatios(targets, withDocker, pool)
+	return nil
+}
+
+// buildCodeexec builds ./cmd/codeexec into dir and returns the binary.
+func buildCodeexec(dir string) (string, error) {
+	bin := filepath.Join(dir, "codeexec")
+	fmt.Fprintln(os.Stderr, "building ./cmd/codeexec ...")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/codeexec")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return "", fmt.Errorf("building codeexec: %w", err)
+	}
+	return bin, nil
+}
+
+// latencyTargets are the configurations of the latency rounds: bare, none,
+// process and, withDocker, docker without a pool and with pool.
+func latencyTargets(withDocker bool, pool int) []*target {
 	targets := []*target{
 		{name: "bare"},
 		{name: "none", env: []string{"CODE_EXEC_SANDBOX=none"}},
@@ -124,6 +151,14 @@ func run(rounds, warmup, pool int, bin string, withDocker bool, sus sustained, s
 	}
 	for _, t := range targets {
 		t.lat = map[string][]time.Duration{}
+	}
+	return targets
+}
+
+// connectTargets starts the codeexec server of each target that has one
+// and connects to it.
+func connectTargets(ctx context.Context, bin string, targets []*target) error {
+	for _, t := range targets {
 		if t.env == nil {
 			continue
 		}
@@ -131,13 +166,23 @@ func run(rounds, warmup, pool int, bin string, withDocker bool, sus sustained, s
 		if err != nil {
 			return fmt.Errorf("%s: %w", t.name, err)
 		}
-		defer cs.Close()
 		t.cs = cs
 	}
-	if withDocker {
-		time.Sleep(3 * time.Second) // let the pool fill before the first round
-	}
+	return nil
+}
 
+// closeTargets closes the connected targets' servers, the last first.
+func closeTargets(targets []*target) {
+	for _, t := range slices.Backward(targets) {
+		if t.cs != nil {
+			_ = t.cs.Close()
+		}
+	}
+}
+
+// measureLatency makes the warm-up and measured rounds, each program on
+// each target in turn, and records the measured latencies.
+func measureLatency(ctx context.Context, targets []*target, warmup, rounds int, withDocker bool, settle time.Duration) error {
 	fmt.Fprintf(os.Stderr, "%d warm-up and %d measured rounds over %d configurations ...\n", warmup, rounds, len(targets))
 	for round := range warmup + rounds {
 		for _, p := range programs {
@@ -155,7 +200,11 @@ func run(rounds, warmup, pool int, bin string, withDocker bool, sus sustained, s
 			}
 		}
 	}
+	return nil
+}
 
+// printLatency prints the table of the latencies' percentiles.
+func printLatency(targets []*target, rounds int) {
 	host, _ := os.Hostname()
 	fmt.Printf("codeexec-bench: %d rounds, interleaved; host %s, %d CPUs\n\n", rounds, host, runtime.NumCPU())
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -170,7 +219,11 @@ func run(rounds, warmup, pool int, bin string, withDocker bool, sus sustained, s
 		}
 	}
 	_ = tw.Flush()
+}
 
+// printRatios prints the ratios of python's latencies that the modes are
+// held to, and whether each is met.
+func printRatios(targets []*target, withDocker bool, pool int) {
 	med := func(name, lang string) float64 {
 		for _, t := range targets {
 			if t.name == name {
@@ -205,8 +258,6 @@ func run(rounds, warmup, pool int, bin string, withDocker bool, sus sustained, s
 			}
 		}
 	}
-
-	return nil
 }
 
 // connect starts a codeexec server over stdio with env added to the

@@ -311,35 +311,11 @@ func containerLimits(l sandbox.Limits) sandbox.Limits {
 // setup only; the session lives until discard. On error nothing is left on
 // the engine.
 func (r *Runner) start(ctx context.Context, spec containerSpec, lang string) (*session, error) {
-	cfg, host := r.configs(spec)
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engineTimeout)
 	defer cancel()
-
-	var eg *runEgress
-	if spec.egress {
-		var err error
-		if eg, err = r.openEgress(spec.role); err != nil {
-			return nil, err
-		}
-		host.Mounts = append(host.Mounts, eg.mount())
-	}
-	created, err := r.cli.ContainerCreate(opCtx, client.ContainerCreateOptions{Config: cfg, HostConfig: host})
+	id, eg, err := r.create(opCtx, spec)
 	if err != nil {
-		if eg != nil {
-			eg.close()
-		}
-		return nil, engineErr("creating the container", err)
-	}
-	for _, w := range created.Warnings {
-		r.log.Warn("engine warning on container create", "warning", w)
-	}
-	id := created.ID
-	if err := r.track(id); err != nil {
-		_ = r.remove(id)
-		if eg != nil {
-			eg.close()
-		}
-		return nil, fmt.Errorf("docker: %w", err)
+		return nil, err
 	}
 	fail := func(doing string, err error) (*session, error) {
 		if eg != nil {
@@ -364,12 +340,65 @@ func (r *Runner) start(ctx context.Context, spec containerSpec, lang string) (*s
 		takenC:  make(chan struct{}),
 		egress:  eg,
 	}
+	r.watchExit(s)
+	r.readOutput(s, spec)
 
-	// Wait for the next exit before starting, so that a fast exit is not
-	// missed. The wait lives until the session is discarded.
+	if _, err := r.cli.ContainerStart(opCtx, id, client.ContainerStartOptions{}); err != nil {
+		s.attach.Close()
+		s.stop()
+		return fail("starting the container", err)
+	}
+	if spec.framed {
+		// The supervisor reads its nonce before it starts anything (see
+		// runproto): it never appears in a command line.
+		if _, err := io.WriteString(s.attach.Conn, spec.nonce+"\n"); err != nil {
+			s.attach.Close()
+			s.stop()
+			return fail("handing the supervisor its nonce", err)
+		}
+	}
+	return s, nil
+}
+
+// create creates the container of spec, with its egress when it has one,
+// and tracks it. On error nothing is left on the engine.
+func (r *Runner) create(ctx context.Context, spec containerSpec) (string, *runEgress, error) {
+	cfg, host := r.configs(spec)
+	var eg *runEgress
+	if spec.egress {
+		var err error
+		if eg, err = r.openEgress(spec.role); err != nil {
+			return "", nil, err
+		}
+		host.Mounts = append(host.Mounts, eg.mount())
+	}
+	created, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: host})
+	if err != nil {
+		if eg != nil {
+			eg.close()
+		}
+		return "", nil, engineErr("creating the container", err)
+	}
+	for _, w := range created.Warnings {
+		r.log.Warn("engine warning on container create", "warning", w)
+	}
+	if err := r.track(created.ID); err != nil {
+		_ = r.remove(created.ID)
+		if eg != nil {
+			eg.close()
+		}
+		return "", nil, fmt.Errorf("docker: %w", err)
+	}
+	return created.ID, eg, nil
+}
+
+// watchExit waits for the container's next exit, from before it starts, so
+// that a fast exit is not missed; it records the exit in s.exit and closes
+// s.exitedC. The wait lives until the session is discarded (s.stop).
+func (r *Runner) watchExit(s *session) {
 	waitCtx, stop := context.WithCancel(context.Background())
 	s.stop = stop
-	wr := r.cli.ContainerWait(waitCtx, id, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
+	wr := r.cli.ContainerWait(waitCtx, s.id, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
 	go func() {
 		select {
 		case w := <-wr.Result:
@@ -380,6 +409,11 @@ func (r *Runner) start(ctx context.Context, spec containerSpec, lang string) (*s
 		}
 		close(s.exitedC)
 	}()
+}
+
+// readOutput reads the container's output into its streams (or into
+// spec's own writers) until the stream ends, and then closes s.readC.
+func (r *Runner) readOutput(s *session, spec containerSpec) {
 	go func() {
 		stdout, stderr := s.out.Stdout(), s.out.Stderr()
 		if spec.stdout != nil {
@@ -387,7 +421,7 @@ func (r *Runner) start(ctx context.Context, spec containerSpec, lang string) (*s
 		}
 		_, err := stdcopy.StdCopy(stdout, stderr, s.attach.Reader)
 		if err != nil {
-			r.log.Debug("reading container output", "id", shortID(id), "err", err)
+			r.log.Debug("reading container output", "id", shortID(s.id), "err", err)
 		}
 		if c, ok := spec.stdout.(io.Closer); ok {
 			_ = c.Close()
@@ -395,22 +429,6 @@ func (r *Runner) start(ctx context.Context, spec containerSpec, lang string) (*s
 		s.out.End()
 		close(s.readC)
 	}()
-
-	if _, err := r.cli.ContainerStart(opCtx, id, client.ContainerStartOptions{}); err != nil {
-		s.attach.Close()
-		stop()
-		return fail("starting the container", err)
-	}
-	if spec.framed {
-		// The supervisor reads its nonce before it starts anything (see
-		// runproto): it never appears in a command line.
-		if _, err := io.WriteString(s.attach.Conn, spec.nonce+"\n"); err != nil {
-			s.attach.Close()
-			stop()
-			return fail("handing the supervisor its nonce", err)
-		}
-	}
-	return s, nil
 }
 
 // kill sends SIGKILL to the container with a context of its own. A

@@ -134,46 +134,75 @@ func (r *Runner) observe(id string, warm bool) {
 // With art, the archive of the working directory that the supervisor sends
 // after the program has ended is read into Result.Artifacts.
 func (r *Runner) exchange(ctx context.Context, s *session, input io.Reader, lim sandbox.Limits, observe sandbox.ObserveFunc, art *collectSpec, warm bool) (res *sandbox.Result, err error, fault bool) {
+	out, overflow := s.attachOutput(lim.OutputBytes, observe, art)
+	started := time.Now()
+	go s.feed(input)
+	res = &sandbox.Result{Sandbox: sandbox.ModeDocker, ExitCode: -1}
+	end := r.await(ctx, s, lim.Timeout, overflow, res)
+	res.Duration = time.Since(started)
+	r.settle(s, &end)
+	out.Fill(res)
+	return r.outcome(ctx, s, res, end, art, warm)
+}
+
+// exchangeEnd is how an exchange ended.
+type exchangeEnd struct {
+	// killed: the exchange killed the container (timeout, output cap,
+	// ctx, the Runner's Close).
+	killed bool
+	// err says why, when neither the program nor a limit ended the run.
+	err error
+	// exit is the engine's exit of the container; streamEnded says
+	// whether the container's stream ended.
+	exit        waitResult
+	streamEnded bool
+}
+
+// attachOutput gives the session's streams the run's output, capped at
+// limit bytes (overflow is closed when the cap is reached) and observed
+// live, and, with art, the collection of the artifacts.
+func (s *session) attachOutput(limit int64, observe sandbox.ObserveFunc, art *collectSpec) (*sandbox.Output, <-chan struct{}) {
 	overflow := make(chan struct{})
 	var overflowOnce sync.Once
-	out := sandbox.NewOutput(lim.OutputBytes, func() { overflowOnce.Do(func() { close(overflow) }) }).Observe(observe)
+	out := sandbox.NewOutput(limit, func() { overflowOnce.Do(func() { close(overflow) }) }).Observe(observe)
 	s.out.Attach(out)
 	if art != nil {
 		s.out.Collect(art.before, art.opts)
 	}
+	return out, overflow
+}
 
-	started := time.Now()
-	go func() {
-		// A write error means the container or its stream went away; the
-		// exit or the end of the stream says the rest. The copy ends at the
-		// latest when the session is released and its stream closed.
-		_, _ = io.Copy(s.attach.Conn, input)
-		_ = s.attach.CloseWrite()
-	}()
+// feed writes input to the container's stdin and closes it. A write error
+// means the container or its stream went away; the exit or the end of the
+// stream says the rest. The copy ends at the latest when the session is
+// released and its stream closed.
+func (s *session) feed(input io.Reader) {
+	_, _ = io.Copy(s.attach.Conn, input)
+	_ = s.attach.CloseWrite()
+}
+
+// await waits until the program has ended (the container's stream has
+// ended and the engine has reported its exit, or, with a secret nonce, its
+// supervisor's trailers came), or until a limit, ctx or the Runner's Close
+// ends the run first; a timeout is set in res.
+func (r *Runner) await(ctx context.Context, s *session, timeoutAfter time.Duration, overflow <-chan struct{}, res *sandbox.Result) (end exchangeEnd) {
 	var timeout <-chan time.Time
-	if lim.Timeout > 0 {
-		t := time.NewTimer(lim.Timeout)
+	if timeoutAfter > 0 {
+		t := time.NewTimer(timeoutAfter)
 		defer t.Stop()
 		timeout = t.C
 	}
-
-	res = &sandbox.Result{Sandbox: sandbox.ModeDocker, ExitCode: -1}
-	var (
-		killed bool
-		runErr error
-		drain  <-chan time.Time // output still in flight after the exit
-	)
+	var drain <-chan time.Time // output still in flight after the exit
 	readC, exitedC := s.readC, s.exitedC
 	var doneC <-chan struct{}
 	if s.secret {
 		// The nonce is PID 1's secret: its trailers end the run.
 		doneC = s.out.Trailers()
 	}
-wait:
 	for readC != nil || exitedC != nil {
 		select {
 		case <-doneC:
-			break wait
+			return end
 		case <-readC:
 			readC = nil
 		case <-exitedC:
@@ -185,23 +214,29 @@ wait:
 			}
 		case <-drain:
 			r.log.Warn("container output did not end after the container stopped", "id", shortID(s.id))
-			break wait
+			return end
 		case <-timeout:
-			res.TimedOut, killed = true, true
-			break wait
+			res.TimedOut, end.killed = true, true
+			return end
 		case <-overflow:
-			killed = true // out.Fill sets Truncated
-			break wait
+			end.killed = true // out.Fill sets Truncated
+			return end
 		case <-ctx.Done():
-			runErr, killed = fmt.Errorf("docker: run cancelled: %w", ctx.Err()), true
-			break wait
+			end.err, end.killed = fmt.Errorf("docker: run cancelled: %w", ctx.Err()), true
+			return end
 		case <-r.done:
-			runErr, killed = fmt.Errorf("docker: %w while the run was in flight", sandbox.ErrClosed), true
-			break wait
+			end.err, end.killed = fmt.Errorf("docker: %w while the run was in flight", sandbox.ErrClosed), true
+			return end
 		}
 	}
-	res.Duration = time.Since(started)
-	if killed {
+	return end
+}
+
+// settle kills the container when the exchange ended the run, waits a
+// bounded time for it to stop, and records in end the engine's exit and
+// whether the stream ended.
+func (r *Runner) settle(s *session, end *exchangeEnd) {
+	if end.killed {
 		r.kill(s.id)
 		select {
 		case <-s.exitedC:
@@ -212,61 +247,44 @@ wait:
 		case <-time.After(drainTimeout):
 		}
 	}
-	w := waitResult{code: -1, err: errors.New("the container did not stop after SIGKILL")}
+	end.exit = waitResult{code: -1, err: errors.New("the container did not stop after SIGKILL")}
 	select {
 	case <-s.exitedC:
-		w = s.exit
+		end.exit = s.exit
 	default:
-		if !killed {
-			w.err = errors.New("the container has not stopped yet")
+		if !end.killed {
+			end.exit.err = errors.New("the container has not stopped yet")
 		}
 	}
-	ended := false
 	select {
 	case <-s.readC:
-		ended = true
+		end.streamEnded = true
 	default:
 	}
-	out.Fill(res)
+}
 
+// outcome is the result of an exchange that ended as end: the supervisor's
+// when its end can be trusted, otherwise the engine's view; fault as for
+// exchange.
+func (r *Runner) outcome(ctx context.Context, s *session, res *sandbox.Result, end exchangeEnd, art *collectSpec, warm bool) (*sandbox.Result, error, bool) {
 	status, ooms, trailer := s.out.Final()
 	byTrailer := s.secret && trailer && s.out.ArchiveTrusted()
-	if s.out.Framed() && !killed && (byTrailer || ended && trailer && w.err == nil && w.code == 0) {
+	w := end.exit
+	if s.out.Framed() && !end.killed && (byTrailer || end.streamEnded && trailer && w.err == nil && w.code == 0) {
 		// The supervisor's end: it wrote its trailers after every process
 		// of the program had ended, and (without a secret nonce) it exited
 		// by itself and its trailer was the last thing on stderr.
-		res.ExitCode = status
-		switch {
-		case status == 0:
-		case ooms >= 0:
-			// An OOM kill is reported only when the program failed: a
-			// program that exited 0 after a child was killed ran to
-			// completion.
-			res.OOMKilled = ooms > 0
-		default:
-			// The container could not read its memory cgroup: ask the
-			// engine.
-			res.OOMKilled = r.engineOOM(s)
-		}
-		if res.OOMKilled {
-			res.Signal = "killed"
-		}
-		if art != nil {
-			res.Artifacts = s.out.Artifacts(ctx.Done())
-			if res.Artifacts != nil && !s.out.ArchiveTrusted() {
-				res.Artifacts = &artifacts.Collection{Incomplete: "the program wrote a copy of the end-of-run marker, so its output and its working directory could not be told apart"}
-			}
-		}
+		r.supervisorResult(ctx, s, res, status, ooms, art)
 		return res, nil, false
 	}
-	if !s.out.Framed() && !killed && runErr == nil {
+	if !s.out.Framed() && !end.killed && end.err == nil {
 		// Not a run container (the probe): the engine's exit is the result.
 		return r.finishFromEngine(s, res, w, false, nil)
 	}
-	if warm && runErr == nil && !s.out.Acked() {
+	if warm && end.err == nil && !s.out.Acked() {
 		return nil, fmt.Errorf("docker: %w: the warm container %s stopped before it took the program", sandbox.ErrSandboxUnavailable, shortID(s.id)), true
 	}
-	if s.out.Framed() && !killed && runErr == nil {
+	if s.out.Framed() && !end.killed && end.err == nil {
 		// The container stopped without its supervisor's end: PID 1 itself
 		// was killed, from outside (an engine that stops kills its
 		// containers, so does docker kill or docker rm -f) or by the OOM
@@ -280,7 +298,35 @@ wait:
 		return nil, fmt.Errorf("docker: %w: the container %s was stopped from outside before the program ended (exit status %d), for example by a restart of the Docker Engine",
 			sandbox.ErrSandboxUnavailable, shortID(s.id), res.ExitCode), false
 	}
-	return r.finishFromEngine(s, res, w, killed, runErr)
+	return r.finishFromEngine(s, res, w, end.killed, end.err)
+}
+
+// supervisorResult completes res from the supervisor's trailers: the exit
+// status, an OOM kill (asked of the engine when the container could not
+// read its memory cgroup), and, with art, the artifacts.
+func (r *Runner) supervisorResult(ctx context.Context, s *session, res *sandbox.Result, status, ooms int, art *collectSpec) {
+	res.ExitCode = status
+	switch {
+	case status == 0:
+	case ooms >= 0:
+		// An OOM kill is reported only when the program failed: a
+		// program that exited 0 after a child was killed ran to
+		// completion.
+		res.OOMKilled = ooms > 0
+	default:
+		// The container could not read its memory cgroup: ask the
+		// engine.
+		res.OOMKilled = r.engineOOM(s)
+	}
+	if res.OOMKilled {
+		res.Signal = "killed"
+	}
+	if art != nil {
+		res.Artifacts = s.out.Artifacts(ctx.Done())
+		if res.Artifacts != nil && !s.out.ArchiveTrusted() {
+			res.Artifacts = &artifacts.Collection{Incomplete: "the program wrote a copy of the end-of-run marker, so its output and its working directory could not be told apart"}
+		}
+	}
 }
 
 // finishFromEngine completes a result from the engine's view of the stopped

@@ -164,43 +164,56 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		return nil, err
 	}
 	res := &sandbox.Result{Sandbox: sandbox.ModeNone}
-	marker := RunIDVariable + "=" + filepath.Base(dir)
-	path, env := in.Path, append(os.Environ(), marker)
-	if r.egress != nil {
+	part, serve := proxy.NewPart(r.egress, filepath.Base(dir))
+	defer func() { res.Network = part.Close() }()
+	run, err := r.programSpec(executor.ProgramOf(req, spec, in.Path, dir, file, serve))
+	if err != nil {
+		return nil, err
+	}
+	run.Stdin, run.Observe = req.Stdin, req.Observe
+	err = executor.Spawn(ctx, run, res)
+	if err == nil && req.Artifacts != nil {
+		res.Artifacts = executor.CollectArtifacts(dir, spec.FileName, before, *req.Artifacts)
+	}
+	return res, err
+}
+
+// programSpec is the Spec of a program of mode none, one-off run or
+// session: the server's environment with the run marker, the egress
+// listener, WORKSPACE, the package folder and python's figure hook.
+func (r *Runner) programSpec(p executor.Program) (executor.Spec, error) {
+	marker := RunIDVariable + "=" + filepath.Base(p.Dir)
+	path, env := p.Path, append(os.Environ(), marker)
+	if p.Serve != nil {
+		// Not enforced in mode none (see EgressWarning): the program is
+		// pointed at a listener of its own.
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return nil, fmt.Errorf("%w: egress listener: %v", sandbox.ErrSandboxUnavailable, err)
+			return executor.Spec{}, fmt.Errorf("%w: egress listener: %v", sandbox.ErrSandboxUnavailable, err)
 		}
-		session := r.egress.Serve(filepath.Base(dir), l)
-		defer func() { res.Network = session.Close() }()
+		p.Serve(l)
 		env = append(withoutProxyEnv(env), egress.ProxyEnv(l.Addr().String())...)
 	}
 	if r.workspace != nil {
 		env = append(env, sandbox.WorkspaceVariable+"="+r.workspace.Dir)
 	}
-	if req.PackageDir != nil {
-		// No mount namespace here: the run sees the folder at its own
+	if p.Packages != nil {
+		// No mount namespace here: the program sees the folder at its own
 		// path, with the server's permissions.
-		env = append(env, sandbox.PackageEnv(req.Language, req.PackageDir.HostDir)...)
+		env = append(env, sandbox.PackageEnv(p.Lang, p.Packages.HostDir)...)
 	}
-	if req.Language == "python" && r.python != nil {
+	if p.Lang == "python" && r.python != nil {
 		path, env = r.python.Python, executor.PythonEnv(env, r.python)
 	}
-	err = executor.Spawn(ctx, executor.Spec{
+	return executor.Spec{
 		Path:      path,
-		Args:      spec.ProgramArgs(file, req.PackageDir != nil),
+		Args:      p.Args,
 		Env:       env,
-		Dir:       dir,
-		Stdin:     req.Stdin,
-		Limits:    req.Limits,
-		Observe:   req.Observe,
+		Dir:       p.Dir,
+		Limits:    p.Limits,
 		Direct:    true,
 		RunMarker: marker,
-	}, res)
-	if err == nil && req.Artifacts != nil {
-		res.Artifacts = executor.CollectArtifacts(dir, spec.FileName, before, *req.Artifacts)
-	}
-	return res, err
+	}, nil
 }
 
 // withoutProxyEnv drops the server's own proxy variables, which the egress

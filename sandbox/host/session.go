@@ -3,12 +3,8 @@ package host
 import (
 	"context"
 	"fmt"
-	"net"
-	"os"
-	"path/filepath"
 
 	"github.com/codeexec/codeexec/sandbox"
-	"github.com/codeexec/codeexec/sandbox/egress"
 	"github.com/codeexec/codeexec/sandbox/internal/executor"
 	"github.com/codeexec/codeexec/sandbox/internal/sessionproc"
 	"github.com/codeexec/codeexec/sandbox/sessions"
@@ -37,38 +33,11 @@ func (b sessionBackend) Start(ctx context.Context, spec sessions.Spec) (sessions
 		Begin:  r.runs.Begin,
 		Egress: r.egress,
 		Python: sessionproc.Python(r.interp, ""),
-		Spec: func(lang, dir, _, path string, args []string, lim sandbox.Limits, serve func(net.Listener)) (executor.Spec, func(), error) {
-			marker := RunIDVariable + "=" + filepath.Base(dir)
-			env := append(os.Environ(), marker)
-			if spec.PackageDir != nil {
-				env = append(env, sandbox.PackageEnv(lang, spec.PackageDir.HostDir)...)
-			}
-			if serve != nil {
-				// As a run: the program is pointed at a listener of its own
-				// (not enforced in mode none; see EgressWarning).
-				l, err := net.Listen("tcp", "127.0.0.1:0")
-				if err != nil {
-					return executor.Spec{}, nil, fmt.Errorf("%w: egress listener: %v", sandbox.ErrSandboxUnavailable, err)
-				}
-				serve(l)
-				env = append(withoutProxyEnv(env), egress.ProxyEnv(l.Addr().String())...)
-			}
-			// And as a run: WORKSPACE, and python's figure hook.
-			if r.workspace != nil {
-				env = append(env, sandbox.WorkspaceVariable+"="+r.workspace.Dir)
-			}
-			if lang == "python" && r.python != nil {
-				path, env = r.python.Python, executor.PythonEnv(env, r.python)
-			}
-			return executor.Spec{
-				Path:      path,
-				Args:      args,
-				Env:       env,
-				Dir:       dir,
-				Limits:    sandbox.Limits{Timeout: lim.Timeout, OutputBytes: lim.OutputBytes},
-				Direct:    true,
-				RunMarker: marker,
-			}, func() {}, nil
+		Spec: func(p executor.Program, _ string) (executor.Spec, func(), error) {
+			// As a run: mode none applies the timeout and the output cap only.
+			p.Limits = sandbox.Limits{Timeout: p.Limits.Timeout, OutputBytes: p.Limits.OutputBytes}
+			spec, err := r.programSpec(p)
+			return spec, func() {}, err
 		},
 		Owner: func() (int, int, bool) { return 0, 0, false },
 		Log:   r.log,

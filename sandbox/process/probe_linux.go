@@ -26,7 +26,35 @@ import (
 // root. The cgroup and uid-range features are set up by the Runner
 // (setUpCgroups, setUpRunUsers).
 func (r *Runner) probeIsolation(ctx context.Context, disabled []Feature, uid int) (executor.Isolation, []sandbox.Protection) {
-	iso := executor.Isolation{UID: os.Getuid(), GID: os.Getgid(), ReadOnly: readOnlyPaths(r.interp)}
+	p := r.wantedIsolation(disabled, uid)
+	if err := r.tryIsolation(ctx, p.iso); err != nil {
+		r.narrowIsolation(ctx, p)
+	}
+	p.dependOnMount()
+	r.shield = r.hardenServer(&p.iso, p.reason)
+	r.checkHardened(ctx, p)
+	return p.iso, p.protections()
+}
+
+// isolationProbe is the isolation being probed, and why each feature that
+// is off is off.
+type isolationProbe struct {
+	iso    executor.Isolation
+	reason map[Feature]string
+}
+
+// namespacesBesideUser are the namespaces that need the user namespace
+// when the server is not root.
+var namespacesBesideUser = []Feature{FeaturePID, FeatureNetwork, FeatureIPC, FeatureUTS, FeatureMount}
+
+// wantedIsolation is the isolation to try first: every feature that the
+// operator did not turn off and that the kernel offers, as user uid when
+// the server is root.
+func (r *Runner) wantedIsolation(disabled []Feature, uid int) *isolationProbe {
+	p := &isolationProbe{
+		iso:    executor.Isolation{UID: os.Getuid(), GID: os.Getgid(), ReadOnly: readOnlyPaths(r.interp)},
+		reason: map[Feature]string{},
+	}
 	if os.Geteuid() != 0 {
 		// Dumpability is process-wide and the last Runner made decides it
 		// (see hardenServer). codeexec makes one; a process that makes
@@ -35,130 +63,136 @@ func (r *Runner) probeIsolation(ctx context.Context, disabled []Feature, uid int
 		_ = unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0)
 	}
 	if os.Geteuid() == 0 {
-		iso.UID, iso.GID = uid, uid
+		p.iso.UID, p.iso.GID = uid, uid
 	}
-	reason := map[Feature]string{}
 	for _, f := range Features {
 		if f == FeatureCgroup || f == FeatureUIDRange {
 			continue
 		}
 		if slices.Contains(disabled, f) {
-			reason[f] = "turned off by CODE_EXEC_PROCESS_DISABLE"
+			p.reason[f] = "turned off by CODE_EXEC_PROCESS_DISABLE"
 			continue
 		}
-		setFeature(&iso, f, true)
+		setFeature(&p.iso, f, true)
 	}
-	if iso.Landlock {
+	if p.iso.Landlock {
 		if v, err := executor.LandlockABI(); err != nil || v < 1 {
-			iso.Landlock = false
-			reason[FeatureLandlock] = fmt.Sprintf("the kernel does not offer Landlock (%v)", err)
+			p.iso.Landlock = false
+			p.reason[FeatureLandlock] = fmt.Sprintf("the kernel does not offer Landlock (%v)", err)
 		}
 	}
-	if iso.Seccomp {
+	if p.iso.Seccomp {
 		if err := executor.SeccompAvailable(); err != nil {
-			iso.Seccomp = false
-			reason[FeatureSeccomp] = "unavailable on this host (" + err.Error() + "): programs can create user namespaces (and regain every capability inside one, where the host allows them), and use keyrings, bpf, perf events, io_uring and userfaultfd as far as the host allows its users"
+			p.iso.Seccomp = false
+			p.reason[FeatureSeccomp] = "unavailable on this host (" + err.Error() + "): programs can create user namespaces (and regain every capability inside one, where the host allows them), and use keyrings, bpf, perf events, io_uring and userfaultfd as far as the host allows its users"
 		}
 	}
-	if !iso.User && os.Geteuid() != 0 {
+	if !p.iso.User && os.Geteuid() != 0 {
 		// Without root, every other namespace needs the user namespace.
-		for _, f := range []Feature{FeaturePID, FeatureNetwork, FeatureIPC, FeatureUTS, FeatureMount} {
-			if hasFeature(iso, f) {
-				setFeature(&iso, f, false)
-				reason[f] = "needs a user namespace, which is turned off, when the server is not root"
+		p.turnOff(namespacesBesideUser, "needs a user namespace, which is turned off, when the server is not root")
+	}
+	p.dependOnMount()
+	return p
+}
+
+// turnOff turns off each of fs that is on, for the reason why.
+func (p *isolationProbe) turnOff(fs []Feature, why string) {
+	for _, f := range fs {
+		if hasFeature(p.iso, f) {
+			setFeature(&p.iso, f, false)
+			p.reason[f] = why
+		}
+	}
+}
+
+// dependOnMount turns the PID namespace off without the mount namespace.
+// Without its own /proc (which needs the mount namespace) a PID namespace
+// would still show the host's processes, and Landlock's helper would look
+// for /proc/<pid> under the wrong numbers.
+func (p *isolationProbe) dependOnMount() {
+	if p.iso.PID && !p.iso.Mount {
+		p.iso.PID = false
+		p.reason[FeaturePID] = "needs the mount namespace (for a /proc of its own), which is " + strings.TrimPrefix(p.reason[FeatureMount], "unavailable on this host: ")
+	}
+}
+
+// narrowIsolation turns off the features that fail, when the wanted ones
+// fail together: the user namespace first, alone, then each other feature
+// on its own, then the mount namespace, then everything, rather than fail
+// every run.
+func (r *Runner) narrowIsolation(ctx context.Context, p *isolationProbe) {
+	// The user namespace first, alone: the other features are then tried
+	// with it as runs will have it, so that a host without user namespaces
+	// does not take Landlock down with them.
+	if p.iso.User {
+		one := executor.Isolation{User: true, UID: p.iso.UID, GID: p.iso.GID, ReadOnly: p.iso.ReadOnly}
+		if err := r.tryIsolation(ctx, one); err != nil {
+			p.iso.User = false
+			p.reason[FeatureUser] = "unavailable on this host: " + explainNamespaceError(err)
+			if os.Geteuid() != 0 {
+				p.turnOff(namespacesBesideUser, "needs a user namespace, which is unavailable, when the server is not root")
 			}
 		}
 	}
-	dependOnMount := func() {
-		// Without its own /proc (which needs the mount namespace) a PID
-		// namespace would still show the host's processes, and Landlock's
-		// helper would look for /proc/<pid> under the wrong numbers.
-		if iso.PID && !iso.Mount {
-			iso.PID = false
-			reason[FeaturePID] = "needs the mount namespace (for a /proc of its own), which is " + strings.TrimPrefix(reason[FeatureMount], "unavailable on this host: ")
+	// Then each other feature on its own.
+	for _, f := range Features {
+		if !hasFeature(p.iso, f) || f == FeatureUser {
+			continue
+		}
+		one := p.iso
+		for _, g := range Features {
+			if g != FeatureUser {
+				setFeature(&one, g, g == f)
+			}
+		}
+		if err := r.tryIsolation(ctx, one); err != nil {
+			setFeature(&p.iso, f, false)
+			p.reason[f] = "unavailable on this host: " + explainNamespaceError(err)
 		}
 	}
-	dependOnMount()
-	if err := r.tryIsolation(ctx, iso); err != nil {
-		// The user namespace first, alone: the other features are then
-		// tried with it as runs will have it, so that a host without user
-		// namespaces does not take Landlock down with them.
-		if iso.User {
-			one := executor.Isolation{User: true, UID: iso.UID, GID: iso.GID, ReadOnly: iso.ReadOnly}
-			if err := r.tryIsolation(ctx, one); err != nil {
-				iso.User = false
-				reason[FeatureUser] = "unavailable on this host: " + explainNamespaceError(err)
-				if os.Geteuid() != 0 {
-					for _, f := range []Feature{FeaturePID, FeatureNetwork, FeatureIPC, FeatureUTS, FeatureMount} {
-						if hasFeature(iso, f) {
-							setFeature(&iso, f, false)
-							reason[f] = "needs a user namespace, which is unavailable, when the server is not root"
-						}
-					}
-				}
-			}
-		}
-		// Then each other feature on its own.
-		for _, f := range Features {
-			if !hasFeature(iso, f) || f == FeatureUser {
-				continue
-			}
-			one := iso
-			for _, g := range Features {
-				if g != FeatureUser {
-					setFeature(&one, g, g == f)
-				}
-			}
-			if err := r.tryIsolation(ctx, one); err != nil {
-				setFeature(&iso, f, false)
-				reason[f] = "unavailable on this host: " + explainNamespaceError(err)
-			}
-		}
-		// Features that work alone but not together: drop the mount
-		// namespace, then everything, rather than fail every run.
-		if err := r.tryIsolation(ctx, iso); err != nil && iso.Mount {
-			iso.Mount = false
-			reason[FeatureMount] = "fails together with the other features: " + err.Error()
-		}
-		if err := r.tryIsolation(ctx, iso); err != nil {
-			for _, f := range Features {
-				if hasFeature(iso, f) {
-					setFeature(&iso, f, false)
-					reason[f] = "the features fail together: " + err.Error()
-				}
-			}
-		}
+	// Features that work alone but not together: drop the mount
+	// namespace, then everything, rather than fail every run.
+	if err := r.tryIsolation(ctx, p.iso); err != nil && p.iso.Mount {
+		p.iso.Mount = false
+		p.reason[FeatureMount] = "fails together with the other features: " + err.Error()
 	}
-	dependOnMount()
-	r.shield = r.hardenServer(&iso, reason)
-	// The final check: the chosen features, with the server as runs will
-	// find it (hardened or not), through the same start-up path as a run.
-	if iso.Namespaces() || iso.Landlock {
-		if err := r.tryIsolation(ctx, iso); err != nil {
-			for _, f := range Features {
-				if hasFeature(iso, f) {
-					setFeature(&iso, f, false)
-					reason[f] = "fails once the server is set up for runs: " + err.Error()
-				}
-			}
-			r.shield = r.hardenServer(&iso, reason)
-		}
+	if err := r.tryIsolation(ctx, p.iso); err != nil {
+		p.turnOff(Features, "the features fail together: "+err.Error())
 	}
+}
+
+// checkHardened is the final check: the chosen features, with the server
+// as runs will find it (hardened or not), through the same start-up path
+// as a run. When they fail, every feature is turned off and the server
+// hardened again for none.
+func (r *Runner) checkHardened(ctx context.Context, p *isolationProbe) {
+	if !p.iso.Namespaces() && !p.iso.Landlock {
+		return
+	}
+	if err := r.tryIsolation(ctx, p.iso); err != nil {
+		p.turnOff(Features, "fails once the server is set up for runs: "+err.Error())
+		r.shield = r.hardenServer(&p.iso, p.reason)
+	}
+}
+
+// protections are the isolation features as sandbox_info lists them, each
+// off one with its reason.
+func (p *isolationProbe) protections() []sandbox.Protection {
 	var ps []sandbox.Protection
 	for _, f := range Features {
 		if f == FeatureCgroup || f == FeatureUIDRange {
 			continue
 		}
-		p := sandbox.Protection{Name: protectionName(f), Active: hasFeature(iso, f), Detail: featureDetail[f]}
-		if !p.Active {
-			p.Detail = reason[f]
-			if f == FeatureUser && os.Geteuid() == 0 && p.Detail == "" {
-				p.Detail = "not needed"
+		pr := sandbox.Protection{Name: protectionName(f), Active: hasFeature(p.iso, f), Detail: featureDetail[f]}
+		if !pr.Active {
+			pr.Detail = p.reason[f]
+			if f == FeatureUser && os.Geteuid() == 0 && pr.Detail == "" {
+				pr.Detail = "not needed"
 			}
 		}
-		ps = append(ps, p)
+		ps = append(ps, pr)
 	}
-	return iso, ps
+	return ps
 }
 
 // hardenServer keeps the server out of reach of the programs it runs, and

@@ -163,16 +163,10 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		return nil, fmt.Errorf("%w: CODE_EXEC_NETWORK=allowlist needs process mode's network namespace, which is unavailable (%s)", sandbox.ErrSandboxUnavailable, featureStatus(r.features, FeatureNetwork))
 	}
 	if cfg.Strict {
-		var missing []string
-		for _, f := range r.features {
-			if !f.Active {
-				missing = append(missing, f.Name+" ("+f.Detail+")")
-			}
-		}
-		if len(missing) > 0 {
+		if err := r.checkStrict(); err != nil {
 			r.closeCgroups()
 			_ = wr.Remove()
-			return nil, fmt.Errorf("%w: CODE_EXEC_PROCESS_STRICT=true but these protections are unavailable: %s", sandbox.ErrSandboxUnavailable, strings.Join(missing, "; "))
+			return nil, err
 		}
 	}
 	for i := range langs {
@@ -180,20 +174,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 			langs[i].Packages = pkgs
 		}
 	}
-	r.caps = sandbox.Capabilities{
-		Mode:        sandbox.ModeProcess,
-		Isolation:   r.isolation(),
-		Summary:     r.isolationSummary(),
-		Languages:   langs,
-		Protections: r.protections(),
-		Workspace:   ws,
-	}
-	if ws != nil && !ws.Enforced {
-		r.caps.Warnings = append(r.caps.Warnings, "CODE_EXEC_WORKSPACE_MODE=ro is not enforced on this host: "+ws.Detail)
-	}
-	if r.egress != nil {
-		r.caps.Egress = r.egress.Policy().Info(true, EgressAddr)
-	}
+	r.caps = r.capabilities(langs, ws)
 	if err := r.probeLanguages(ctx); err != nil {
 		r.closeCgroups()
 		_ = wr.Remove()
@@ -203,6 +184,42 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		r.pool = newWarmPool(r, cfg.PoolSize)
 	}
 	return r, nil
+}
+
+// checkStrict refuses, for CODE_EXEC_PROCESS_STRICT, a host where a
+// protection is unavailable, naming each.
+func (r *Runner) checkStrict() error {
+	var missing []string
+	for _, f := range r.features {
+		if !f.Active {
+			missing = append(missing, f.Name+" ("+f.Detail+")")
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: CODE_EXEC_PROCESS_STRICT=true but these protections are unavailable: %s", sandbox.ErrSandboxUnavailable, strings.Join(missing, "; "))
+	}
+	return nil
+}
+
+// capabilities are what sandbox_info says of this Runner: the isolation
+// and protections in force, the languages langs, the workspace ws (nil for
+// none) and the egress policy.
+func (r *Runner) capabilities(langs []sandbox.LanguageStatus, ws *sandbox.WorkspaceStatus) sandbox.Capabilities {
+	caps := sandbox.Capabilities{
+		Mode:        sandbox.ModeProcess,
+		Isolation:   r.isolation(),
+		Summary:     r.isolationSummary(),
+		Languages:   langs,
+		Protections: r.protections(),
+		Workspace:   ws,
+	}
+	if ws != nil && !ws.Enforced {
+		caps.Warnings = append(caps.Warnings, "CODE_EXEC_WORKSPACE_MODE=ro is not enforced on this host: "+ws.Detail)
+	}
+	if r.egress != nil {
+		caps.Egress = r.egress.Policy().Info(true, EgressAddr)
+	}
+	return caps
 }
 
 // probeLimits bound the start-up probes: the defaults of a run, so that an
@@ -488,66 +505,22 @@ func (r *Runner) runIn(ctx context.Context, s *slot, req sandbox.Request, spec s
 	if err != nil {
 		return nil, err
 	}
-	iso := s.isolation()
-	iso.TmpBytes = req.Limits.FileSizeBytes
-	path, env := in.Path, append(minimalEnv(dir), executor.ThreadEnv(req.Limits.CPUs)...)
-	if r.workspace != nil {
-		env = append(env, sandbox.WorkspaceVariable+"="+iso.Path(*r.workspace))
-	}
-	if pd := req.PackageDir; pd != nil {
-		if pd.Writable && s.owner != nil {
-			// The install phase writes as the run's user.
-			if err := os.Chown(pd.HostDir, s.owner.UID, s.owner.GID); err != nil {
-				return nil, fmt.Errorf("%w: handing the package folder to the sandbox user: %v", sandbox.ErrSandboxUnavailable, err)
-			}
-		}
-		b := executor.Bind{Src: pd.HostDir, Dst: sandbox.PackagesPath, Writable: pd.Writable}
-		iso.Binds = append(slices.Clip(iso.Binds), b)
-		env = append(env, sandbox.PackageEnv(req.Language, iso.Path(b))...)
-	}
-	if req.Language == "python" && r.python != nil {
-		path, env = r.python.Python, executor.PythonEnv(env, r.python)
-	}
 	res := &sandbox.Result{Sandbox: sandbox.ModeProcess}
-	var egressAddr string
-	var egressServe func(net.Listener)
-	var session *proxy.Session
+	var part *proxy.Part
+	var serve func(net.Listener)
 	if r.egress != nil {
-		env = append(env, egress.ProxyEnv(EgressAddr)...)
-		egressAddr = EgressAddr
-		id := fmt.Sprintf("process-%d", r.runSeq.Add(1))
-		egressServe = func(l net.Listener) { session = r.egress.Serve(id, l) }
-		defer func() {
-			if session != nil {
-				res.Network = session.Close()
-			}
-		}()
+		part, serve = proxy.NewPart(r.egress, fmt.Sprintf("process-%d", r.runSeq.Add(1)))
+		defer func() { res.Network = part.Close() }()
 	}
-	args := append(interpreterArgs(req.Language, req.Limits), spec.ProgramArgs(file, req.PackageDir != nil)...)
+	run, err := r.programSpec(g, s.isolation(), executor.ProgramOf(req, spec, in.Path, dir, file, serve))
+	if err != nil {
+		return nil, err
+	}
+	run.Stdin, run.Observe = req.Stdin, req.Observe
 	// With a mount namespace the run directory is the run's own tmpfs, a
 	// copy of the host's: its supervisor collects the artifacts there.
-	var collect *executor.CollectSpec
-	if req.Artifacts != nil && iso.Mount {
-		collect = executor.NewCollectSpec(spec.FileName, *req.Artifacts)
-	}
-	run := executor.Spec{
-		EgressAddr:          egressAddr,
-		EgressServe:         egressServe,
-		Isolation:           iso,
-		Path:                path,
-		Args:                args,
-		Env:                 env,
-		Dir:                 dir,
-		Stdin:               req.Stdin,
-		Limits:              req.Limits,
-		Observe:             req.Observe,
-		Rlimits:             true,
-		NoAddressSpaceLimit: g.cg != nil || req.Language == "javascript",
-		AddressSpaceExtra:   addressSpaceExtra(req.Language),
-		Credential:          g.cred,
-		NoNewPrivs:          true,
-		CgroupProcs:         g.cgroupProcs(),
-		Collect:             collect,
+	if req.Artifacts != nil && run.Isolation.Mount {
+		run.Collect = executor.NewCollectSpec(spec.FileName, *req.Artifacts)
 	}
 	if s.prep != nil {
 		err = executor.SpawnPrepared(ctx, s.prep, run, res)
@@ -559,10 +532,57 @@ func (r *Runner) runIn(ctx context.Context, s *slot, req sandbox.Request, spec s
 	if err != nil {
 		return res, err
 	}
-	if req.Artifacts != nil && collect == nil {
+	if req.Artifacts != nil && run.Collect == nil {
 		res.Artifacts = executor.CollectArtifacts(dir, spec.FileName, before, *req.Artifacts)
 	}
 	return res, nil
+}
+
+// programSpec is the Spec of a program of process mode, one-off run or
+// session, under guard g (its host user and cgroups) with isolation iso:
+// the scrubbed environment with thread pools sized to the CPU limit,
+// WORKSPACE, the package folder bound in, python's figure hook
+// (plt.show() saves the figures) and the egress listener.
+func (r *Runner) programSpec(g *runGuard, iso executor.Isolation, p executor.Program) (executor.Spec, error) {
+	iso.TmpBytes = p.Limits.FileSizeBytes
+	path, env := p.Path, append(minimalEnv(p.Dir), executor.ThreadEnv(p.Limits.CPUs)...)
+	if r.workspace != nil {
+		env = append(env, sandbox.WorkspaceVariable+"="+iso.Path(*r.workspace))
+	}
+	if pd := p.Packages; pd != nil {
+		if uid, gid, ok := g.owner(); pd.Writable && ok {
+			// The install phase writes as the run's user.
+			if err := os.Chown(pd.HostDir, uid, gid); err != nil {
+				return executor.Spec{}, fmt.Errorf("%w: handing the package folder to the sandbox user: %v", sandbox.ErrSandboxUnavailable, err)
+			}
+		}
+		b := executor.Bind{Src: pd.HostDir, Dst: sandbox.PackagesPath, Writable: pd.Writable}
+		iso.Binds = append(slices.Clip(iso.Binds), b)
+		env = append(env, sandbox.PackageEnv(p.Lang, iso.Path(b))...)
+	}
+	if p.Lang == "python" && r.python != nil {
+		path, env = r.python.Python, executor.PythonEnv(env, r.python)
+	}
+	var egressAddr string
+	if p.Serve != nil {
+		env, egressAddr = append(env, egress.ProxyEnv(EgressAddr)...), EgressAddr
+	}
+	return executor.Spec{
+		EgressAddr:          egressAddr,
+		EgressServe:         p.Serve,
+		Isolation:           iso,
+		Path:                path,
+		Args:                append(interpreterArgs(p.Lang, p.Limits), p.Args...),
+		Env:                 env,
+		Dir:                 p.Dir,
+		Limits:              p.Limits,
+		Rlimits:             true,
+		NoAddressSpaceLimit: g.cg != nil || p.Lang == "javascript",
+		AddressSpaceExtra:   addressSpaceExtra(p.Lang),
+		Credential:          g.cred,
+		NoNewPrivs:          true,
+		CgroupProcs:         g.cgroupProcs(),
+	}, nil
 }
 
 // takeSlot returns a prepared run when one is ready, with the request's

@@ -3,12 +3,10 @@ package process
 import (
 	"context"
 	"fmt"
-	"net"
 	"slices"
 	"sync"
 
 	"github.com/codeexec/codeexec/sandbox"
-	"github.com/codeexec/codeexec/sandbox/egress"
 	"github.com/codeexec/codeexec/sandbox/internal/executor"
 	"github.com/codeexec/codeexec/sandbox/internal/sessionproc"
 	"github.com/codeexec/codeexec/sandbox/sessions"
@@ -41,7 +39,7 @@ func (b sessionBackend) Start(ctx context.Context, spec sessions.Spec) (sessions
 	if err != nil {
 		return nil, fmt.Errorf("process: %w", err)
 	}
-	sg := &sessionGuard{r: r, g: g, pd: spec.PackageDir}
+	sg := &sessionGuard{r: r, g: g}
 	s, err := sessionproc.Start(ctx, sessionproc.Host{
 		Mode:    sandbox.ModeProcess,
 		Root:    r.root,
@@ -62,19 +60,17 @@ func (b sessionBackend) Start(ctx context.Context, spec sessions.Spec) (sessions
 
 // sessionGuard is the run guard a session holds.
 type sessionGuard struct {
-	r *Runner
-	g *runGuard
-	// pd is the session's read-only package folder, or nil.
-	pd   *sandbox.PackageDir
+	r    *Runner
+	g    *runGuard
 	ooms int
 	once sync.Once
 }
 
-// spec is the Spec of a session's supervisor: a run's, as the session's
-// user and in its cgroups, whose working directory dir lives as long as the
-// supervisor (the run's capped tmpfs, with a mount namespace), with the
-// folder ctl of its control channel bound in.
-func (sg *sessionGuard) spec(lang, dir, ctl, path string, args []string, lim sandbox.Limits, serve func(net.Listener)) (executor.Spec, func(), error) {
+// spec is the Spec of a session's supervisor: a run's (programSpec), as
+// the session's user and in its cgroups, whose working directory p.Dir lives
+// as long as the supervisor (the run's capped tmpfs, with a mount
+// namespace), with the folder ctl of its control channel bound in.
+func (sg *sessionGuard) spec(p executor.Program, ctl string) (executor.Spec, func(), error) {
 	r, g := sg.r, sg.g
 	iso := g.iso
 	cleanup := func() {}
@@ -86,44 +82,13 @@ func (sg *sessionGuard) spec(lang, dir, ctl, path string, args []string, lim san
 		iso.RootDir = root
 		cleanup = func() { _ = executor.RemoveAll(root) }
 	}
-	iso.TmpBytes = lim.FileSizeBytes
 	iso.Binds = append(slices.Clip(iso.Binds), executor.Bind{Src: ctl, Dst: ctl, Writable: true})
-	// The environment of a run: thread pools sized to the CPU limit,
-	// WORKSPACE, and python's figure hook (plt.show() saves the figures).
-	env := append(minimalEnv(dir), executor.ThreadEnv(lim.CPUs)...)
-	if r.workspace != nil {
-		env = append(env, sandbox.WorkspaceVariable+"="+iso.Path(*r.workspace))
+	spec, err := r.programSpec(g, iso, p)
+	if err != nil {
+		cleanup()
+		return executor.Spec{}, nil, err
 	}
-	if lang == "python" && r.python != nil {
-		path, env = r.python.Python, executor.PythonEnv(env, r.python)
-	}
-	var egressAddr string
-	if serve != nil {
-		// As a run: the program's network namespace has one way out, a
-		// listener on EgressAddr handed over to the proxy.
-		env, egressAddr = append(env, egress.ProxyEnv(EgressAddr)...), EgressAddr
-	}
-	if sg.pd != nil {
-		b := executor.Bind{Src: sg.pd.HostDir, Dst: sandbox.PackagesPath}
-		iso.Binds = append(slices.Clip(iso.Binds), b)
-		env = append(env, sandbox.PackageEnv(lang, iso.Path(b))...)
-	}
-	return executor.Spec{
-		EgressAddr:          egressAddr,
-		EgressServe:         serve,
-		Isolation:           iso,
-		Path:                path,
-		Args:                append(interpreterArgs(lang, lim), args...),
-		Env:                 env,
-		Dir:                 dir,
-		Limits:              lim,
-		Rlimits:             true,
-		NoAddressSpaceLimit: g.cg != nil || lang == "javascript",
-		AddressSpaceExtra:   addressSpaceExtra(lang),
-		Credential:          g.cred,
-		NoNewPrivs:          true,
-		CgroupProcs:         g.cgroupProcs(),
-	}, cleanup, nil
+	return spec, cleanup, nil
 }
 
 // finish reports an OOM kill in the session's cgroup since the last call.

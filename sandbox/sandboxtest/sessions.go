@@ -85,381 +85,439 @@ func CheckSessionChart(t *testing.T, b sessions.Backend) {
 // RunSessionSuite runs the shared session suite against b, a backend of a
 // mode whose every language is available.
 func RunSessionSuite(t *testing.T, b sessions.Backend, opts SessionOptions) {
-	alive := opts.Alive
-	if alive == nil {
-		alive = ProcessesAlive
+	ss := &sessionSuite{b: b, opts: opts, alive: opts.Alive}
+	if ss.alive == nil {
+		ss.alive = ProcessesAlive
 	}
-	expect := func(t *testing.T, res *sandbox.Result, exit int, stdout string) {
-		t.Helper()
-		if res.ExitCode != exit || res.Stdout != stdout || res.Sandbox != opts.Mode {
-			t.Fatalf("exit %d stdout %q sandbox %s (stderr %q); want exit %d stdout %q sandbox %s",
-				res.ExitCode, res.Stdout, res.Sandbox, abbrev(res.Stderr), exit, stdout, opts.Mode)
+	for _, c := range sessionCases {
+		if c.only == nil || c.only(opts) {
+			t.Run(c.name, func(t *testing.T) { c.test(t, ss) })
 		}
 	}
+}
 
-	t.Run("variables persist", func(t *testing.T) {
-		t.Parallel()
-		for lang, calls := range map[string][2]string{
-			"python":     {"x = 41", "print(x + 1)"},
-			"javascript": {"let x = 41", "console.log(x + 1)"},
-		} {
-			t.Run(lang, func(t *testing.T) {
-				t.Parallel()
-				s := StartSession(t, b, lang)
-				expect(t, SessionCall(t, s, lang, calls[0]), 0, "")
-				expect(t, SessionCall(t, s, lang, calls[1]), 0, "42\n")
-			})
-		}
-	})
+// sessionSuite is the session backend under test and what it promises.
+type sessionSuite struct {
+	b     sessions.Backend
+	opts  SessionOptions
+	alive func(t *testing.T, marker string) bool
+}
 
-	t.Run("files persist", func(t *testing.T) {
-		t.Parallel()
-		for lang, calls := range map[string][2]string{
-			"python":     {"open('notes.txt', 'w').write('kept')", "print(open('notes.txt').read())"},
-			"javascript": {"require('fs').writeFileSync('notes.txt', 'kept')", "console.log(require('fs').readFileSync('notes.txt', 'utf8'))"},
-			"bash":       {"echo kept > notes.txt; cd /; x=1", "cat notes.txt; echo \"x=$x\""},
-		} {
-			t.Run(lang, func(t *testing.T) {
-				t.Parallel()
-				s := StartSession(t, b, lang)
-				SessionCall(t, s, lang, calls[0])
-				want := "kept\n"
-				if lang == "bash" {
-					// A fresh bash per call: files stay, shell state does not.
-					want = "kept\nx=\n"
-				}
-				expect(t, SessionCall(t, s, lang, calls[1]), 0, want)
-			})
-		}
-	})
+// expect fails t unless res exited with exit, wrote stdout and ran in the
+// backend's mode.
+func (ss *sessionSuite) expect(t *testing.T, res *sandbox.Result, exit int, stdout string) {
+	t.Helper()
+	if res.ExitCode != exit || res.Stdout != stdout || res.Sandbox != ss.opts.Mode {
+		t.Fatalf("exit %d stdout %q sandbox %s (stderr %q); want exit %d stdout %q sandbox %s",
+			res.ExitCode, res.Stdout, res.Sandbox, abbrev(res.Stderr), exit, stdout, ss.opts.Mode)
+	}
+}
 
-	t.Run("files in and artifacts out, call by call", func(t *testing.T) {
-		t.Parallel()
-		for lang, calls := range map[string][4]string{
-			"python": {"x = 1",
-				"print(open('in/data.csv').read().splitlines()[1]); open('out.txt', 'w').write('made'); open('in/data.csv', 'a').write('3,4\\n')",
-				"print(open('out.txt').read())",
-				"open('out.txt', 'w').write('made'); open('late.svg', 'w').write('<svg xmlns=\"http://www.w3.org/2000/svg\"/>')"},
-			"javascript": {"let x = 1",
-				"const fs = require('fs'); console.log(fs.readFileSync('in/data.csv', 'utf8').split('\\n')[1]); fs.writeFileSync('out.txt', 'made'); fs.appendFileSync('in/data.csv', '3,4\\n')",
-				"console.log(require('fs').readFileSync('out.txt', 'utf8'))",
-				"require('fs').writeFileSync('out.txt', 'made'); require('fs').writeFileSync('late.svg', '<svg xmlns=\"http://www.w3.org/2000/svg\"/>')"},
-			"bash": {"x=1",
-				"sed -n 2p in/data.csv; printf made > out.txt; echo 3,4 >> in/data.csv",
-				"cat out.txt; echo",
-				"printf made > out.txt; echo '<svg xmlns=\"http://www.w3.org/2000/svg\"/>' > late.svg"},
-		} {
-			t.Run(lang, func(t *testing.T) {
-				t.Parallel()
-				s := StartSession(t, b, lang)
-				call := func(code string, files ...artifacts.File) *sandbox.Result {
-					t.Helper()
-					req := Req(lang, code)
-					req.Files = inputs(t, files...)
-					req.Artifacts = &artifacts.Options{}
-					res, err := s.Exec(context.Background(), req)
-					if err != nil {
-						t.Fatalf("call %q: %v", code, err)
-					}
-					if res.Artifacts == nil {
-						t.Fatalf("call %q: no collection", code)
-					}
-					return res
-				}
-				// Nothing written: no artifacts.
-				if res := call(calls[0]); len(res.Artifacts.Artifacts) != 0 || res.ExitCode != 0 {
-					t.Fatalf("first call: exit %d artifacts %v; want 0, none", res.ExitCode, artifactPaths(res))
-				}
-				// Files in; what the call made or changed comes back, the
-				// files it only read do not.
-				res := call(calls[1], artifacts.File{Path: "in/data.csv", Content: "a,b\n1,2\n"}, artifacts.File{Path: "unread.txt", Content: "x"})
-				expect(t, res, 0, "1,2\n")
-				if got := artifactPaths(res); !slices.Equal(got, []string{"in/data.csv", "out.txt"}) && !slices.Equal(got, []string{"out.txt", "in/data.csv"}) {
-					t.Fatalf("second call's artifacts %v; want in/data.csv and out.txt", got)
-				}
-				for _, a := range res.Artifacts.Artifacts {
-					if a.Path == "out.txt" && (string(a.Data) != "made" || a.Kind != artifacts.KindText) {
-						t.Errorf("out.txt: %q %s", a.Data, a.Kind)
-					}
-				}
-				// A call that only reads returns nothing: the files of
-				// earlier calls are not reported again.
-				res = call(calls[2])
-				expect(t, res, 0, "made\n")
-				if got := artifactPaths(res); len(got) != 0 {
-					t.Fatalf("a call that wrote nothing returned %v", got)
-				}
-				// A new image comes back as an image.
-				res = call(calls[3])
-				if got := artifactPaths(res); !slices.Contains(got, "late.svg") || slices.Contains(got, "in/data.csv") {
-					t.Fatalf("fourth call's artifacts %v; want late.svg, and not in/data.csv", got)
-				}
-				for _, a := range res.Artifacts.Artifacts {
-					if a.Path == "late.svg" && a.Kind != artifacts.KindImage {
-						t.Errorf("late.svg came back as %s, want an image", a.Kind)
-					}
-				}
-			})
-		}
-	})
+// sessionCase is one case of the session suite: the name of its subtest
+// (go test -run selects it), its test, and, when set, whether the
+// backend's options call for it at all.
+type sessionCase struct {
+	name string
+	test func(t *testing.T, ss *sessionSuite)
+	only func(SessionOptions) bool
+}
 
-	t.Run("names with control characters are listed escaped, once", func(t *testing.T) {
-		t.Parallel()
-		s := StartSession(t, b, "python")
-		req := Req("python", unsafeNamesProgram)
-		req.Artifacts = &artifacts.Options{}
-		res, err := s.Exec(context.Background(), req)
-		if err != nil || res.ExitCode != 0 {
-			t.Fatalf("first call: %+v %v", res, err)
-		}
-		CheckUnsafeNames(t, res.Artifacts)
-		req = Req("python", "x = 1")
-		req.Artifacts = &artifacts.Options{}
-		res, err = s.Exec(context.Background(), req)
-		if err != nil || res.ExitCode != 0 || res.Artifacts == nil {
-			t.Fatalf("second call: %+v %v", res, err)
-		}
-		if len(res.Artifacts.Artifacts)+len(res.Artifacts.Omitted) != 0 {
-			t.Errorf("a call that wrote nothing lists %v and %v", artifactPaths(res), res.Artifacts.Omitted)
-		}
-	})
+// sessionCases are the session suite's cases, in the order they start.
+var sessionCases = []sessionCase{
+	{name: "variables persist", test: sessionVariablesPersist},
+	{name: "files persist", test: sessionFilesPersist},
+	{name: "files in and artifacts out, call by call", test: sessionFilesInAndArtifactsOutCallByCall},
+	{name: "names with control characters are listed escaped, once", test: sessionNamesWithControlCharactersAreListedEscapedOnce},
+	{name: "files are never written through a link", test: sessionFilesAreNeverWrittenThroughALink},
+	{name: "an exception keeps the state", test: sessionAnExceptionKeepsTheState},
+	{name: "stdin is the call's", test: sessionStdinIsTheCalls},
+	{name: "a timeout loses the state, not the files", test: sessionATimeoutLosesTheStateNotTheFiles},
+	{name: "the output cap loses the state", test: sessionTheOutputCapLosesTheState},
+	{name: "bash timeout", test: sessionBashTimeout},
+	{name: "cancel", test: sessionCancel},
+	{name: "environment scrubbed", test: sessionEnvironmentScrubbed, only: func(o SessionOptions) bool { return o.ScrubsEnv }},
+	{name: "nothing a call starts outlives it, and close removes everything", test: sessionNothingACallStartsOutlivesItAndCloseRemovesEverything},
+	{name: "leftovers cannot write into later calls", test: sessionLeftoversCannotWriteIntoLaterCalls},
+	{name: "a forged end does not end a call", test: sessionAForgedEndDoesNotEndACall},
+	{name: "the working directory is capped", test: sessionTheWorkingDirectoryIsCapped},
+}
 
-	t.Run("files are never written through a link", func(t *testing.T) {
-		t.Parallel()
-		s := StartSession(t, b, "python")
-		SessionCall(t, s, "python", "import os; os.symlink('/tmp', 'link')")
-		req := Req("python", "print('ran')")
-		req.Files = inputs(t, artifacts.File{Path: "link/planted.txt", Content: "x"})
-		if _, err := s.Exec(context.Background(), req); !errors.Is(err, artifacts.ErrInvalidFile) {
-			t.Fatalf("a file below a link: err = %v, want artifacts.ErrInvalidFile", err)
-		}
-		res := SessionCall(t, s, "python", "import os; print(os.path.exists('/tmp/planted.txt'))")
-		expect(t, res, 0, "False\n")
-		// A folder the code made read-only: the file is refused (or, for a
-		// server that may write anyway, written), never a sandbox failure.
-		SessionCall(t, s, "python", "import os; os.mkdir('ro'); os.chmod('ro', 0o555)")
-		req.Files = inputs(t, artifacts.File{Path: "ro/x.txt", Content: "x"})
-		if _, err := s.Exec(context.Background(), req); err != nil && !errors.Is(err, artifacts.ErrInvalidFile) {
-			t.Fatalf("a file in a read-only folder: err = %v, want artifacts.ErrInvalidFile or none", err)
-		}
-		req.Files = inputs(t, artifacts.File{Path: "after.txt", Content: "fine"})
-		req.Code = "print(open('after.txt').read())"
-		res, err := s.Exec(context.Background(), req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		expect(t, res, 0, "fine\n")
-	})
-
-	t.Run("an exception keeps the state", func(t *testing.T) {
-		t.Parallel()
-		s := StartSession(t, b, "python")
-		SessionCall(t, s, "python", "x = 1")
-		res := SessionCall(t, s, "python", "x = 2\nraise ValueError('boom')")
-		if res.ExitCode != 1 || !strings.Contains(res.Stderr, "ValueError: boom") || res.StateLost {
-			t.Fatalf("exit %d stderr %q state lost %v; want 1, the traceback, false", res.ExitCode, res.Stderr, res.StateLost)
-		}
-		expect(t, SessionCall(t, s, "python", "print(x)"), 0, "2\n")
-	})
-
-	t.Run("stdin is the call's", func(t *testing.T) {
-		t.Parallel()
-		s := StartSession(t, b, "python")
-		req := Req("python", "import sys; print(sys.stdin.read()[::-1])")
-		req.Stdin = "abc"
-		res, err := s.Exec(context.Background(), req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		expect(t, res, 0, "cba\n")
-		expect(t, SessionCall(t, s, "python", "import sys; print(repr(sys.stdin.read()))"), 0, "''\n")
-	})
-
-	t.Run("a timeout loses the state, not the files", func(t *testing.T) {
-		t.Parallel()
-		for lang, calls := range map[string][3]string{
-			"python":     {"x = 1; open('f', 'w').write('still here')", "while True: pass", "print(open('f').read()); print(x)"},
-			"javascript": {"var x = 1; require('fs').writeFileSync('f', 'still here')", "for (;;) {}", "console.log(require('fs').readFileSync('f', 'utf8')); console.log(x)"},
-		} {
-			t.Run(lang, func(t *testing.T) {
-				t.Parallel()
-				s := StartSession(t, b, lang)
-				SessionCall(t, s, lang, calls[0])
-				req := Req(lang, calls[1])
-				req.Limits.Timeout = 500 * time.Millisecond
-				res, err := s.Exec(context.Background(), req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !res.TimedOut || !res.StateLost {
-					t.Fatalf("timed out %v, state lost %v; want both", res.TimedOut, res.StateLost)
-				}
-				res = SessionCall(t, s, lang, calls[2])
-				if !strings.HasPrefix(res.Stdout, "still here\n") || res.ExitCode != 1 || res.StateLost {
-					t.Fatalf("after the timeout: exit %d stdout %q stderr %q; want the file, then an error for the lost variable", res.ExitCode, res.Stdout, abbrev(res.Stderr))
-				}
-				expect(t, SessionCall(t, s, lang, map[string]string{"python": "print('fresh')", "javascript": "console.log('fresh')"}[lang]), 0, "fresh\n")
-			})
-		}
-	})
-
-	t.Run("the output cap loses the state", func(t *testing.T) {
-		t.Parallel()
-		s := StartSession(t, b, "python")
-		req := Req("python", "while True: print('y' * 1000)")
-		req.Limits.OutputBytes = 10000
-		res, err := s.Exec(context.Background(), req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !res.Truncated || !res.StateLost {
-			t.Fatalf("truncated %v, state lost %v; want both", res.Truncated, res.StateLost)
-		}
-		expect(t, SessionCall(t, s, "python", "print('fresh')"), 0, "fresh\n")
-	})
-
-	t.Run("bash timeout", func(t *testing.T) {
-		t.Parallel()
-		s := StartSession(t, b, "bash")
-		req := Req("bash", "sleep 30")
-		req.Limits.Timeout = 300 * time.Millisecond
-		res, err := s.Exec(context.Background(), req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !res.TimedOut {
-			t.Fatalf("timed out %v, want true", res.TimedOut)
-		}
-		expect(t, SessionCall(t, s, "bash", "echo next"), 0, "next\n")
-	})
-
-	t.Run("cancel", func(t *testing.T) {
-		t.Parallel()
-		s := StartSession(t, b, "python")
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-		defer cancel()
-		_, err := s.Exec(ctx, Req("python", "import time; time.sleep(30)"))
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("err = %v, want the context's", err)
-		}
-		expect(t, SessionCall(t, s, "python", "print('fresh')"), 0, "fresh\n")
-	})
-
-	if opts.ScrubsEnv {
-		t.Run("environment scrubbed", func(t *testing.T) {
+// sessionVariablesPersist is the case "variables persist".
+func sessionVariablesPersist(t *testing.T, ss *sessionSuite) {
+	t.Parallel()
+	for lang, calls := range map[string][2]string{
+		"python":     {"x = 41", "print(x + 1)"},
+		"javascript": {"let x = 41", "console.log(x + 1)"},
+	} {
+		t.Run(lang, func(t *testing.T) {
 			t.Parallel()
-			s := StartSession(t, b, "python")
-			res := SessionCall(t, s, "python", "import os; print(os.environ.get('"+SecretName+"', 'absent'))")
-			expect(t, res, 0, "absent\n")
+			s := StartSession(t, ss.b, lang)
+			ss.expect(t, SessionCall(t, s, lang, calls[0]), 0, "")
+			ss.expect(t, SessionCall(t, s, lang, calls[1]), 0, "42\n")
 		})
 	}
+}
 
-	t.Run("nothing a call starts outlives it, and close removes everything", func(t *testing.T) {
-		t.Parallel()
-		for _, lang := range []string{"python", "javascript", "bash"} {
-			t.Run(lang, func(t *testing.T) {
-				t.Parallel()
-				s, err := b.Start(context.Background(), sessions.Spec{ID: "ses_test", Language: lang, Limits: DefaultLimits(), Deadline: time.Now().Add(time.Hour)})
-				if err != nil {
-					t.Fatal(err)
-				}
-				marker := Marker()
-				code := map[string]string{
-					"python":     "import subprocess, os; p = subprocess.Popen(['sleep', '" + marker + "'], start_new_session=True); print(os.getcwd())",
-					"javascript": "const cp = require('child_process'); globalThis.p = cp.spawn('sleep', ['" + marker + "'], { detached: true, stdio: 'ignore' }); console.log(process.cwd())",
-					"bash":       "setsid sleep " + marker + " >/dev/null 2>&1 < /dev/null & disown; pwd",
-				}[lang]
-				res := SessionCall(t, s, lang, code)
-				dir := strings.TrimSpace(res.Stdout)
-				if alive(t, marker) {
-					t.Errorf("a process that a call started outlived the call (stderr %q)", abbrev(res.Stderr))
-				}
-				expect(t, SessionCall(t, s, lang, map[string]string{"python": "print('next')", "javascript": "console.log('next')", "bash": "echo next"}[lang]), 0, "next\n")
-				if err := s.Close(); err != nil {
-					t.Fatal(err)
-				}
-				if opts.Gone != nil && !opts.Gone(t, dir) {
-					t.Errorf("the session's files or sandbox outlived it (%s)", dir)
-				}
-				if err := s.Close(); err != nil {
-					t.Errorf("a second Close: %v", err)
-				}
-				if _, err := s.Exec(context.Background(), Req(lang, "1")); !errors.Is(err, sandbox.ErrClosed) {
-					t.Errorf("a call after Close: err = %v, want sandbox.ErrClosed", err)
-				}
-			})
-		}
-	})
+// sessionFilesPersist is the case "files persist".
+func sessionFilesPersist(t *testing.T, ss *sessionSuite) {
+	t.Parallel()
+	for lang, calls := range map[string][2]string{
+		"python":     {"open('notes.txt', 'w').write('kept')", "print(open('notes.txt').read())"},
+		"javascript": {"require('fs').writeFileSync('notes.txt', 'kept')", "console.log(require('fs').readFileSync('notes.txt', 'utf8'))"},
+		"bash":       {"echo kept > notes.txt; cd /; x=1", "cat notes.txt; echo \"x=$x\""},
+	} {
+		t.Run(lang, func(t *testing.T) {
+			t.Parallel()
+			s := StartSession(t, ss.b, lang)
+			SessionCall(t, s, lang, calls[0])
+			want := "kept\n"
+			if lang == "bash" {
+				// A fresh bash per call: files stay, shell state does not.
+				want = "kept\nx=\n"
+			}
+			ss.expect(t, SessionCall(t, s, lang, calls[1]), 0, want)
+		})
+	}
+}
 
-	// What a call leaves running cannot write into a later call's result:
-	// a background process, a python thread, a javascript interval and
-	// worker, each writing forged frames (output and an exit status) into
-	// the interpreter's control channel as fast as it can, from the moment
-	// the call that started it knows it wrote. The next call's result is
-	// its own.
-	t.Run("leftovers cannot write into later calls", func(t *testing.T) {
-		t.Parallel()
-		for name, c := range map[string]struct{ lang, start, next string }{
-			"python/background process":      {"python", pyForge + pyForgeProcess, pyNext},
-			"python/thread":                  {"python", pyForge + pyForgeThread, pyNext},
-			"javascript/background process":  {"javascript", jsForge + jsForgeProcess, jsNext},
-			"javascript/interval and worker": {"javascript", jsForge + jsForgeInterval, jsNext},
-		} {
-			t.Run(name, func(t *testing.T) {
-				t.Parallel()
-				s := StartSession(t, b, c.lang)
-				if res := SessionCall(t, s, c.lang, c.start); !strings.Contains(res.Stdout, "started") {
-					t.Fatalf("the call that starts the leftover ended before its own code did (its leftover forged the end), or the leftover did not start: exit %d stdout %q stderr %q", res.ExitCode, abbrev(res.Stdout), abbrev(res.Stderr))
-				}
-				expect(t, SessionCall(t, s, c.lang, c.next), 0, "real\n")
-				expect(t, SessionCall(t, s, c.lang, c.next), 0, "real\n")
-			})
-		}
-	})
-
-	// A call's own code that writes an end frame into its control channel
-	// and goes on does not end the call: it runs on to its timeout.
-	t.Run("a forged end does not end a call", func(t *testing.T) {
-		t.Parallel()
-		for lang, code := range map[string]string{
-			"python":     pyForge + "for fd in control_fds():\n    try:\n        os.write(fd, FORGED)\n    except OSError:\n        pass\ntime.sleep(30)\n",
-			"javascript": jsForge + "fs.writeSync(control, FORGED); await new Promise((r) => setTimeout(r, 30000));",
-		} {
-			t.Run(lang, func(t *testing.T) {
-				t.Parallel()
-				s := StartSession(t, b, lang)
+// sessionFilesInAndArtifactsOutCallByCall is the case "files in and artifacts out, call by call".
+func sessionFilesInAndArtifactsOutCallByCall(t *testing.T, ss *sessionSuite) {
+	t.Parallel()
+	for lang, calls := range map[string][4]string{
+		"python": {"x = 1",
+			"print(open('in/data.csv').read().splitlines()[1]); open('out.txt', 'w').write('made'); open('in/data.csv', 'a').write('3,4\\n')",
+			"print(open('out.txt').read())",
+			"open('out.txt', 'w').write('made'); open('late.svg', 'w').write('<svg xmlns=\"http://www.w3.org/2000/svg\"/>')"},
+		"javascript": {"let x = 1",
+			"const fs = require('fs'); console.log(fs.readFileSync('in/data.csv', 'utf8').split('\\n')[1]); fs.writeFileSync('out.txt', 'made'); fs.appendFileSync('in/data.csv', '3,4\\n')",
+			"console.log(require('fs').readFileSync('out.txt', 'utf8'))",
+			"require('fs').writeFileSync('out.txt', 'made'); require('fs').writeFileSync('late.svg', '<svg xmlns=\"http://www.w3.org/2000/svg\"/>')"},
+		"bash": {"x=1",
+			"sed -n 2p in/data.csv; printf made > out.txt; echo 3,4 >> in/data.csv",
+			"cat out.txt; echo",
+			"printf made > out.txt; echo '<svg xmlns=\"http://www.w3.org/2000/svg\"/>' > late.svg"},
+	} {
+		t.Run(lang, func(t *testing.T) {
+			t.Parallel()
+			s := StartSession(t, ss.b, lang)
+			call := func(code string, files ...artifacts.File) *sandbox.Result {
+				t.Helper()
 				req := Req(lang, code)
-				req.Limits.Timeout = 1500 * time.Millisecond
+				req.Files = inputs(t, files...)
+				req.Artifacts = &artifacts.Options{}
 				res, err := s.Exec(context.Background(), req)
 				if err != nil {
-					t.Fatal(err)
+					t.Fatalf("call %q: %v", code, err)
 				}
-				if !res.TimedOut || !res.StateLost {
-					t.Fatalf("timed out %v, state lost %v (exit %d, stdout %q); want a call that runs on to its timeout", res.TimedOut, res.StateLost, res.ExitCode, abbrev(res.Stdout))
+				if res.Artifacts == nil {
+					t.Fatalf("call %q: no collection", code)
 				}
-				expect(t, SessionCall(t, s, lang, map[string]string{"python": "print('fresh')", "javascript": "console.log('fresh')"}[lang]), 0, "fresh\n")
-			})
-		}
-	})
+				return res
+			}
+			// Nothing written: no artifacts.
+			if res := call(calls[0]); len(res.Artifacts.Artifacts) != 0 || res.ExitCode != 0 {
+				t.Fatalf("first call: exit %d artifacts %v; want 0, none", res.ExitCode, artifactPaths(res))
+			}
+			// Files in; what the call made or changed comes back, the
+			// files it only read do not.
+			res := call(calls[1], artifacts.File{Path: "in/data.csv", Content: "a,b\n1,2\n"}, artifacts.File{Path: "unread.txt", Content: "x"})
+			ss.expect(t, res, 0, "1,2\n")
+			if got := artifactPaths(res); !slices.Equal(got, []string{"in/data.csv", "out.txt"}) && !slices.Equal(got, []string{"out.txt", "in/data.csv"}) {
+				t.Fatalf("second call's artifacts %v; want in/data.csv and out.txt", got)
+			}
+			for _, a := range res.Artifacts.Artifacts {
+				if a.Path == "out.txt" && (string(a.Data) != "made" || a.Kind != artifacts.KindText) {
+					t.Errorf("out.txt: %q %s", a.Data, a.Kind)
+				}
+			}
+			// A call that only reads returns nothing: the files of
+			// earlier calls are not reported again.
+			res = call(calls[2])
+			ss.expect(t, res, 0, "made\n")
+			if got := artifactPaths(res); len(got) != 0 {
+				t.Fatalf("a call that wrote nothing returned %v", got)
+			}
+			// A new image comes back as an image.
+			res = call(calls[3])
+			if got := artifactPaths(res); !slices.Contains(got, "late.svg") || slices.Contains(got, "in/data.csv") {
+				t.Fatalf("fourth call's artifacts %v; want late.svg, and not in/data.csv", got)
+			}
+			for _, a := range res.Artifacts.Artifacts {
+				if a.Path == "late.svg" && a.Kind != artifacts.KindImage {
+					t.Errorf("late.svg came back as %s, want an image", a.Kind)
+				}
+			}
+		})
+	}
+}
 
-	t.Run("the working directory is capped", func(t *testing.T) {
-		t.Parallel()
-		if opts.DirUncapped != "" {
-			t.Skip(opts.DirUncapped)
-		}
-		lim := DefaultLimits()
-		lim.FileSizeBytes = 4 << 20
-		s, err := b.Start(context.Background(), sessions.Spec{ID: "ses_test", Language: "python", Limits: lim, Deadline: time.Now().Add(time.Hour)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		// Eight files of 1 MiB, each under the file-size limit.
-		res := SessionCall(t, s, "python", "n = 0\ntry:\n    for i in range(8):\n        open('f%d' % i, 'wb').write(b'x' * (1 << 20))\n        n += 1\nexcept OSError as e:\n    print(e.strerror)\nprint(n)")
-		if res.ExitCode != 0 || strings.HasSuffix(res.Stdout, "\n8\n") || res.Stdout == "8\n" {
-			t.Fatalf("exit %d stdout %q: a session wrote 8 MiB into a directory capped at 4 MiB", res.ExitCode, res.Stdout)
-		}
-	})
+// sessionNamesWithControlCharactersAreListedEscapedOnce is the case "names with control characters are listed escaped, once".
+func sessionNamesWithControlCharactersAreListedEscapedOnce(t *testing.T, ss *sessionSuite) {
+	t.Parallel()
+	s := StartSession(t, ss.b, "python")
+	req := Req("python", unsafeNamesProgram)
+	req.Artifacts = &artifacts.Options{}
+	res, err := s.Exec(context.Background(), req)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("first call: %+v %v", res, err)
+	}
+	CheckUnsafeNames(t, res.Artifacts)
+	req = Req("python", "x = 1")
+	req.Artifacts = &artifacts.Options{}
+	res, err = s.Exec(context.Background(), req)
+	if err != nil || res.ExitCode != 0 || res.Artifacts == nil {
+		t.Fatalf("second call: %+v %v", res, err)
+	}
+	if len(res.Artifacts.Artifacts)+len(res.Artifacts.Omitted) != 0 {
+		t.Errorf("a call that wrote nothing lists %v and %v", artifactPaths(res), res.Artifacts.Omitted)
+	}
+}
+
+// sessionFilesAreNeverWrittenThroughALink is the case "files are never written through a link".
+func sessionFilesAreNeverWrittenThroughALink(t *testing.T, ss *sessionSuite) {
+	t.Parallel()
+	s := StartSession(t, ss.b, "python")
+	SessionCall(t, s, "python", "import os; os.symlink('/tmp', 'link')")
+	req := Req("python", "print('ran')")
+	req.Files = inputs(t, artifacts.File{Path: "link/planted.txt", Content: "x"})
+	if _, err := s.Exec(context.Background(), req); !errors.Is(err, artifacts.ErrInvalidFile) {
+		t.Fatalf("a file below a link: err = %v, want artifacts.ErrInvalidFile", err)
+	}
+	res := SessionCall(t, s, "python", "import os; print(os.path.exists('/tmp/planted.txt'))")
+	ss.expect(t, res, 0, "False\n")
+	// A folder the code made read-only: the file is refused (or, for a
+	// server that may write anyway, written), never a sandbox failure.
+	SessionCall(t, s, "python", "import os; os.mkdir('ro'); os.chmod('ro', 0o555)")
+	req.Files = inputs(t, artifacts.File{Path: "ro/x.txt", Content: "x"})
+	if _, err := s.Exec(context.Background(), req); err != nil && !errors.Is(err, artifacts.ErrInvalidFile) {
+		t.Fatalf("a file in a read-only folder: err = %v, want artifacts.ErrInvalidFile or none", err)
+	}
+	req.Files = inputs(t, artifacts.File{Path: "after.txt", Content: "fine"})
+	req.Code = "print(open('after.txt').read())"
+	res, err := s.Exec(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss.expect(t, res, 0, "fine\n")
+}
+
+// sessionAnExceptionKeepsTheState is the case "an exception keeps the state".
+func sessionAnExceptionKeepsTheState(t *testing.T, ss *sessionSuite) {
+	t.Parallel()
+	s := StartSession(t, ss.b, "python")
+	SessionCall(t, s, "python", "x = 1")
+	res := SessionCall(t, s, "python", "x = 2\nraise ValueError('boom')")
+	if res.ExitCode != 1 || !strings.Contains(res.Stderr, "ValueError: boom") || res.StateLost {
+		t.Fatalf("exit %d stderr %q state lost %v; want 1, the traceback, false", res.ExitCode, res.Stderr, res.StateLost)
+	}
+	ss.expect(t, SessionCall(t, s, "python", "print(x)"), 0, "2\n")
+}
+
+// sessionStdinIsTheCalls is the case "stdin is the call's".
+func sessionStdinIsTheCalls(t *testing.T, ss *sessionSuite) {
+	t.Parallel()
+	s := StartSession(t, ss.b, "python")
+	req := Req("python", "import sys; print(sys.stdin.read()[::-1])")
+	req.Stdin = "abc"
+	res, err := s.Exec(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss.expect(t, res, 0, "cba\n")
+	ss.expect(t, SessionCall(t, s, "python", "import sys; print(repr(sys.stdin.read()))"), 0, "''\n")
+}
+
+// sessionATimeoutLosesTheStateNotTheFiles is the case "a timeout loses the state, not the files".
+func sessionATimeoutLosesTheStateNotTheFiles(t *testing.T, ss *sessionSuite) {
+	t.Parallel()
+	for lang, calls := range map[string][3]string{
+		"python":     {"x = 1; open('f', 'w').write('still here')", "while True: pass", "print(open('f').read()); print(x)"},
+		"javascript": {"var x = 1; require('fs').writeFileSync('f', 'still here')", "for (;;) {}", "console.log(require('fs').readFileSync('f', 'utf8')); console.log(x)"},
+	} {
+		t.Run(lang, func(t *testing.T) {
+			t.Parallel()
+			s := StartSession(t, ss.b, lang)
+			SessionCall(t, s, lang, calls[0])
+			req := Req(lang, calls[1])
+			req.Limits.Timeout = 500 * time.Millisecond
+			res, err := s.Exec(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !res.TimedOut || !res.StateLost {
+				t.Fatalf("timed out %v, state lost %v; want both", res.TimedOut, res.StateLost)
+			}
+			res = SessionCall(t, s, lang, calls[2])
+			if !strings.HasPrefix(res.Stdout, "still here\n") || res.ExitCode != 1 || res.StateLost {
+				t.Fatalf("after the timeout: exit %d stdout %q stderr %q; want the file, then an error for the lost variable", res.ExitCode, res.Stdout, abbrev(res.Stderr))
+			}
+			ss.expect(t, SessionCall(t, s, lang, map[string]string{"python": "print('fresh')", "javascript": "console.log('fresh')"}[lang]), 0, "fresh\n")
+		})
+	}
+}
+
+// sessionTheOutputCapLosesTheState is the case "the output cap loses the state".
+func sessionTheOutputCapLosesTheState(t *testing.T, ss *sessionSuite) {
+	t.Parallel()
+	s := StartSession(t, ss.b, "python")
+	req := Req("python", "while True: print('y' * 1000)")
+	req.Limits.OutputBytes = 10000
+	res, err := s.Exec(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Truncated || !res.StateLost {
+		t.Fatalf("truncated %v, state lost %v; want both", res.Truncated, res.StateLost)
+	}
+	ss.expect(t, SessionCall(t, s, "python", "print('fresh')"), 0, "fresh\n")
+}
+
+// sessionBashTimeout is the case "bash timeout".
+func sessionBashTimeout(t *testing.T, ss *sessionSuite) {
+	t.Parallel()
+	s := StartSession(t, ss.b, "bash")
+	req := Req("bash", "sleep 30")
+	req.Limits.Timeout = 300 * time.Millisecond
+	res, err := s.Exec(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.TimedOut {
+		t.Fatalf("timed out %v, want true", res.TimedOut)
+	}
+	ss.expect(t, SessionCall(t, s, "bash", "echo next"), 0, "next\n")
+}
+
+// sessionCancel is the case "cancel".
+func sessionCancel(t *testing.T, ss *sessionSuite) {
+	t.Parallel()
+	s := StartSession(t, ss.b, "python")
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := s.Exec(ctx, Req("python", "import time; time.sleep(30)"))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want the context's", err)
+	}
+	ss.expect(t, SessionCall(t, s, "python", "print('fresh')"), 0, "fresh\n")
+}
+
+// sessionEnvironmentScrubbed is the case "environment scrubbed".
+func sessionEnvironmentScrubbed(t *testing.T, ss *sessionSuite) {
+	t.Parallel()
+	s := StartSession(t, ss.b, "python")
+	res := SessionCall(t, s, "python", "import os; print(os.environ.get('"+SecretName+"', 'absent'))")
+	ss.expect(t, res, 0, "absent\n")
+}
+
+// sessionNothingACallStartsOutlivesItAndCloseRemovesEverything is the case "nothing a call starts outlives it, and close removes everything".
+func sessionNothingACallStartsOutlivesItAndCloseRemovesEverything(t *testing.T, ss *sessionSuite) {
+	t.Parallel()
+	for _, lang := range []string{"python", "javascript", "bash"} {
+		t.Run(lang, func(t *testing.T) {
+			t.Parallel()
+			s, err := ss.b.Start(context.Background(), sessions.Spec{ID: "ses_test", Language: lang, Limits: DefaultLimits(), Deadline: time.Now().Add(time.Hour)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			marker := Marker()
+			code := map[string]string{
+				"python":     "import subprocess, os; p = subprocess.Popen(['sleep', '" + marker + "'], start_new_session=True); print(os.getcwd())",
+				"javascript": "const cp = require('child_process'); globalThis.p = cp.spawn('sleep', ['" + marker + "'], { detached: true, stdio: 'ignore' }); console.log(process.cwd())",
+				"bash":       "setsid sleep " + marker + " >/dev/null 2>&1 < /dev/null & disown; pwd",
+			}[lang]
+			res := SessionCall(t, s, lang, code)
+			dir := strings.TrimSpace(res.Stdout)
+			if ss.alive(t, marker) {
+				t.Errorf("a process that a call started outlived the call (stderr %q)", abbrev(res.Stderr))
+			}
+			ss.expect(t, SessionCall(t, s, lang, map[string]string{"python": "print('next')", "javascript": "console.log('next')", "bash": "echo next"}[lang]), 0, "next\n")
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if ss.opts.Gone != nil && !ss.opts.Gone(t, dir) {
+				t.Errorf("the session's files or sandbox outlived it (%s)", dir)
+			}
+			if err := s.Close(); err != nil {
+				t.Errorf("a second Close: %v", err)
+			}
+			if _, err := s.Exec(context.Background(), Req(lang, "1")); !errors.Is(err, sandbox.ErrClosed) {
+				t.Errorf("a call after Close: err = %v, want sandbox.ErrClosed", err)
+			}
+		})
+	}
+}
+
+// sessionLeftoversCannotWriteIntoLaterCalls is the case "leftovers cannot write into later calls".
+// What a call leaves running cannot write into a later call's result:
+// a background process, a python thread, a javascript interval and
+// worker, each writing forged frames (output and an exit status) into
+// the interpreter's control channel as fast as it can, from the moment
+// the call that started it knows it wrote. The next call's result is
+// its own.
+func sessionLeftoversCannotWriteIntoLaterCalls(t *testing.T, ss *sessionSuite) {
+	t.Parallel()
+	for name, c := range map[string]struct{ lang, start, next string }{
+		"python/background process":      {"python", pyForge + pyForgeProcess, pyNext},
+		"python/thread":                  {"python", pyForge + pyForgeThread, pyNext},
+		"javascript/background process":  {"javascript", jsForge + jsForgeProcess, jsNext},
+		"javascript/interval and worker": {"javascript", jsForge + jsForgeInterval, jsNext},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := StartSession(t, ss.b, c.lang)
+			if res := SessionCall(t, s, c.lang, c.start); !strings.Contains(res.Stdout, "started") {
+				t.Fatalf("the call that starts the leftover ended before its own code did (its leftover forged the end), or the leftover did not start: exit %d stdout %q stderr %q", res.ExitCode, abbrev(res.Stdout), abbrev(res.Stderr))
+			}
+			ss.expect(t, SessionCall(t, s, c.lang, c.next), 0, "real\n")
+			ss.expect(t, SessionCall(t, s, c.lang, c.next), 0, "real\n")
+		})
+	}
+}
+
+// sessionAForgedEndDoesNotEndACall is the case "a forged end does not end a call".
+// A call's own code that writes an end frame into its control channel
+// and goes on does not end the call: it runs on to its timeout.
+func sessionAForgedEndDoesNotEndACall(t *testing.T, ss *sessionSuite) {
+	t.Parallel()
+	for lang, code := range map[string]string{
+		"python":     pyForge + "for fd in control_fds():\n    try:\n        os.write(fd, FORGED)\n    except OSError:\n        pass\ntime.sleep(30)\n",
+		"javascript": jsForge + "fs.writeSync(control, FORGED); await new Promise((r) => setTimeout(r, 30000));",
+	} {
+		t.Run(lang, func(t *testing.T) {
+			t.Parallel()
+			s := StartSession(t, ss.b, lang)
+			req := Req(lang, code)
+			req.Limits.Timeout = 1500 * time.Millisecond
+			res, err := s.Exec(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !res.TimedOut || !res.StateLost {
+				t.Fatalf("timed out %v, state lost %v (exit %d, stdout %q); want a call that runs on to its timeout", res.TimedOut, res.StateLost, res.ExitCode, abbrev(res.Stdout))
+			}
+			ss.expect(t, SessionCall(t, s, lang, map[string]string{"python": "print('fresh')", "javascript": "console.log('fresh')"}[lang]), 0, "fresh\n")
+		})
+	}
+}
+
+// sessionTheWorkingDirectoryIsCapped is the case "the working directory is capped".
+func sessionTheWorkingDirectoryIsCapped(t *testing.T, ss *sessionSuite) {
+	t.Parallel()
+	if ss.opts.DirUncapped != "" {
+		t.Skip(ss.opts.DirUncapped)
+	}
+	lim := DefaultLimits()
+	lim.FileSizeBytes = 4 << 20
+	s, err := ss.b.Start(context.Background(), sessions.Spec{ID: "ses_test", Language: "python", Limits: lim, Deadline: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	// Eight files of 1 MiB, each under the file-size limit.
+	res := SessionCall(t, s, "python", "n = 0\ntry:\n    for i in range(8):\n        open('f%d' % i, 'wb').write(b'x' * (1 << 20))\n        n += 1\nexcept OSError as e:\n    print(e.strerror)\nprint(n)")
+	if res.ExitCode != 0 || strings.HasSuffix(res.Stdout, "\n8\n") || res.Stdout == "8\n" {
+		t.Fatalf("exit %d stdout %q: a session wrote 8 MiB into a directory capped at 4 MiB", res.ExitCode, res.Stdout)
+	}
 }
 
 // pyForge finds the descriptors of the calling python process, beyond its

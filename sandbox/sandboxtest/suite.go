@@ -68,344 +68,416 @@ func RunSuite(t *testing.T, r sandbox.Runner, opts Options) {
 	if opts.ScrubsEnv {
 		t.Setenv(SecretName, SecretValue)
 	}
-	caps := r.Capabilities()
-	if caps.Mode != opts.Mode {
-		t.Fatalf("Capabilities().Mode = %q, want %q", caps.Mode, opts.Mode)
+	rs := &runnerSuite{r: r, opts: opts, caps: r.Capabilities()}
+	if rs.caps.Mode != opts.Mode {
+		t.Fatalf("Capabilities().Mode = %q, want %q", rs.caps.Mode, opts.Mode)
 	}
-	need := func(t *testing.T, lang string) {
-		t.Helper()
-		st, ok := caps.Language(lang)
-		if !ok || !st.Available {
-			t.Skipf("language %s unavailable on this host: %s", lang, st.Reason)
+	for _, c := range runnerCases {
+		if c.only == nil || c.only(opts) {
+			t.Run(c.name, func(t *testing.T) { c.test(t, rs) })
 		}
 	}
-	run := func(t *testing.T, req sandbox.Request) *sandbox.Result {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		res, err := r.Run(ctx, req)
-		if err != nil {
-			t.Fatalf("Run(%s %q): %v", req.Language, abbrev(req.Code), err)
-		}
-		if res.Sandbox != opts.Mode {
-			t.Errorf("Result.Sandbox = %q, want %q", res.Sandbox, opts.Mode)
-		}
-		return res
-	}
+}
 
-	t.Run("hello per language", func(t *testing.T) {
-		cases := []struct{ lang, code, want string }{
-			{"python", "print(2**64)", "18446744073709551616\n"},
-			{"javascript", "console.log(2n**64n + '')", "18446744073709551616\n"},
-			{"bash", "echo $((6*7))", "42\n"},
-		}
-		for _, c := range cases {
-			t.Run(c.lang, func(t *testing.T) {
-				need(t, c.lang)
-				res := run(t, Req(c.lang, c.code))
-				if res.Stdout != c.want || res.ExitCode != 0 || res.Stderr != "" {
-					t.Fatalf("got exit=%d stdout=%q stderr=%q, want exit=0 stdout=%q", res.ExitCode, res.Stdout, res.Stderr, c.want)
-				}
-				if res.TimedOut || res.OOMKilled || res.Truncated {
-					t.Fatalf("limit flags set on a plain run: %+v", res)
-				}
-			})
-		}
-	})
+// runnerSuite is the runner under test and what it promises.
+type runnerSuite struct {
+	r    sandbox.Runner
+	opts Options
+	caps sandbox.Capabilities
+}
 
-	// Live output: the observer sees both streams while the program still
-	// runs. The program waits (sleeps for ever) once it has written them;
-	// the observer cancels the run when it has seen them, so the run ends
-	// only because its output arrived live, whatever the machine's load.
-	t.Run("output observed while running", func(t *testing.T) {
-		need(t, "bash")
-		var (
-			mu   sync.Mutex
-			seen [3]strings.Builder
-		)
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		req := Req("bash", "echo one; echo err >&2; sleep 600; echo two")
-		req.Limits.Timeout = 2 * time.Minute // a guard against a hang only
-		req.Observe = func(s sandbox.Stream, p []byte) {
-			mu.Lock()
-			defer mu.Unlock()
-			seen[s].Write(p)
-			if seen[sandbox.Stdout].String() == "one\n" && seen[sandbox.Stderr].String() == "err\n" {
-				cancel()
+// need skips t when lang is unavailable on this host.
+func (rs *runnerSuite) need(t *testing.T, lang string) {
+	t.Helper()
+	st, ok := rs.caps.Language(lang)
+	if !ok || !st.Available {
+		t.Skipf("language %s unavailable on this host: %s", lang, st.Reason)
+	}
+}
+
+// run runs req and fails t on an error; a Result of another mode is an
+// error of t too.
+func (rs *runnerSuite) run(t *testing.T, req sandbox.Request) *sandbox.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := rs.r.Run(ctx, req)
+	if err != nil {
+		t.Fatalf("Run(%s %q): %v", req.Language, abbrev(req.Code), err)
+	}
+	if res.Sandbox != rs.opts.Mode {
+		t.Errorf("Result.Sandbox = %q, want %q", res.Sandbox, rs.opts.Mode)
+	}
+	return res
+}
+
+// runnerCase is one case of the runner suite: the name of its subtest (go
+// test -run selects it), its test, and, when set, whether the runner's
+// options call for it at all.
+type runnerCase struct {
+	name string
+	test func(t *testing.T, rs *runnerSuite)
+	only func(Options) bool
+}
+
+// runnerCases are the runner suite's cases, in the order they run.
+var runnerCases = []runnerCase{
+	{name: "hello per language", test: runnerHelloPerLanguage},
+	{name: "output observed while running", test: runnerOutputObservedWhileRunning},
+	{name: "output observed is the result's", test: runnerOutputObservedIsTheResults},
+	{name: "exit code and stderr", test: runnerExitCodeAndStderr},
+	{name: "uncaught exception is a result", test: runnerUncaughtExceptionIsAResult},
+	{name: "stdin", test: runnerStdin},
+	{name: "no stdin means end of file", test: runnerNoStdinMeansEndOfFile},
+	{name: "large stdin round trip", test: runnerLargeStdinRoundTrip},
+	{name: "unicode and invalid utf-8", test: runnerUnicodeAndInvalidUtf8},
+	{name: "timeout", test: runnerTimeout},
+	{name: "timeout kills the whole tree", test: runnerTimeoutKillsTheWholeTree},
+	{name: "no process outlives a run that exits", test: runnerNoProcessOutlivesARunThatExits},
+	{name: "python daemon outlives nothing", test: runnerPythonDaemonOutlivesNothing},
+	{name: "output cap", test: runnerOutputCap},
+	{name: "cancellation kills the run", test: runnerCancellationKillsTheRun},
+	{name: "fresh working directory", test: runnerFreshWorkingDirectory},
+	{name: "files in, artifacts out", test: runnerFilesInArtifactsOut},
+	{name: "localhost reaches the program's own loopback server", test: runnerLocalhostReachesTheProgramsOwnLoopbackServer},
+	{name: "unknown language", test: runnerUnknownLanguage},
+	{name: "server environment does not leak", test: runnerServerEnvironmentDoesNotLeak, only: func(o Options) bool { return o.ScrubsEnv }},
+	{name: "sequential runs stay correct", test: runnerSequentialRunsStayCorrect},
+}
+
+// runnerHelloPerLanguage is the case "hello per language".
+func runnerHelloPerLanguage(t *testing.T, rs *runnerSuite) {
+	cases := []struct{ lang, code, want string }{
+		{"python", "print(2**64)", "18446744073709551616\n"},
+		{"javascript", "console.log(2n**64n + '')", "18446744073709551616\n"},
+		{"bash", "echo $((6*7))", "42\n"},
+	}
+	for _, c := range cases {
+		t.Run(c.lang, func(t *testing.T) {
+			rs.need(t, c.lang)
+			res := rs.run(t, Req(c.lang, c.code))
+			if res.Stdout != c.want || res.ExitCode != 0 || res.Stderr != "" {
+				t.Fatalf("got exit=%d stdout=%q stderr=%q, want exit=0 stdout=%q", res.ExitCode, res.Stdout, res.Stderr, c.want)
 			}
-		}
-		res, err := r.Run(ctx, req)
+			if res.TimedOut || res.OOMKilled || res.Truncated {
+				t.Fatalf("limit flags set on a plain run: %+v", res)
+			}
+		})
+	}
+}
+
+// runnerOutputObservedWhileRunning is the case "output observed while running".
+// Live output: the observer sees both streams while the program still
+// runs. The program waits (sleeps for ever) once it has written them;
+// the observer cancels the run when it has seen them, so the run ends
+// only because its output arrived live, whatever the machine's load.
+func runnerOutputObservedWhileRunning(t *testing.T, rs *runnerSuite) {
+	rs.need(t, "bash")
+	var (
+		mu   sync.Mutex
+		seen [3]strings.Builder
+	)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req := Req("bash", "echo one; echo err >&2; sleep 600; echo two")
+	req.Limits.Timeout = 2 * time.Minute // a guard against a hang only
+	req.Observe = func(s sandbox.Stream, p []byte) {
 		mu.Lock()
 		defer mu.Unlock()
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("Run = %+v, %v; want it cancelled by the observer: stdout %q and stderr %q observed while the program ran, want one and err",
-				res, err, seen[sandbox.Stdout].String(), seen[sandbox.Stderr].String())
+		seen[s].Write(p)
+		if seen[sandbox.Stdout].String() == "one\n" && seen[sandbox.Stderr].String() == "err\n" {
+			cancel()
 		}
-	})
+	}
+	res, err := rs.r.Run(ctx, req)
+	mu.Lock()
+	defer mu.Unlock()
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %+v, %v; want it cancelled by the observer: stdout %q and stderr %q observed while the program ran, want one and err",
+			res, err, seen[sandbox.Stdout].String(), seen[sandbox.Stderr].String())
+	}
+}
 
-	t.Run("output observed is the result's", func(t *testing.T) {
-		need(t, "bash")
-		var (
-			mu   sync.Mutex
-			seen [3]strings.Builder
-		)
-		req := Req("bash", "echo one; echo err >&2; echo two")
-		req.Observe = func(s sandbox.Stream, p []byte) {
-			mu.Lock()
-			defer mu.Unlock()
-			seen[s].Write(p)
-		}
-		res := run(t, req)
+// runnerOutputObservedIsTheResults is the case "output observed is the result's".
+func runnerOutputObservedIsTheResults(t *testing.T, rs *runnerSuite) {
+	rs.need(t, "bash")
+	var (
+		mu   sync.Mutex
+		seen [3]strings.Builder
+	)
+	req := Req("bash", "echo one; echo err >&2; echo two")
+	req.Observe = func(s sandbox.Stream, p []byte) {
 		mu.Lock()
 		defer mu.Unlock()
-		if seen[sandbox.Stdout].String() != res.Stdout || seen[sandbox.Stderr].String() != res.Stderr || res.Stdout != "one\ntwo\n" || res.Stderr != "err\n" {
-			t.Fatalf("observed stdout %q stderr %q; result stdout %q stderr %q: want the same, one and two, and err",
-				seen[sandbox.Stdout].String(), seen[sandbox.Stderr].String(), res.Stdout, res.Stderr)
-		}
-	})
+		seen[s].Write(p)
+	}
+	res := rs.run(t, req)
+	mu.Lock()
+	defer mu.Unlock()
+	if seen[sandbox.Stdout].String() != res.Stdout || seen[sandbox.Stderr].String() != res.Stderr || res.Stdout != "one\ntwo\n" || res.Stderr != "err\n" {
+		t.Fatalf("observed stdout %q stderr %q; result stdout %q stderr %q: want the same, one and two, and err",
+			seen[sandbox.Stdout].String(), seen[sandbox.Stderr].String(), res.Stdout, res.Stderr)
+	}
+}
 
-	t.Run("exit code and stderr", func(t *testing.T) {
-		cases := []struct{ lang, code string }{
-			{"python", "import sys\nsys.stderr.write('oops\\n')\nsys.exit(3)"},
-			{"javascript", "process.stderr.write('oops\\n'); process.exit(3)"},
-			{"bash", "echo oops >&2; exit 3"},
-		}
-		for _, c := range cases {
-			t.Run(c.lang, func(t *testing.T) {
-				need(t, c.lang)
-				res := run(t, Req(c.lang, c.code))
-				if res.ExitCode != 3 || res.Stderr != "oops\n" || res.Stdout != "" {
-					t.Fatalf("got exit=%d stdout=%q stderr=%q, want exit=3 stderr=%q", res.ExitCode, res.Stdout, res.Stderr, "oops\n")
-				}
-			})
-		}
-	})
-
-	t.Run("uncaught exception is a result", func(t *testing.T) {
-		need(t, "python")
-		res := run(t, Req("python", "raise ValueError('boom')"))
-		if res.ExitCode != 1 || !strings.Contains(res.Stderr, "ValueError: boom") {
-			t.Fatalf("got exit=%d stderr=%q", res.ExitCode, res.Stderr)
-		}
-	})
-
-	t.Run("stdin", func(t *testing.T) {
-		cases := []struct{ lang, code string }{
-			{"python", "import sys\nprint(sys.stdin.read().upper(), end='')"},
-			{"javascript", "let s='';process.stdin.on('data',d=>s+=d).on('end',()=>process.stdout.write(s.toUpperCase()))"},
-			{"bash", "tr a-z A-Z"},
-		}
-		for _, c := range cases {
-			t.Run(c.lang, func(t *testing.T) {
-				need(t, c.lang)
-				req := Req(c.lang, c.code)
-				req.Stdin = "hello\nworld\n"
-				res := run(t, req)
-				if res.Stdout != "HELLO\nWORLD\n" || res.ExitCode != 0 {
-					t.Fatalf("got exit=%d stdout=%q stderr=%q", res.ExitCode, res.Stdout, res.Stderr)
-				}
-			})
-		}
-	})
-
-	t.Run("no stdin means end of file", func(t *testing.T) {
-		need(t, "python")
-		res := run(t, Req("python", "import sys\nprint(repr(sys.stdin.read()))"))
-		if res.Stdout != "''\n" {
-			t.Fatalf("stdout = %q, want %q (stderr %q)", res.Stdout, "''\n", res.Stderr)
-		}
-	})
-
-	t.Run("large stdin round trip", func(t *testing.T) {
-		need(t, "python")
-		req := Req("python", "import sys,hashlib\nd=sys.stdin.buffer.read()\nprint(len(d), hashlib.sha256(d).hexdigest()[:16])")
-		req.Stdin = strings.Repeat("0123456789abcdef", 1<<16) // 1 MiB
-		res := run(t, req)
-		if !strings.HasPrefix(res.Stdout, "1048576 ") {
-			t.Fatalf("stdout = %q stderr = %q", res.Stdout, res.Stderr)
-		}
-	})
-
-	t.Run("unicode and invalid utf-8", func(t *testing.T) {
-		need(t, "python")
-		res := run(t, Req("python", "import sys\nprint('héllo ✓ 世界')\nsys.stdout.flush()\nsys.stdout.buffer.write(b'\\xff\\xfe end\\n')"))
-		// Each run of invalid bytes becomes one U+FFFD.
-		want := "héllo ✓ 世界\n\uFFFD end\n"
-		if res.Stdout != want {
-			t.Fatalf("stdout = %q, want %q", res.Stdout, want)
-		}
-	})
-
-	t.Run("timeout", func(t *testing.T) {
-		need(t, "python")
-		var res *sandbox.Result
-		UntilStarted(t, func(timeout time.Duration) string {
-			req := Req("python", "print('started', flush=True)\nwhile True:\n    pass")
-			req.Limits.Timeout = timeout
-			res = run(t, req)
-			return res.Stdout
+// runnerExitCodeAndStderr is the case "exit code and stderr".
+func runnerExitCodeAndStderr(t *testing.T, rs *runnerSuite) {
+	cases := []struct{ lang, code string }{
+		{"python", "import sys\nsys.stderr.write('oops\\n')\nsys.exit(3)"},
+		{"javascript", "process.stderr.write('oops\\n'); process.exit(3)"},
+		{"bash", "echo oops >&2; exit 3"},
+	}
+	for _, c := range cases {
+		t.Run(c.lang, func(t *testing.T) {
+			rs.need(t, c.lang)
+			res := rs.run(t, Req(c.lang, c.code))
+			if res.ExitCode != 3 || res.Stderr != "oops\n" || res.Stdout != "" {
+				t.Fatalf("got exit=%d stdout=%q stderr=%q, want exit=3 stderr=%q", res.ExitCode, res.Stdout, res.Stderr, "oops\n")
+			}
 		})
-		if !res.TimedOut {
-			t.Fatalf("TimedOut = false: %+v", res)
-		}
-		if res.ExitCode == 0 {
-			t.Fatalf("a timed-out run reported exit code 0")
-		}
-		if res.Stdout != "started\n" {
-			t.Fatalf("output before the timeout was lost: stdout = %q", res.Stdout)
-		}
-	})
+	}
+}
 
-	t.Run("timeout kills the whole tree", func(t *testing.T) {
-		need(t, "bash")
-		marker := Marker()
-		var res *sandbox.Result
-		UntilStarted(t, func(timeout time.Duration) string {
-			req := Req("bash", treeProgram(marker))
-			req.Limits.Timeout = timeout
-			res = run(t, req)
-			return res.Stdout
+// runnerUncaughtExceptionIsAResult is the case "uncaught exception is a result".
+func runnerUncaughtExceptionIsAResult(t *testing.T, rs *runnerSuite) {
+	rs.need(t, "python")
+	res := rs.run(t, Req("python", "raise ValueError('boom')"))
+	if res.ExitCode != 1 || !strings.Contains(res.Stderr, "ValueError: boom") {
+		t.Fatalf("got exit=%d stderr=%q", res.ExitCode, res.Stderr)
+	}
+}
+
+// runnerStdin is the case "stdin".
+func runnerStdin(t *testing.T, rs *runnerSuite) {
+	cases := []struct{ lang, code string }{
+		{"python", "import sys\nprint(sys.stdin.read().upper(), end='')"},
+		{"javascript", "let s='';process.stdin.on('data',d=>s+=d).on('end',()=>process.stdout.write(s.toUpperCase()))"},
+		{"bash", "tr a-z A-Z"},
+	}
+	for _, c := range cases {
+		t.Run(c.lang, func(t *testing.T) {
+			rs.need(t, c.lang)
+			req := Req(c.lang, c.code)
+			req.Stdin = "hello\nworld\n"
+			res := rs.run(t, req)
+			if res.Stdout != "HELLO\nWORLD\n" || res.ExitCode != 0 {
+				t.Fatalf("got exit=%d stdout=%q stderr=%q", res.ExitCode, res.Stdout, res.Stderr)
+			}
 		})
-		if !res.TimedOut || res.Stdout != "started\n" {
-			t.Fatalf("want a run that started its tree and timed out: %+v", res)
-		}
-		if opts.Alive(t, marker) {
-			t.Fatalf("a process of the run outlived it (marker %s)", marker)
-		}
-	})
+	}
+}
 
-	t.Run("no process outlives a run that exits", func(t *testing.T) {
-		need(t, "bash")
-		marker := Marker()
-		code := fmt.Sprintf(`nohup sleep %[1]s >/dev/null 2>&1 &
+// runnerNoStdinMeansEndOfFile is the case "no stdin means end of file".
+func runnerNoStdinMeansEndOfFile(t *testing.T, rs *runnerSuite) {
+	rs.need(t, "python")
+	res := rs.run(t, Req("python", "import sys\nprint(repr(sys.stdin.read()))"))
+	if res.Stdout != "''\n" {
+		t.Fatalf("stdout = %q, want %q (stderr %q)", res.Stdout, "''\n", res.Stderr)
+	}
+}
+
+// runnerLargeStdinRoundTrip is the case "large stdin round trip".
+func runnerLargeStdinRoundTrip(t *testing.T, rs *runnerSuite) {
+	rs.need(t, "python")
+	req := Req("python", "import sys,hashlib\nd=sys.stdin.buffer.read()\nprint(len(d), hashlib.sha256(d).hexdigest()[:16])")
+	req.Stdin = strings.Repeat("0123456789abcdef", 1<<16) // 1 MiB
+	res := rs.run(t, req)
+	if !strings.HasPrefix(res.Stdout, "1048576 ") {
+		t.Fatalf("stdout = %q stderr = %q", res.Stdout, res.Stderr)
+	}
+}
+
+// runnerUnicodeAndInvalidUtf8 is the case "unicode and invalid utf-8".
+func runnerUnicodeAndInvalidUtf8(t *testing.T, rs *runnerSuite) {
+	rs.need(t, "python")
+	res := rs.run(t, Req("python", "import sys\nprint('héllo ✓ 世界')\nsys.stdout.flush()\nsys.stdout.buffer.write(b'\\xff\\xfe end\\n')"))
+	// Each run of invalid bytes becomes one U+FFFD.
+	want := "héllo ✓ 世界\n\uFFFD end\n"
+	if res.Stdout != want {
+		t.Fatalf("stdout = %q, want %q", res.Stdout, want)
+	}
+}
+
+// runnerTimeout is the case "timeout".
+func runnerTimeout(t *testing.T, rs *runnerSuite) {
+	rs.need(t, "python")
+	var res *sandbox.Result
+	UntilStarted(t, func(timeout time.Duration) string {
+		req := Req("python", "print('started', flush=True)\nwhile True:\n    pass")
+		req.Limits.Timeout = timeout
+		res = rs.run(t, req)
+		return res.Stdout
+	})
+	if !res.TimedOut {
+		t.Fatalf("TimedOut = false: %+v", res)
+	}
+	if res.ExitCode == 0 {
+		t.Fatalf("a timed-out run reported exit code 0")
+	}
+	if res.Stdout != "started\n" {
+		t.Fatalf("output before the timeout was lost: stdout = %q", res.Stdout)
+	}
+}
+
+// runnerTimeoutKillsTheWholeTree is the case "timeout kills the whole tree".
+func runnerTimeoutKillsTheWholeTree(t *testing.T, rs *runnerSuite) {
+	rs.need(t, "bash")
+	marker := Marker()
+	var res *sandbox.Result
+	UntilStarted(t, func(timeout time.Duration) string {
+		req := Req("bash", treeProgram(marker))
+		req.Limits.Timeout = timeout
+		res = rs.run(t, req)
+		return res.Stdout
+	})
+	if !res.TimedOut || res.Stdout != "started\n" {
+		t.Fatalf("want a run that started its tree and timed out: %+v", res)
+	}
+	if rs.opts.Alive(t, marker) {
+		t.Fatalf("a process of the run outlived it (marker %s)", marker)
+	}
+}
+
+// runnerNoProcessOutlivesARunThatExits is the case "no process outlives a run that exits".
+func runnerNoProcessOutlivesARunThatExits(t *testing.T, rs *runnerSuite) {
+	rs.need(t, "bash")
+	marker := Marker()
+	code := fmt.Sprintf(`nohup sleep %[1]s >/dev/null 2>&1 &
 (sleep %[1]s >/dev/null 2>&1 &)
 setsid sleep %[1]s >/dev/null 2>&1 < /dev/null &
 ( ( sleep %[1]s >/dev/null 2>&1 & ) & )
 echo spawned`, marker)
-		res := run(t, Req("bash", code))
-		if res.Stdout != "spawned\n" {
-			t.Fatalf("stdout = %q stderr = %q", res.Stdout, res.Stderr)
-		}
-		if opts.Alive(t, marker) {
-			t.Fatalf("a background process outlived its run (marker %s)", marker)
-		}
-	})
+	res := rs.run(t, Req("bash", code))
+	if res.Stdout != "spawned\n" {
+		t.Fatalf("stdout = %q stderr = %q", res.Stdout, res.Stderr)
+	}
+	if rs.opts.Alive(t, marker) {
+		t.Fatalf("a background process outlived its run (marker %s)", marker)
+	}
+}
 
-	t.Run("python daemon outlives nothing", func(t *testing.T) {
-		need(t, "python")
-		marker := Marker()
-		code := fmt.Sprintf(`import os, subprocess
+// runnerPythonDaemonOutlivesNothing is the case "python daemon outlives nothing".
+func runnerPythonDaemonOutlivesNothing(t *testing.T, rs *runnerSuite) {
+	rs.need(t, "python")
+	marker := Marker()
+	code := fmt.Sprintf(`import os, subprocess
 if os.fork() == 0:
     os.setsid()
     if os.fork() == 0:
         os.execvp("sleep", ["sleep", %q])
     os._exit(0)
 print("parent done")`, marker)
-		res := run(t, Req("python", code))
-		if res.Stdout != "parent done\n" {
-			t.Fatalf("stdout = %q stderr = %q", res.Stdout, res.Stderr)
-		}
-		if opts.Alive(t, marker) {
-			t.Fatalf("a double-forked daemon outlived its run (marker %s)", marker)
-		}
-	})
+	res := rs.run(t, Req("python", code))
+	if res.Stdout != "parent done\n" {
+		t.Fatalf("stdout = %q stderr = %q", res.Stdout, res.Stderr)
+	}
+	if rs.opts.Alive(t, marker) {
+		t.Fatalf("a double-forked daemon outlived its run (marker %s)", marker)
+	}
+}
 
-	t.Run("output cap", func(t *testing.T) {
-		cases := []struct{ lang, code string }{
-			{"python", "import sys\nwhile True:\n    sys.stdout.write('x' * 4096)"},
-			// Synchronous writes: process.stdout.write on a full pipe only
-			// queues in memory while a busy loop never yields.
-			{"javascript", "const fs=require('fs'); const s='y'.repeat(4096); for(;;){ fs.writeSync(1, s) }"},
-			{"bash", "yes flood"},
-			{"python", "import sys\nwhile True:\n    sys.stderr.write('e' * 4096)"},
-		}
-		for i, c := range cases {
-			t.Run(fmt.Sprintf("%s-%d", c.lang, i), func(t *testing.T) {
-				need(t, c.lang)
-				req := Req(c.lang, c.code)
-				req.Limits.OutputBytes = 64 << 10
-				req.Limits.Timeout = 30 * time.Second
-				res := run(t, req)
-				if !res.Truncated {
-					t.Fatalf("Truncated = false after a flood: stdout %d bytes", len(res.Stdout))
-				}
-				if res.TimedOut {
-					t.Fatalf("a flood ran until the timeout instead of being stopped at the cap")
-				}
-				if n := int64(len(res.Stdout) + len(res.Stderr)); n > req.Limits.OutputBytes || n < req.Limits.OutputBytes/2 {
-					t.Fatalf("kept %d bytes of output, want close to the cap %d", n, req.Limits.OutputBytes)
-				}
-			})
-		}
-	})
+// runnerOutputCap is the case "output cap".
+func runnerOutputCap(t *testing.T, rs *runnerSuite) {
+	cases := []struct{ lang, code string }{
+		{"python", "import sys\nwhile True:\n    sys.stdout.write('x' * 4096)"},
+		// Synchronous writes: process.stdout.write on a full pipe only
+		// queues in memory while a busy loop never yields.
+		{"javascript", "const fs=require('fs'); const s='y'.repeat(4096); for(;;){ fs.writeSync(1, s) }"},
+		{"bash", "yes flood"},
+		{"python", "import sys\nwhile True:\n    sys.stderr.write('e' * 4096)"},
+	}
+	for i, c := range cases {
+		t.Run(fmt.Sprintf("%s-%d", c.lang, i), func(t *testing.T) {
+			rs.need(t, c.lang)
+			req := Req(c.lang, c.code)
+			req.Limits.OutputBytes = 64 << 10
+			req.Limits.Timeout = 30 * time.Second
+			res := rs.run(t, req)
+			if !res.Truncated {
+				t.Fatalf("Truncated = false after a flood: stdout %d bytes", len(res.Stdout))
+			}
+			if res.TimedOut {
+				t.Fatalf("a flood ran until the timeout instead of being stopped at the cap")
+			}
+			if n := int64(len(res.Stdout) + len(res.Stderr)); n > req.Limits.OutputBytes || n < req.Limits.OutputBytes/2 {
+				t.Fatalf("kept %d bytes of output, want close to the cap %d", n, req.Limits.OutputBytes)
+			}
+		})
+	}
+}
 
-	t.Run("cancellation kills the run", func(t *testing.T) {
-		need(t, "bash")
-		marker := Marker()
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		// Cancelled once its processes run (it says so), not before.
-		started := make(chan struct{})
-		var out strings.Builder
-		req := Req("bash", treeProgram(marker))
-		req.Limits.Timeout = 2 * time.Minute // a guard against a hang only
-		req.Observe = func(s sandbox.Stream, p []byte) {
-			if s == sandbox.Stdout && !strings.Contains(out.String(), "started\n") {
-				if out.Write(p); strings.Contains(out.String(), "started\n") {
-					close(started)
-				}
+// runnerCancellationKillsTheRun is the case "cancellation kills the run".
+func runnerCancellationKillsTheRun(t *testing.T, rs *runnerSuite) {
+	rs.need(t, "bash")
+	marker := Marker()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// Cancelled once its processes run (it says so), not before.
+	started := make(chan struct{})
+	var out strings.Builder
+	req := Req("bash", treeProgram(marker))
+	req.Limits.Timeout = 2 * time.Minute // a guard against a hang only
+	req.Observe = func(s sandbox.Stream, p []byte) {
+		if s == sandbox.Stdout && !strings.Contains(out.String(), "started\n") {
+			if out.Write(p); strings.Contains(out.String(), "started\n") {
+				close(started)
 			}
 		}
-		done := make(chan error, 1)
-		go func() {
-			_, err := r.Run(ctx, req)
-			done <- err
-		}()
-		select {
-		case <-started:
-		case err := <-done:
-			t.Fatalf("the run ended before its processes started: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := rs.r.Run(ctx, req)
+		done <- err
+	}()
+	select {
+	case <-started:
+	case err := <-done:
+		t.Fatalf("the run ended before its processes started: %v", err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Run after cancel returned %v, want context.Canceled", err)
 		}
-		cancel()
-		select {
-		case err := <-done:
-			if !errors.Is(err, context.Canceled) {
-				t.Fatalf("Run after cancel returned %v, want context.Canceled", err)
-			}
-		case <-time.After(2 * time.Minute):
-			t.Fatalf("Run did not return after cancellation")
-		}
-		if opts.Alive(t, marker) {
-			t.Fatalf("a process of the cancelled run is still alive")
-		}
-	})
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("Run did not return after cancellation")
+	}
+	if rs.opts.Alive(t, marker) {
+		t.Fatalf("a process of the cancelled run is still alive")
+	}
+}
 
-	t.Run("fresh working directory", func(t *testing.T) {
-		need(t, "bash")
-		res := run(t, Req("bash", "ls -A; echo leftover > leftover.txt; ls"))
-		if strings.Contains(res.Stdout, "leftover.txt\n") && strings.Index(res.Stdout, "leftover.txt") < strings.LastIndex(res.Stdout, "leftover.txt") {
-			t.Fatalf("first run already saw leftover.txt: %q", res.Stdout)
-		}
-		res = run(t, Req("bash", "cat leftover.txt 2>/dev/null || echo absent"))
-		if res.Stdout != "absent\n" {
-			t.Fatalf("a file from a previous run is visible: %q", res.Stdout)
-		}
-	})
+// runnerFreshWorkingDirectory is the case "fresh working directory".
+func runnerFreshWorkingDirectory(t *testing.T, rs *runnerSuite) {
+	rs.need(t, "bash")
+	res := rs.run(t, Req("bash", "ls -A; echo leftover > leftover.txt; ls"))
+	if strings.Contains(res.Stdout, "leftover.txt\n") && strings.Index(res.Stdout, "leftover.txt") < strings.LastIndex(res.Stdout, "leftover.txt") {
+		t.Fatalf("first run already saw leftover.txt: %q", res.Stdout)
+	}
+	res = rs.run(t, Req("bash", "cat leftover.txt 2>/dev/null || echo absent"))
+	if res.Stdout != "absent\n" {
+		t.Fatalf("a file from a previous run is visible: %q", res.Stdout)
+	}
+}
 
-	t.Run("files in, artifacts out", func(t *testing.T) { filesSuite(t, r, run, need) })
+// runnerFilesInArtifactsOut is the case "files in, artifacts out".
+func runnerFilesInArtifactsOut(t *testing.T, rs *runnerSuite) {
+	filesSuite(t, rs)
+}
 
-	// A program that starts a server on its own loopback and talks to it by
-	// the name localhost, as test suites and local tools do. Every mode has
-	// a loopback; docker mode's containers resolve the name without the
-	// engine's /etc/hosts (the sandbox image's nss-myhostname).
-	t.Run("localhost reaches the program's own loopback server", func(t *testing.T) {
-		cases := []struct {
-			lang, code string
-			want       []string // one of these on stdout
-		}{
-			{"python", LocalhostPython, []string{"pong 127.0.0.1\n", "pong ::1\n"}},
-			{"javascript", `const net = require("net");
+// runnerLocalhostReachesTheProgramsOwnLoopbackServer is the case "localhost reaches the program's own loopback server".
+// A program that starts a server on its own loopback and talks to it by
+// the name localhost, as test suites and local tools do. Every mode has
+// a loopback; docker mode's containers resolve the name without the
+// engine's /etc/hosts (the sandbox image's nss-myhostname).
+func runnerLocalhostReachesTheProgramsOwnLoopbackServer(t *testing.T, rs *runnerSuite) {
+	cases := []struct {
+		lang, code string
+		want       []string // one of these on stdout
+	}{
+		{"python", LocalhostPython, []string{"pong 127.0.0.1\n", "pong ::1\n"}},
+		{"javascript", `const net = require("net");
 const srv = net.createServer((c) => c.end("pong"));
 srv.listen(0, () => {
   const c = net.connect(srv.address().port, "localhost");
@@ -415,52 +487,52 @@ srv.listen(0, () => {
   c.on("error", (e) => { console.log("error", e.code); srv.close(); });
 });
 `, []string{"pong true\n"}},
-		}
-		for _, c := range cases {
-			t.Run(c.lang, func(t *testing.T) {
-				need(t, c.lang)
-				res := run(t, Req(c.lang, c.code))
-				if !slices.Contains(c.want, res.Stdout) || res.ExitCode != 0 {
-					t.Fatalf("got exit=%d stdout=%q stderr=%q, want one of %q", res.ExitCode, res.Stdout, res.Stderr, c.want)
-				}
-			})
-		}
-	})
-
-	t.Run("unknown language", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_, err := r.Run(ctx, Req("cobol", "DISPLAY 'HI'."))
-		if !errors.Is(err, sandbox.ErrUnknownLanguage) {
-			t.Fatalf("Run(cobol) error = %v, want ErrUnknownLanguage", err)
-		}
-	})
-
-	if opts.ScrubsEnv {
-		t.Run("server environment does not leak", func(t *testing.T) {
-			need(t, "bash")
-			code := `env; cat /proc/self/environ; cat /proc/$PPID/environ 2>/dev/null
-for f in /proc/[0-9]*/environ; do tr '\0' '\n' < "$f" 2>/dev/null; done | grep -a CODE_EXEC || true`
-			res := run(t, Req("bash", code))
-			if strings.Contains(res.Stdout+res.Stderr, SecretValue) {
-				t.Fatalf("the server's secret reached sandboxed code")
-			}
-			pres := run(t, Req("python", "import os\nprint(sorted(os.environ))"))
-			if strings.Contains(pres.Stdout, SecretName) {
-				t.Fatalf("python sees %s: %s", SecretName, pres.Stdout)
+	}
+	for _, c := range cases {
+		t.Run(c.lang, func(t *testing.T) {
+			rs.need(t, c.lang)
+			res := rs.run(t, Req(c.lang, c.code))
+			if !slices.Contains(c.want, res.Stdout) || res.ExitCode != 0 {
+				t.Fatalf("got exit=%d stdout=%q stderr=%q, want one of %q", res.ExitCode, res.Stdout, res.Stderr, c.want)
 			}
 		})
 	}
+}
 
-	t.Run("sequential runs stay correct", func(t *testing.T) {
-		need(t, "python")
-		for i := range 10 {
-			res := run(t, Req("python", fmt.Sprintf("print(%d*3)", i)))
-			if want := strconv.Itoa(i*3) + "\n"; res.Stdout != want {
-				t.Fatalf("run %d: stdout = %q, want %q", i, res.Stdout, want)
-			}
+// runnerUnknownLanguage is the case "unknown language".
+func runnerUnknownLanguage(t *testing.T, rs *runnerSuite) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := rs.r.Run(ctx, Req("cobol", "DISPLAY 'HI'."))
+	if !errors.Is(err, sandbox.ErrUnknownLanguage) {
+		t.Fatalf("Run(cobol) error = %v, want ErrUnknownLanguage", err)
+	}
+}
+
+// runnerServerEnvironmentDoesNotLeak is the case "server environment does not leak".
+func runnerServerEnvironmentDoesNotLeak(t *testing.T, rs *runnerSuite) {
+	rs.need(t, "bash")
+	code := `env; cat /proc/self/environ; cat /proc/$PPID/environ 2>/dev/null
+for f in /proc/[0-9]*/environ; do tr '\0' '\n' < "$f" 2>/dev/null; done | grep -a CODE_EXEC || true`
+	res := rs.run(t, Req("bash", code))
+	if strings.Contains(res.Stdout+res.Stderr, SecretValue) {
+		t.Fatalf("the server's secret reached sandboxed code")
+	}
+	pres := rs.run(t, Req("python", "import os\nprint(sorted(os.environ))"))
+	if strings.Contains(pres.Stdout, SecretName) {
+		t.Fatalf("python sees %s: %s", SecretName, pres.Stdout)
+	}
+}
+
+// runnerSequentialRunsStayCorrect is the case "sequential runs stay correct".
+func runnerSequentialRunsStayCorrect(t *testing.T, rs *runnerSuite) {
+	rs.need(t, "python")
+	for i := range 10 {
+		res := rs.run(t, Req("python", fmt.Sprintf("print(%d*3)", i)))
+		if want := strconv.Itoa(i*3) + "\n"; res.Stdout != want {
+			t.Fatalf("run %d: stdout = %q, want %q", i, res.Stdout, want)
 		}
-	})
+	}
 }
 
 // treeProgram is a bash program that starts two background processes

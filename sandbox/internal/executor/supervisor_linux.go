@@ -318,51 +318,87 @@ func supervisorMain() int {
 	// Package initialisation, and so this function, runs on the main
 	// thread, whose name is the process's.
 	setName(nameWaiting)
-	cfg := os.NewFile(3, "spec")
-	statusF := os.NewFile(4, "status")
+	sv := &runSupervisor{
+		cfg:    os.NewFile(3, "spec"),
+		status: os.NewFile(4, "status"),
+	}
 	ctl := os.NewFile(ctlFD, "control")
 	// Nothing this process holds reaches the program, whatever the server
 	// passed on by mistake or inherited.
 	_ = CloseInheritedOnExec()
-	report := func(st status) int {
-		_ = json.NewEncoder(statusF).Encode(st)
-		_ = statusF.Close()
-		return 0
-	}
-	// A stop request is the end of the control pipe: the server closed it,
-	// or died. Watch it first, so that a request during set-up is not lost.
+	sv.stopReq = watchStop(ctl)
+	// In a PID namespace the program may signal its init, the supervisor,
+	// and without one its parent: every signal it can send is ignored (the
+	// exec stage sets them back to their defaults for the program), so the
+	// run ends and reports as usual.
+	ignoreAllSignals()
+	_ = json.NewEncoder(sv.status).Encode(sv.supervise())
+	_ = sv.status.Close()
+	return 0
+}
+
+// runSupervisor is the run supervisor's side of its pipes with the server.
+type runSupervisor struct {
+	cfg    *os.File // fd 3: the Spec, twice (see supervise)
+	status *os.File // fd 4: the begin byte, then the status
+	// stopReq is closed when the server asks the run to stop.
+	stopReq <-chan struct{}
+}
+
+// watchStop returns a channel closed at the end of the control pipe ctl: a
+// stop request, when the server closed it, or died. It is watched first,
+// so that a request during set-up is not lost.
+func watchStop(ctl *os.File) <-chan struct{} {
 	stopReq := make(chan struct{})
 	go func() {
 		var b [1]byte
 		_, _ = ctl.Read(b[:])
 		close(stopReq)
 	}()
-	// In a PID namespace the program may signal its init, the supervisor,
-	// and without one its parent: every signal it can send is ignored (the
-	// exec stage sets them back to their defaults for the program), so the
-	// run ends and reports as usual.
-	ignoreAllSignals()
+	return stopReq
+}
 
-	// The Spec comes twice on fd 3: first the part that decides how the
-	// exec stage starts (the isolation, the cgroups, what must be applied
-	// to the program), then the whole run. The exec stage is started, and
-	// moved into the run's cgroups, before the rest of the run is known, so
-	// that both overlap with the work that needs it (the move waits for an
-	// RCU grace period on cgroup v1).
-	dec := json.NewDecoder(cfg)
+// supervise supervises one run and returns its status.
+//
+// The Spec comes twice on fd 3: first the part that decides how the exec
+// stage starts (the isolation, the cgroups, what must be applied to the
+// program), then the whole run. The exec stage is started, and moved into
+// the run's cgroups, before the rest of the run is known, so that both
+// overlap with the work that needs it (the move waits for an RCU grace
+// period on cgroup v1).
+func (sv *runSupervisor) supervise() status {
+	dec := json.NewDecoder(sv.cfg)
 	var base Spec
 	if err := dec.Decode(&base); err != nil {
-		return report(status{Error: "reading the run spec: " + err.Error()})
+		return status{Error: "reading the run spec: " + err.Error()}
 	}
+	stage, err := startStage(base)
+	if err != nil {
+		return status{Error: err.Error()}
+	}
+	spec, err := sv.receiveSpec(dec)
+	if err == nil {
+		err = enterRun(spec)
+	}
+	if err != nil {
+		stage.abort()
+		return status{Error: err.Error()}
+	}
+	return sv.runProgram(stage, spec)
+}
+
+// startStage makes this process the run's child subreaper and starts the
+// exec stage of base.
+func startStage(base Spec) (*execStage, error) {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		return report(status{Error: "becoming a child subreaper: " + err.Error()})
+		return nil, fmt.Errorf("becoming a child subreaper: %w", err)
 	}
 	if base.Isolation.PID && base.Isolation.Mount {
 		// The exec stage starts before the run's root is built: give this
 		// mount namespace a /proc of the run's PID namespace first, where
 		// the stage's pid (in which Go writes its uid map) is its own.
 		if err := mountOwnProc(); err != nil {
-			return report(status{Error: err.Error()})
+			return nil, err
 		}
 	}
 	var limits *nsLimits
@@ -370,7 +406,7 @@ func supervisorMain() int {
 		// Opened now, while the supervisor still sees the host's /proc.
 		var err error
 		if limits, err = openNamespaceLimits(); err != nil {
-			return report(status{Error: err.Error()})
+			return nil, err
 		}
 	}
 	stage, err := forkExecStage(base, func() error {
@@ -384,37 +420,50 @@ func supervisorMain() int {
 	})
 	if err != nil {
 		limits.close()
-		return report(status{Error: err.Error()})
+		return nil, err
 	}
+	return stage, nil
+}
+
+// receiveSpec waits for the whole run's Spec, or for a stop request, and
+// tells the server the run has begun (see readStatus).
+func (sv *runSupervisor) receiveSpec(dec *json.Decoder) (Spec, error) {
 	specCh := make(chan error, 1)
 	var spec Spec
 	go func() { specCh <- dec.Decode(&spec) }()
 	select {
 	case err := <-specCh:
 		if err != nil {
-			stage.abort()
-			return report(status{Error: "reading the run spec: " + err.Error()})
+			return Spec{}, fmt.Errorf("reading the run spec: %w", err)
 		}
-		// Tell the server the run has begun (see readStatus).
-		_, _ = statusF.Write([]byte{received})
+		_, _ = sv.status.Write([]byte{received})
 		setName(nameRunning)
-	case <-stopReq:
-		stage.abort()
-		return report(status{Error: "stopped before the run began"})
+	case <-sv.stopReq:
+		return Spec{}, errors.New("stopped before the run began")
 	}
-	_ = cfg.Close()
+	_ = sv.cfg.Close()
+	return spec, nil
+}
+
+// enterRun enters the run's isolation and hands its egress listener over.
+func enterRun(spec Spec) error {
 	if spec.Isolation.Namespaces() {
 		if err := enterIsolation(spec); err != nil {
-			stage.abort()
-			return report(status{Error: err.Error()})
+			return err
 		}
 	}
 	if spec.EgressAddr != "" {
 		if err := sendEgressListener(spec.EgressAddr, spec.EgressFD); err != nil {
-			stage.abort()
-			return report(status{Error: err.Error()})
+			return err
 		}
 	}
+	return nil
+}
+
+// runProgram starts the program, waits for it to end (or kills it on a
+// stop request), kills every descendant, and collects the artifacts when
+// the run's directory is its own tmpfs.
+func (sv *runSupervisor) runProgram(stage *execStage, spec Spec) status {
 	// The run directory is the run's own tmpfs now: record it before the
 	// program starts, to collect what the program changed once it is gone.
 	var before artifacts.Snapshot
@@ -424,9 +473,24 @@ func supervisorMain() int {
 	}
 	child, err := stage.start(spec)
 	if err != nil {
-		return report(status{Error: err.Error()})
+		return status{Error: err.Error()}
 	}
+	st := status{Started: true}
+	st.ExitCode, st.Signal = exitOf(sv.wait(child))
+	killDescendants(child)
+	if collect {
+		c, err := artifacts.Collect(artifacts.DirSource{Dir: spec.Dir}, before, spec.Collect.options())
+		if err != nil {
+			c.Incomplete = "the working directory could not be read to the end (" + err.Error() + ")"
+		}
+		st.Artifacts = toWire(c)
+	}
+	return st
+}
 
+// wait waits for the program child to end, killing its process group on a
+// stop request first.
+func (sv *runSupervisor) wait(child int) syscall.WaitStatus {
 	exited := make(chan syscall.WaitStatus, 1)
 	go func() {
 		var ws syscall.WaitStatus
@@ -439,25 +503,13 @@ func supervisorMain() int {
 			return
 		}
 	}()
-
-	st := status{Started: true}
 	select {
 	case ws := <-exited:
-		st.ExitCode, st.Signal = exitOf(ws)
-	case <-stopReq:
+		return ws
+	case <-sv.stopReq:
 		_ = syscall.Kill(-child, syscall.SIGKILL)
-		ws := <-exited
-		st.ExitCode, st.Signal = exitOf(ws)
+		return <-exited
 	}
-	killDescendants(child)
-	if collect {
-		c, err := artifacts.Collect(artifacts.DirSource{Dir: spec.Dir}, before, spec.Collect.options())
-		if err != nil {
-			c.Incomplete = "the working directory could not be read to the end (" + err.Error() + ")"
-		}
-		st.Artifacts = toWire(c)
-	}
-	return report(st)
 }
 
 // execStage is the exec stage, started before the run's Spec is known and

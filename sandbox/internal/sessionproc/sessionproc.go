@@ -31,7 +31,6 @@ import (
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/artifacts"
-	"github.com/codeexec/codeexec/sandbox/egress"
 	"github.com/codeexec/codeexec/sandbox/egress/proxy"
 	"github.com/codeexec/codeexec/sandbox/internal/executor"
 	"github.com/codeexec/codeexec/sandbox/sessions"
@@ -46,15 +45,14 @@ type Host struct {
 	// Begin registers a run with the mode's run group (so that closing
 	// the Runner stops the session); see executor.RunGroup.Begin.
 	Begin func(ctx context.Context) (context.Context, func(), error)
-	// Spec returns the Spec of a program of lang (path and args, as the
-	// mode would run lang's programs) in dir, a run's working directory
-	// whose files the program keeps for its whole life, and what to clean
-	// up after it ran. The program must be able to open the FIFOs in ctl.
-	// With serve set (Egress is), the program reaches the network only
-	// through the egress proxy, as a run of the mode does: the mode hands
-	// the listener that the program's HTTP_PROXY and HTTPS_PROXY point at
-	// to serve, before the program starts.
-	Spec func(lang, dir, ctl, path string, args []string, lim sandbox.Limits, serve func(net.Listener)) (executor.Spec, func(), error)
+	// Spec returns the Spec of program p (as the mode makes a run's, with
+	// the command as the mode would run p.Lang's programs) and what to
+	// clean up after it ran. p.Dir is the working directory, whose files
+	// the program keeps for its whole life; the program must be able to
+	// open the FIFOs in ctl. With p.Serve set (Egress is), the program
+	// reaches the network only through the egress proxy, as a run of the
+	// mode does.
+	Spec func(p executor.Program, ctl string) (executor.Spec, func(), error)
 	// Python returns the python3 that runs the supervisor of a session
 	// whose language is not python (a python session's own python runs
 	// it).
@@ -127,50 +125,7 @@ type supervisor struct {
 	res    sandbox.Result
 	err    error
 	// egress is the session's part of the egress proxy (nil without one).
-	egress *egressPart
-}
-
-// egressPart is the proxy session of a session's supervisor, once its
-// listener is handed over. A nil *egressPart reports nothing.
-type egressPart struct {
-	mu sync.Mutex
-	s  *proxy.Session
-}
-
-// newEgressPart returns a part for a program, and the function that the
-// mode hands the program's listener to; nil ones without a proxy.
-func newEgressPart(p *proxy.Proxy, id string) (*egressPart, func(net.Listener)) {
-	if p == nil {
-		return nil, nil
-	}
-	e := &egressPart{}
-	return e, func(l net.Listener) {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		e.s = p.Serve(id, l)
-	}
-}
-
-// cut returns what the program reached since the last cut.
-func (e *egressPart) cut() *egress.Report { return e.report(false) }
-
-// close ends the proxy session and returns what the program reached since
-// the last cut.
-func (e *egressPart) close() *egress.Report { return e.report(true) }
-
-func (e *egressPart) report(closing bool) *egress.Report {
-	if e == nil {
-		return nil
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	switch {
-	case e.s == nil:
-		return nil
-	case closing:
-		return e.s.Close()
-	}
-	return e.s.Cut()
+	egress *proxy.Part
 }
 
 // Start makes the session's folders and starts its supervisor, so that a
@@ -211,99 +166,141 @@ func randomName(prefix string) string {
 
 // startSupervisor starts the supervisor with a fresh control channel.
 func (s *Session) startSupervisor(ctx context.Context) error {
+	ch, err := s.openControl()
+	if err != nil {
+		return err
+	}
+	part, serve := proxy.NewPart(s.h.Egress, s.spec.ID)
+	spec, cleanup, err := s.supervisorSpec(ctx, ch, serve)
+	if err != nil {
+		_ = part.Close()
+		return ch.fail("preparing the session's supervisor", err)
+	}
+	runCtx, end, err := s.h.Begin(context.Background())
+	if err != nil {
+		cleanup()
+		ch.closeFiles()
+		_ = part.Close()
+		return err
+	}
+	runCtx, cancel := context.WithCancel(runCtx)
+	sv := &supervisor{conn: sessions.NewConn(ch.files[0], ch.files[1]), cancel: cancel, done: make(chan struct{}), egress: part}
+	go func() {
+		defer close(sv.done)
+		defer end()
+		defer cleanup()
+		sv.err = executor.Spawn(runCtx, spec, &sv.res)
+		_ = part.Close()
+		// The supervisor is gone: its FIFOs can give nothing more.
+		_ = sv.conn.Close()
+		ch.remove()
+	}()
+	if err := s.waitReady(ctx, sv); err != nil {
+		return err
+	}
+	s.live = sv
+	return nil
+}
+
+// controlChannel is the control channel of a session's supervisor: two
+// FIFOs in the session's control folder, opened by the server.
+type controlChannel struct {
+	in, out string
+	files   []*os.File // the server's ends: in, then out
+}
+
+// openControl makes the FIFOs of a fresh control channel, hands them to
+// the session's user, and opens the server's ends.
+func (s *Session) openControl() (*controlChannel, error) {
 	// Nothing of the session runs now, and the folder is the server's (or
 	// the session user's, which runs nothing yet): nothing can swap these
 	// paths between their creation and the opens below; O_NOFOLLOW holds
 	// anyway.
-	inPath := filepath.Join(s.ctl, randomName("in-"))
-	outPath := filepath.Join(s.ctl, randomName("out-"))
-	var files []*os.File
-	fail := func(doing string, err error) error {
-		for _, f := range files {
-			_ = f.Close()
-		}
-		_ = os.Remove(inPath)
-		_ = os.Remove(outPath)
-		return fmt.Errorf("%w: %s: %v", sandbox.ErrSandboxUnavailable, doing, err)
-	}
-	for _, p := range []string{inPath, outPath} {
+	ch := &controlChannel{in: filepath.Join(s.ctl, randomName("in-")), out: filepath.Join(s.ctl, randomName("out-"))}
+	for _, p := range []string{ch.in, ch.out} {
 		if err := syscall.Mkfifo(p, 0o600); err != nil {
-			return fail("creating the session's control channel", err)
+			return nil, ch.fail("creating the session's control channel", err)
 		}
 		if uid, gid, ok := s.h.Owner(); ok {
 			if err := os.Lchown(p, uid, gid); err != nil {
-				return fail("handing the control channel to the sandbox user", err)
+				return nil, ch.fail("handing the control channel to the sandbox user", err)
 			}
 		}
 		// O_RDWR: opening never waits for the other end, and the server's
 		// end stays valid whatever the supervisor does.
 		f, err := os.OpenFile(p, os.O_RDWR|syscall.O_NOFOLLOW, 0)
 		if err != nil {
-			return fail("opening the session's control channel", err)
+			return nil, ch.fail("opening the session's control channel", err)
 		}
-		files = append(files, f)
+		ch.files = append(ch.files, f)
 	}
+	return ch, nil
+}
+
+// closeFiles closes the server's ends of the channel.
+func (ch *controlChannel) closeFiles() {
+	for _, f := range ch.files {
+		_ = f.Close()
+	}
+}
+
+// remove removes the channel's FIFOs.
+func (ch *controlChannel) remove() {
+	_ = os.Remove(ch.in)
+	_ = os.Remove(ch.out)
+}
+
+// fail closes and removes the channel, and returns the error of doing.
+func (ch *controlChannel) fail(doing string, err error) error {
+	ch.closeFiles()
+	ch.remove()
+	return fmt.Errorf("%w: %s: %v", sandbox.ErrSandboxUnavailable, doing, err)
+}
+
+// supervisorSpec is the Spec of the session's supervisor on control
+// channel ch, and what to clean up after it ran: the mode's Spec of the
+// session's program (serve as Program.Serve), for the session's lifetime.
+// A python session's own python runs the supervisor (the mode may give
+// another one: the data-science python); for another language a python3
+// runs it, and it runs the program the mode would run.
+func (s *Session) supervisorSpec(ctx context.Context, ch *controlChannel, serve func(net.Listener)) (executor.Spec, func(), error) {
 	lim := s.spec.Limits
 	lim.Timeout = time.Until(s.spec.Deadline) + time.Minute
 	lim.OutputBytes = supervisorOutput
-	part, serve := newEgressPart(s.h.Egress, s.spec.ID)
-	var spec executor.Spec
-	cleanup := func() {}
-	var err error
+	p := executor.Program{Lang: s.lang.Name, Dir: s.dir, Path: s.interp.Path, Packages: s.spec.PackageDir, Limits: lim, Serve: serve}
 	if s.lang.Name == "python" {
-		// The session's own python runs the supervisor (the mode may give
-		// another one: the data-science python).
-		spec, cleanup, err = s.h.Spec("python", s.dir, s.ctl, s.interp.Path, sessions.SupervisorArgs("python", inPath, outPath, nil), lim, serve)
-	} else {
-		var python string
-		if python, err = s.h.Python(ctx); err == nil {
-			// The program the mode would run, run by the supervisor.
-			spec, cleanup, err = s.h.Spec(s.lang.Name, s.dir, s.ctl, s.interp.Path, slices.Clone(s.lang.Args), lim, serve)
-			spec.Args = sessions.SupervisorArgs(s.lang.Name, inPath, outPath, append([]string{spec.Path}, spec.Args...))
-			spec.Path = python
-		}
+		p.Args = sessions.SupervisorArgs("python", ch.in, ch.out, nil)
+		return s.h.Spec(p, s.ctl)
 	}
+	python, err := s.h.Python(ctx)
 	if err != nil {
-		_ = part.close()
-		return fail("preparing the session's supervisor", err)
+		return executor.Spec{}, func() {}, err
 	}
-	runCtx, end, err := s.h.Begin(context.Background())
-	if err != nil {
-		cleanup()
-		for _, f := range files {
-			_ = f.Close()
-		}
-		_ = part.close()
-		return err
-	}
-	runCtx, cancel := context.WithCancel(runCtx)
-	sv := &supervisor{conn: sessions.NewConn(files[0], files[1]), cancel: cancel, done: make(chan struct{}), egress: part}
-	go func() {
-		defer close(sv.done)
-		defer end()
-		defer cleanup()
-		sv.err = executor.Spawn(runCtx, spec, &sv.res)
-		_ = part.close()
-		// The supervisor is gone: its FIFOs can give nothing more.
-		_ = sv.conn.Close()
-		_ = os.Remove(inPath)
-		_ = os.Remove(outPath)
-	}()
+	p.Args = slices.Clone(s.lang.Args)
+	spec, cleanup, err := s.h.Spec(p, s.ctl)
+	spec.Args = sessions.SupervisorArgs(s.lang.Name, ch.in, ch.out, append([]string{spec.Path}, spec.Args...))
+	spec.Path = python
+	return spec, cleanup, err
+}
+
+// waitReady waits until the supervisor sv says it is ready, or kills it
+// and says why it did not start.
+func (s *Session) waitReady(ctx context.Context, sv *supervisor) error {
 	sctx, scancel := context.WithTimeout(ctx, startTimeout)
 	defer scancel()
-	if _, err := sv.conn.WaitReady(sctx); err != nil {
-		sv.kill()
-		msg := sv.res.Stderr
-		if sv.err != nil {
-			msg = sv.err.Error() + " " + msg
-		}
-		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
-			return fmt.Errorf("starting the %s session: %w", s.lang.Name, ctx.Err())
-		}
-		return fmt.Errorf("%w: the %s session did not start (%v) %s", sandbox.ErrSandboxUnavailable, s.lang.Name, err, truncate(msg, 500))
+	_, err := sv.conn.WaitReady(sctx)
+	if err == nil {
+		return nil
 	}
-	s.live = sv
-	return nil
+	sv.kill()
+	msg := sv.res.Stderr
+	if sv.err != nil {
+		msg = sv.err.Error() + " " + msg
+	}
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		return fmt.Errorf("starting the %s session: %w", s.lang.Name, ctx.Err())
+	}
+	return fmt.Errorf("%w: the %s session did not start (%v) %s", sandbox.ErrSandboxUnavailable, s.lang.Name, err, truncate(msg, 500))
 }
 
 // kill stops the supervisor's run and waits until it is cleaned up.
@@ -338,7 +335,7 @@ func (s *Session) Exec(ctx context.Context, req sandbox.Request) (*sandbox.Resul
 				s.h.Finish(res)
 			}
 		},
-		Network: func(res *sandbox.Result) { res.Network = sv.egress.cut() },
+		Network: func(res *sandbox.Result) { res.Network = sv.egress.Cut() },
 		Known:   &s.known,
 	})
 	if err != nil && errors.Is(err, sandbox.ErrSandboxUnavailable) {

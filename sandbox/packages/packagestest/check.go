@@ -88,152 +88,203 @@ var RunLimits = sandbox.Limits{Timeout: 30 * time.Second, MemoryBytes: 512 << 20
 // index; the installed folder is read-only to the run; malicious specs are refused before anything runs;
 // a failing install says why; concurrent calls install once.
 func Check(t *testing.T, s Setup) {
-	layer := s.Layer(t)
-	ctx := context.Background()
-	run := func(t *testing.T, lang, code string, pkgs ...string) (*sandbox.Result, error) {
-		t.Helper()
-		return layer.Run(ctx, sandbox.Request{Language: lang, Code: code, Packages: pkgs, Limits: RunLimits})
-	}
-	cases := []struct {
-		lang, code, spec, extra string
-	}{
-		{"python", "import codeexec_demo\nprint(codeexec_demo.VALUE)\n", "codeexec-demo==1.0", "codeexec-extra==2.0"},
-		{"javascript", "console.log(require('codeexec-demo').value)\n", "codeexec-demo@1.0.0", "codeexec-extra@2.0.0"},
-	}
-	for _, c := range cases {
+	ps := &packagesSuite{Setup: s, layer: s.Layer(t)}
+	for _, c := range packagesLanguages {
 		t.Run(c.lang, func(t *testing.T) {
-			t.Run("installs, imports, then comes from the cache", func(t *testing.T) {
-				settle := func() {
-					if s.Settle != nil {
-						s.Settle(t, c.lang)
-					}
-				}
-				settle()
-				res, err := run(t, c.lang, c.code, c.spec)
-				if err != nil {
-					t.Fatalf("first run: %v", err)
-				}
-				if strings.TrimSpace(res.Stdout) != "42" || res.ExitCode != 0 {
-					t.Fatalf("first run: exit %d, stdout %q, stderr %q; want 42", res.ExitCode, res.Stdout, res.Stderr)
-				}
-				if p := res.Packages; p == nil || p.Cached || p.InstallMS <= 0 || len(p.List) != 1 || p.List[0] != c.spec {
-					t.Errorf("first run's packages report: %+v", p)
-				}
-				downloads := s.Index.Downloads.Load()
-				// How much faster a cached run is, is the benchmark's to
-				// measure (docs/performance.md); here it must be a cache hit.
-				settle()
-				res, err = run(t, c.lang, c.code, c.spec)
-				if err != nil || strings.TrimSpace(res.Stdout) != "42" {
-					t.Fatalf("the cached run: %v, %+v", err, res)
-				}
-				if p := res.Packages; p == nil || !p.Cached || p.InstallMS != 0 || len(p.List) != 1 || p.List[0] != c.spec {
-					t.Errorf("second run's packages report: %+v, want %s from the cache", p, c.spec)
-				}
-				if n := s.Index.Downloads.Load(); n != downloads {
-					t.Errorf("the second run downloaded %d packages again: it should come from the cache", n-downloads)
-				}
-			})
-			t.Run("the run cannot reach the index", func(t *testing.T) {
-				code := reachIndex(c.lang, s.IndexHost, s.Index.Addr)
-				before := s.Index.Requests.Load()
-				res, err := run(t, c.lang, code, c.spec)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !strings.Contains(res.Stdout, "BLOCKED") || strings.Contains(res.Stdout, "REACHED") {
-					t.Fatalf("the run reached the index (or the check did not run): stdout %q, stderr %q", res.Stdout, res.Stderr)
-				}
-				t.Logf("the run's attempts:\n%s", res.Stdout)
-				if n := s.Index.Requests.Load(); n != before {
-					t.Fatalf("the index served %d requests during the run", n-before)
-				}
-			})
-			t.Run("the packages are read-only to the run", func(t *testing.T) {
-				code := map[string]string{
-					"python":     "import os\ntry:\n    open(os.environ['CODEEXEC_PACKAGES'] + '/x', 'w')\n    print('WROTE')\nexcept OSError as e:\n    print('REFUSED', e)\n",
-					"javascript": "try { require('fs').writeFileSync(process.env.CODEEXEC_PACKAGES + '/x', 'x'); console.log('WROTE') } catch (e) { console.log('REFUSED', e.code) }\n",
-				}[c.lang]
-				res, err := run(t, c.lang, code, c.spec)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !strings.Contains(res.Stdout, "REFUSED") {
-					t.Fatalf("the run could write into its packages: stdout %q, stderr %q", res.Stdout, res.Stderr)
-				}
-			})
-			t.Run("malicious specs are refused before anything runs", func(t *testing.T) {
-				before := s.Index.Requests.Load()
-				for _, bad := range Malicious(c.lang) {
-					_, err := run(t, c.lang, c.code, bad)
-					var se *packages.SpecError
-					if !errors.As(err, &se) || !errors.Is(err, packages.ErrInvalidSpec) {
-						t.Errorf("spec %q: %v, want a SpecError", bad, err)
-					} else if !strings.Contains(err.Error(), "refused") {
-						t.Errorf("spec %q: %v does not say it was refused", bad, err)
-					}
-				}
-				if n := s.Index.Requests.Load(); n != before {
-					t.Errorf("the index served %d requests for refused specs", n-before)
-				}
-			})
-			t.Run("a failing install says why", func(t *testing.T) {
-				missing := map[string]string{"python": "codeexec-demo==9.9", "javascript": "codeexec-demo@9.9.9"}[c.lang]
-				_, err := run(t, c.lang, c.code, missing)
-				var ie *packages.InstallError
-				if !errors.As(err, &ie) || !errors.Is(err, packages.ErrInstall) {
-					t.Fatalf("install of %s: %v, want an InstallError", missing, err)
-				}
-				t.Logf("install of %s: %v", missing, err)
-				if !strings.Contains(ie.Output, "9.9") {
-					t.Errorf("the install error does not name the version: %v", err)
-				}
-			})
-			t.Run("an install that runs out of time is stopped and leaves nothing", func(t *testing.T) {
-				lim := InstallLimits
-				lim.Timeout = 4 * time.Second
-				short := s
-				short.CacheDir = filepath.Join(filepath.Dir(s.CacheDir), filepath.Base(s.CacheDir)+"-timeout-"+c.lang)
-				layer := short.layerWith(t, lim)
-				slow := map[string]string{"python": "codeexec-slow==1.0", "javascript": "codeexec-slow@1.0.0"}[c.lang]
-				_, err := layer.Run(ctx, sandbox.Request{Language: c.lang, Code: c.code, Packages: []string{slow}, Limits: RunLimits})
-				var ie *packages.InstallError
-				if !errors.As(err, &ie) || !strings.Contains(ie.Reason, "timed out") {
-					t.Fatalf("a stalled install: %v, want an InstallError that says it timed out", err)
-				}
-				left, _ := os.ReadDir(short.CacheDir)
-				if st := layer.Info().Cache; st.Entries != 0 || len(left) != 0 {
-					t.Errorf("after a timed-out install: cache %+v, folder holds %d entries", st, len(left))
-				}
-			})
-			t.Run("concurrent calls install once", func(t *testing.T) {
-				before := s.Index.Downloads.Load()
-				var wg sync.WaitGroup
-				errs := make([]error, 3)
-				for i := range errs {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						res, err := run(t, c.lang, c.code, c.spec, c.extra)
-						if err == nil && strings.TrimSpace(res.Stdout) != "42" {
-							err = errors.New("stdout " + res.Stdout + " stderr " + res.Stderr)
-						}
-						errs[i] = err
-					}()
-				}
-				wg.Wait()
-				if err := errors.Join(errs...); err != nil {
-					t.Fatal(err)
-				}
-				if n := s.Index.Downloads.Load() - before; n != 2 {
-					t.Errorf("three concurrent calls downloaded %d packages, want 2 (one install of the two)", n)
-				}
-			})
+			for _, pc := range packagesCases {
+				t.Run(pc.name, func(t *testing.T) { pc.test(t, ps, c) })
+			}
 		})
 	}
-	st := layer.Info().Cache
+	st := ps.layer.Info().Cache
 	if st.Entries != 4 || st.Bytes == 0 || st.InUse != 0 {
 		t.Errorf("cache after the suite: %+v, want 4 entries, none in use", st)
+	}
+}
+
+// packagesSuite is the mode under test and the packages layer the suite
+// runs through.
+type packagesSuite struct {
+	Setup
+	layer *packages.Runner
+}
+
+// run runs code of lang with the packages pkgs through the layer.
+func (ps *packagesSuite) run(t *testing.T, lang, code string, pkgs ...string) (*sandbox.Result, error) {
+	t.Helper()
+	return ps.layer.Run(context.Background(), sandbox.Request{Language: lang, Code: code, Packages: pkgs, Limits: RunLimits})
+}
+
+// packagesLanguage is a language the suite installs packages of: a program
+// that prints the demo package's value, the demo package's spec and an
+// extra package's.
+type packagesLanguage struct {
+	lang, code, spec, extra string
+}
+
+// packagesLanguages are the languages of the suite; each case runs for
+// each of them, as a subtest named after the language.
+var packagesLanguages = []packagesLanguage{
+	{"python", "import codeexec_demo\nprint(codeexec_demo.VALUE)\n", "codeexec-demo==1.0", "codeexec-extra==2.0"},
+	{"javascript", "console.log(require('codeexec-demo').value)\n", "codeexec-demo@1.0.0", "codeexec-extra@2.0.0"},
+}
+
+// packagesCase is one case of the packages suite: the name of its subtest
+// (go test -run selects it) and its test, for one language.
+type packagesCase struct {
+	name string
+	test func(t *testing.T, ps *packagesSuite, c packagesLanguage)
+}
+
+// packagesCases are the suite's cases, in the order they run.
+var packagesCases = []packagesCase{
+	{name: "installs, imports, then comes from the cache", test: packagesInstallsImportsThenComesFromTheCache},
+	{name: "the run cannot reach the index", test: packagesTheRunCannotReachTheIndex},
+	{name: "the packages are read-only to the run", test: packagesThePackagesAreReadOnlyToTheRun},
+	{name: "malicious specs are refused before anything runs", test: packagesMaliciousSpecsAreRefusedBeforeAnythingRuns},
+	{name: "a failing install says why", test: packagesAFailingInstallSaysWhy},
+	{name: "an install that runs out of time is stopped and leaves nothing", test: packagesAnInstallThatRunsOutOfTimeIsStoppedAndLeavesNothing},
+	{name: "concurrent calls install once", test: packagesConcurrentCallsInstallOnce},
+}
+
+// packagesInstallsImportsThenComesFromTheCache is the case "installs, imports, then comes from the cache".
+func packagesInstallsImportsThenComesFromTheCache(t *testing.T, ps *packagesSuite, c packagesLanguage) {
+	settle := func() {
+		if ps.Settle != nil {
+			ps.Settle(t, c.lang)
+		}
+	}
+	settle()
+	res, err := ps.run(t, c.lang, c.code, c.spec)
+	if err != nil {
+		t.Fatalf("first run: %v", err)
+	}
+	if strings.TrimSpace(res.Stdout) != "42" || res.ExitCode != 0 {
+		t.Fatalf("first run: exit %d, stdout %q, stderr %q; want 42", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	if p := res.Packages; p == nil || p.Cached || p.InstallMS <= 0 || len(p.List) != 1 || p.List[0] != c.spec {
+		t.Errorf("first run's packages report: %+v", p)
+	}
+	downloads := ps.Index.Downloads.Load()
+	// How much faster a cached run is, is the benchmark's to
+	// measure (docs/performance.md); here it must be a cache hit.
+	settle()
+	res, err = ps.run(t, c.lang, c.code, c.spec)
+	if err != nil || strings.TrimSpace(res.Stdout) != "42" {
+		t.Fatalf("the cached run: %v, %+v", err, res)
+	}
+	if p := res.Packages; p == nil || !p.Cached || p.InstallMS != 0 || len(p.List) != 1 || p.List[0] != c.spec {
+		t.Errorf("second run's packages report: %+v, want %s from the cache", p, c.spec)
+	}
+	if n := ps.Index.Downloads.Load(); n != downloads {
+		t.Errorf("the second run downloaded %d packages again: it should come from the cache", n-downloads)
+	}
+}
+
+// packagesTheRunCannotReachTheIndex is the case "the run cannot reach the index".
+func packagesTheRunCannotReachTheIndex(t *testing.T, ps *packagesSuite, c packagesLanguage) {
+	code := reachIndex(c.lang, ps.IndexHost, ps.Index.Addr)
+	before := ps.Index.Requests.Load()
+	res, err := ps.run(t, c.lang, code, c.spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(res.Stdout, "BLOCKED") || strings.Contains(res.Stdout, "REACHED") {
+		t.Fatalf("the run reached the index (or the check did not run): stdout %q, stderr %q", res.Stdout, res.Stderr)
+	}
+	t.Logf("the run's attempts:\n%s", res.Stdout)
+	if n := ps.Index.Requests.Load(); n != before {
+		t.Fatalf("the index served %d requests during the run", n-before)
+	}
+}
+
+// packagesThePackagesAreReadOnlyToTheRun is the case "the packages are read-only to the run".
+func packagesThePackagesAreReadOnlyToTheRun(t *testing.T, ps *packagesSuite, c packagesLanguage) {
+	code := map[string]string{
+		"python":     "import os\ntry:\n    open(os.environ['CODEEXEC_PACKAGES'] + '/x', 'w')\n    print('WROTE')\nexcept OSError as e:\n    print('REFUSED', e)\n",
+		"javascript": "try { require('fs').writeFileSync(process.env.CODEEXEC_PACKAGES + '/x', 'x'); console.log('WROTE') } catch (e) { console.log('REFUSED', e.code) }\n",
+	}[c.lang]
+	res, err := ps.run(t, c.lang, code, c.spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(res.Stdout, "REFUSED") {
+		t.Fatalf("the run could write into its packages: stdout %q, stderr %q", res.Stdout, res.Stderr)
+	}
+}
+
+// packagesMaliciousSpecsAreRefusedBeforeAnythingRuns is the case "malicious specs are refused before anything runs".
+func packagesMaliciousSpecsAreRefusedBeforeAnythingRuns(t *testing.T, ps *packagesSuite, c packagesLanguage) {
+	before := ps.Index.Requests.Load()
+	for _, bad := range Malicious(c.lang) {
+		_, err := ps.run(t, c.lang, c.code, bad)
+		var se *packages.SpecError
+		if !errors.As(err, &se) || !errors.Is(err, packages.ErrInvalidSpec) {
+			t.Errorf("spec %q: %v, want a SpecError", bad, err)
+		} else if !strings.Contains(err.Error(), "refused") {
+			t.Errorf("spec %q: %v does not say it was refused", bad, err)
+		}
+	}
+	if n := ps.Index.Requests.Load(); n != before {
+		t.Errorf("the index served %d requests for refused specs", n-before)
+	}
+}
+
+// packagesAFailingInstallSaysWhy is the case "a failing install says why".
+func packagesAFailingInstallSaysWhy(t *testing.T, ps *packagesSuite, c packagesLanguage) {
+	missing := map[string]string{"python": "codeexec-demo==9.9", "javascript": "codeexec-demo@9.9.9"}[c.lang]
+	_, err := ps.run(t, c.lang, c.code, missing)
+	var ie *packages.InstallError
+	if !errors.As(err, &ie) || !errors.Is(err, packages.ErrInstall) {
+		t.Fatalf("install of %s: %v, want an InstallError", missing, err)
+	}
+	t.Logf("install of %s: %v", missing, err)
+	if !strings.Contains(ie.Output, "9.9") {
+		t.Errorf("the install error does not name the version: %v", err)
+	}
+}
+
+// packagesAnInstallThatRunsOutOfTimeIsStoppedAndLeavesNothing is the case "an install that runs out of time is stopped and leaves nothing".
+func packagesAnInstallThatRunsOutOfTimeIsStoppedAndLeavesNothing(t *testing.T, ps *packagesSuite, c packagesLanguage) {
+	lim := InstallLimits
+	lim.Timeout = 4 * time.Second
+	short := ps.Setup
+	short.CacheDir = filepath.Join(filepath.Dir(ps.CacheDir), filepath.Base(ps.CacheDir)+"-timeout-"+c.lang)
+	layer := short.layerWith(t, lim)
+	slow := map[string]string{"python": "codeexec-slow==1.0", "javascript": "codeexec-slow@1.0.0"}[c.lang]
+	_, err := layer.Run(context.Background(), sandbox.Request{Language: c.lang, Code: c.code, Packages: []string{slow}, Limits: RunLimits})
+	var ie *packages.InstallError
+	if !errors.As(err, &ie) || !strings.Contains(ie.Reason, "timed out") {
+		t.Fatalf("a stalled install: %v, want an InstallError that says it timed out", err)
+	}
+	left, _ := os.ReadDir(short.CacheDir)
+	if st := layer.Info().Cache; st.Entries != 0 || len(left) != 0 {
+		t.Errorf("after a timed-out install: cache %+v, folder holds %d entries", st, len(left))
+	}
+}
+
+// packagesConcurrentCallsInstallOnce is the case "concurrent calls install once".
+func packagesConcurrentCallsInstallOnce(t *testing.T, ps *packagesSuite, c packagesLanguage) {
+	before := ps.Index.Downloads.Load()
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := ps.run(t, c.lang, c.code, c.spec, c.extra)
+			if err == nil && strings.TrimSpace(res.Stdout) != "42" {
+				err = errors.New("stdout " + res.Stdout + " stderr " + res.Stderr)
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if n := ps.Index.Downloads.Load() - before; n != 2 {
+		t.Errorf("three concurrent calls downloaded %d packages, want 2 (one install of the two)", n)
 	}
 }
 
