@@ -10,15 +10,18 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 )
 
 const chromiumPath = "/usr/bin/chromium"
 
 // browser starts headless Chromium (Debian's package) for chromedp, with
 // extra options if any, or skips the test when it is missing, unless
-// CODE_EXEC_REQUIRE_BROWSER=1.
+// CODE_EXEC_REQUIRE_BROWSER=1; it skips under -short.
 func browser(t *testing.T, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
+	sandboxtest.SkipShort(t, sandboxtest.NeedsBrowser)
 	if _, err := os.Stat(chromiumPath); err != nil {
 		if os.Getenv("CODE_EXEC_REQUIRE_BROWSER") == "1" {
 			t.Fatalf("%s is missing and CODE_EXEC_REQUIRE_BROWSER=1: install it with apt-get install -y chromium", chromiumPath)

@@ -16,6 +16,8 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 )
 
 // The load tests send loadCalls calls, loadConcurrency at a time, to a
@@ -32,9 +34,7 @@ const (
 // TestLoad drives process mode over stdio (desktop clients) and streamable
 // HTTP, and docker mode over streamable HTTP (gateways).
 func TestLoad(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the load test sends 500 calls per mode; -short skips it")
-	}
+	sandboxtest.SkipShort(t, "the load test sends 500 calls per mode")
 	t.Parallel()
 	for _, c := range []struct {
 		name, mode, transport string
@@ -487,9 +487,10 @@ func assertDirEmpty(t *testing.T, dir string) {
 
 // dockerEngine returns a client of the engine the docker-mode server will
 // use, or skips the test when none answers (fails with
-// CODE_EXEC_REQUIRE_DOCKER=1).
+// CODE_EXEC_REQUIRE_DOCKER=1); it skips under -short.
 func dockerEngine(t *testing.T) *client.Client {
 	t.Helper()
+	sandboxtest.SkipShort(t, sandboxtest.NeedsDocker)
 	skip := func(format string, args ...any) {
 		t.Helper()
 		msg := fmt.Sprintf(format, args...)

@@ -18,6 +18,8 @@ import (
 
 	"github.com/moby/moby/api/types/container"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 )
 
 // The go-sdk client has no task support: these tests speak JSON-RPC over
@@ -217,6 +219,7 @@ func newTaskClient(t *testing.T, s *server, version string) *taskClient {
 // call (set to 2 s here, so that the run need not last a minute) completes
 // as a task and is polled to its result, on both protocols.
 func TestTaskLongRun(t *testing.T) {
+	sandboxtest.SkipShort(t, "the task runs 5 s, past CODE_EXEC_MAX_TIMEOUT")
 	t.Parallel()
 	for _, v := range taskVersions() {
 		t.Run(v, func(t *testing.T) {
@@ -317,6 +320,7 @@ func TestTaskCancel(t *testing.T) {
 // the machine (how often keep-alives come is server/progress's test, on
 // synctest's clock).
 func TestProgressOutputLines(t *testing.T) {
+	sandboxtest.SkipShort(t, "waits for two keep-alives, 5 s apart (server/progress tests them on synctest's clock)")
 	t.Parallel()
 	for _, transport := range []string{stdio, http_} {
 		t.Run(transport, func(t *testing.T) {

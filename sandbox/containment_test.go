@@ -168,6 +168,10 @@ func newModeRunners(t *testing.T) []modeRunner {
 		t.Fatal(err)
 	}
 	out = append(out, modeRunner{sandbox.ModeNone, hr, "127.0.0.1"})
+	if testing.Short() {
+		t.Logf("SKIPPING docker and kubernetes modes in the containment suite: -short: %s, %s", sandboxtest.NeedsDocker, sandboxtest.NeedsKubernetes)
+		return closeAtCleanup(t, out)
+	}
 	img := os.Getenv("CODE_EXEC_DOCKER_IMAGE")
 	if img == "" {
 		img = "codeexec-sandbox:latest"
@@ -191,14 +195,19 @@ func newModeRunners(t *testing.T) []modeRunner {
 	if m, ok := kubernetesRunner(t, ctx, langs); ok {
 		out = append(out, m)
 	}
+	return closeAtCleanup(t, out)
+}
+
+// closeAtCleanup closes the runners at the end of the test.
+func closeAtCleanup(t *testing.T, runners []modeRunner) []modeRunner {
 	t.Cleanup(func() {
-		for _, m := range out {
+		for _, m := range runners {
 			if err := m.runner.Close(); err != nil {
 				t.Errorf("closing %s: %v", m.mode, err)
 			}
 		}
 	})
-	return out
+	return runners
 }
 
 // kubernetesRunner is kubernetes mode on the cluster that KUBECONFIG

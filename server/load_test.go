@@ -43,9 +43,7 @@ func echoRunner() *sandboxtest.Fake {
 // threads with the real sandboxes). It compares counts, never durations,
 // and is not parallel: other tests' goroutines would blur the count.
 func TestLoadGoroutines(t *testing.T) {
-	if testing.Short() {
-		t.Skip("sends 500 calls; -short skips it")
-	}
+	sandboxtest.SkipShort(t, "the load test sends 500 calls")
 	const (
 		calls       = 500
 		concurrency = 32

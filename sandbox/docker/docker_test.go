@@ -114,9 +114,10 @@ func skipOrFail(t testing.TB, format string, args ...any) {
 }
 
 // engine returns a client of the test engine, or skips (fails) when no
-// engine answers or the image is missing.
+// engine answers or the image is missing; it skips under -short.
 func engine(t testing.TB) *client.Client {
 	t.Helper()
+	sandboxtest.SkipShort(t, sandboxtest.NeedsDocker)
 	cli, err := client.New(client.FromEnv)
 	if err != nil {
 		skipOrFail(t, "docker client: %v", err)

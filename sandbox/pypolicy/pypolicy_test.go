@@ -29,7 +29,8 @@ func TestMain(m *testing.M) {
 var modes = []sandbox.Mode{sandbox.ModeProcess, sandbox.ModeNone, sandbox.ModeDocker}
 
 // newBase starts the runner of mode for the test, or skips (fails with
-// CODE_EXEC_REQUIRE_DOCKER=1) when docker mode cannot run here.
+// CODE_EXEC_REQUIRE_DOCKER=1) when docker mode cannot run here; docker mode
+// skips under -short.
 func newBase(t *testing.T, mode sandbox.Mode) sandbox.Runner {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -45,6 +46,7 @@ func newBase(t *testing.T, mode sandbox.Mode) sandbox.Runner {
 	case sandbox.ModeNone:
 		r, err = host.New(ctx, host.Config{Languages: langs, WorkRoot: t.TempDir()})
 	case sandbox.ModeDocker:
+		sandboxtest.SkipShort(t, sandboxtest.NeedsDocker)
 		img := os.Getenv("CODE_EXEC_DOCKER_IMAGE")
 		r, err = docker.New(ctx, docker.Config{Image: img, Languages: langs, PoolSize: 2, PoolLimits: sandboxtest.DefaultLimits()})
 		if err != nil {

@@ -1,7 +1,7 @@
 // Package kubetest connects kubernetes-mode tests to a real cluster: the one
 // KUBECONFIG names (.ci/ensure-kubernetes.sh makes one and prints the path
 // of its kubeconfig). Without a cluster the tests skip, saying why, unless
-// CODE_EXEC_REQUIRE_K8S=1, in which case they fail.
+// CODE_EXEC_REQUIRE_K8S=1, in which case they fail; under -short they skip.
 package kubetest
 
 import (
@@ -19,6 +19,7 @@ import (
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/kube/internal/kubeapi"
+	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 )
 
 // RequireVariable makes a test that finds no cluster fail instead of skip.
@@ -40,9 +41,10 @@ func SkipOrFail(t testing.TB, format string, args ...any) {
 }
 
 // Kubeconfig returns the path KUBECONFIG names, or skips (fails) the test
-// when it names no readable file.
+// when it names no readable file; it skips under -short.
 func Kubeconfig(t testing.TB) string {
 	t.Helper()
+	sandboxtest.SkipShort(t, sandboxtest.NeedsKubernetes)
 	kc := os.Getenv("KUBECONFIG")
 	if kc == "" {
 		SkipOrFail(t, "no Kubernetes cluster: KUBECONFIG is not set (export KUBECONFIG=$(sudo .ci/ensure-kubernetes.sh))")

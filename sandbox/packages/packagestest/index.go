@@ -21,6 +21,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 )
 
 // Package is one package version the index serves: Files maps paths inside
@@ -260,9 +262,11 @@ func Tarball(t testing.TB, p Package) []byte {
 // RequireInstallers skips t unless this host has what process mode's
 // install phase runs: pip for /usr/bin/python3 and npm on the minimal PATH
 // of runs. With CODE_EXEC_REQUIRE_INSTALLERS=1 (CI, after
-// .ci/ensure-installers.sh) it fails instead.
+// .ci/ensure-installers.sh) it fails instead. It skips under -short: real
+// installs are slow.
 func RequireInstallers(t testing.TB) {
 	t.Helper()
+	sandboxtest.SkipShort(t, sandboxtest.NeedsInstallers)
 	var missing []string
 	if err := exec.Command("/usr/bin/python3", "-m", "pip", "--version").Run(); err != nil {
 		missing = append(missing, "pip for /usr/bin/python3 ("+err.Error()+")")
