@@ -57,6 +57,7 @@ import (
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/egress/proxy"
+	"github.com/codeexec/codeexec/sandbox/internal/warmpool"
 )
 
 // Defaults and names that other programs (scripts, docs, tests) rely on.
@@ -167,7 +168,7 @@ type Runner struct {
 	egressDir   string // holds the runs' egress socket directories
 	relayPython string // python3 in the image, which runs the egress relay
 
-	pool *pool
+	pool *warmpool.Pool[*session]
 
 	mu       sync.Mutex
 	closed   bool
@@ -410,7 +411,7 @@ func (r *Runner) Close() error {
 		}
 		// The pool releases its warm containers and stops refilling; then
 		// every release still in flight finishes.
-		r.pool.close()
+		r.pool.Close()
 		r.removals.Wait()
 
 		r.mu.Lock()

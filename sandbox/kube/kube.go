@@ -39,7 +39,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -277,7 +276,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	}
 	r.caps = r.capabilities()
 	r.pool = warmpool.New[*podSession](poolMaker{r}, warmpool.Options{
-		Size: cfg.PoolSize, Languages: r.poolLanguages(), Limits: cfg.PoolLimits,
+		Size: cfg.PoolSize, Languages: warmpool.Languages(r.interps, r.cfg.Languages), Limits: cfg.PoolLimits,
 		Parallel: refillParallel, MaxIdle: poolMaxIdle, Grace: leftoverGrace, MaxBackoff: refillMaxBackoff,
 		Logger: r.log, What: "pod",
 	})
@@ -387,17 +386,6 @@ func (r *Runner) beginRun() error {
 	}
 	r.runs.Add(1)
 	return nil
-}
-
-// poolLanguages are the enabled languages the image has.
-func (r *Runner) poolLanguages() []string {
-	var out []string
-	for _, l := range sandbox.LanguageNames() {
-		if _, ok := r.interps[l]; ok && slices.Contains(r.cfg.Languages, l) {
-			out = append(out, l)
-		}
-	}
-	return out
 }
 
 // containerLimits keeps the limits that are part of a pod's specification.
