@@ -46,6 +46,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/internal/lifecycle"
 	"github.com/codeexec/codeexec/sandbox/internal/warmpool"
 	"github.com/codeexec/codeexec/sandbox/kube/internal/kubeapi"
 )
@@ -304,16 +305,9 @@ func (r *Runner) Close() error {
 		<-r.sweeperDone
 
 		// Runs in flight see r.done, delete their pod and clean up; give
-		// them a bounded time to do so.
-		waited := make(chan struct{})
-		go func() { r.runs.Wait(); close(waited) }()
-		select {
-		case <-waited:
-		case <-time.After(2 * cleanupTimeout):
-			r.log.Warn("runs did not finish in time while closing")
-		}
-		r.pool.Close()
-		r.removals.Wait()
+		// them a bounded time to do so. Then the pool deletes its warm
+		// pods, and every deletion still in flight finishes.
+		lifecycle.Drain(r.log, &r.runs, 2*cleanupTimeout, r.pool, &r.removals)
 
 		var errs []error
 		r.mu.Lock()
