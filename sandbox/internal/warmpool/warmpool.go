@@ -297,7 +297,7 @@ func (p *Pool[T]) remove(e *entry[T], broke bool) bool {
 	return true
 }
 
-// changedLocked tells WaitReady that items came or went; the caller holds mu.
+// changedLocked tells Wait that items came or went; the caller holds mu.
 func (p *Pool[T]) changedLocked() {
 	close(p.changed)
 	p.changed = make(chan struct{})
