@@ -17,6 +17,7 @@ import (
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/internal/runproto"
+	"github.com/codeexec/codeexec/sandbox/internal/warmpool"
 )
 
 // containerSpec says what a locked-down container runs and within which limits.
@@ -64,25 +65,27 @@ type session struct {
 
 	egress *runEgress // the container's egress, when it has one
 
-	takeOnce sync.Once
-	takenC   chan struct{} // closed when the session leaves the pool
+	brokenOnce sync.Once
+	brokenC    chan struct{} // closed once exitedC or readC is
 }
+
+// Language, Limits, Deadline and Broken make a session a warm pool item.
+func (s *session) Language() string        { return s.lang }
+func (s *session) Limits() sandbox.Limits  { return s.limits }
+func (s *session) Deadline() time.Time     { return s.deadline }
+func (s *session) Broken() <-chan struct{} { return s.brokenC }
+func (s *session) markBroken()             { s.brokenOnce.Do(func() { close(s.brokenC) }) }
 
 // broken reports, without blocking, whether the container has stopped or
 // its streams have ended (either way it can serve no run).
 func (s *session) broken() bool {
 	select {
-	case <-s.exitedC:
-		return true
-	case <-s.readC:
+	case <-s.brokenC:
 		return true
 	default:
 		return false
 	}
 }
-
-// take marks the session as gone from the pool (its watcher stops).
-func (s *session) take() { s.takeOnce.Do(func() { close(s.takenC) }) }
 
 // containerEnv is the whole environment of a sandboxed program: nothing of
 // the server's own environment is ever added.
@@ -296,15 +299,7 @@ func runDeadline(now time.Time, timeout time.Duration) time.Time {
 
 // containerLimits keeps the limits that are part of a container's
 // configuration (the timeout and the output cap are enforced by the server).
-func containerLimits(l sandbox.Limits) sandbox.Limits {
-	return sandbox.Limits{
-		MemoryBytes:   l.MemoryBytes,
-		CPUs:          l.CPUs,
-		Processes:     l.Processes,
-		OpenFiles:     l.OpenFiles,
-		FileSizeBytes: l.FileSizeBytes,
-	}
-}
+func containerLimits(l sandbox.Limits) sandbox.Limits { return warmpool.ContainerLimits(l) }
 
 // start creates a locked-down container, attaches to its streams, starts
 // reading its output and waiting for its exit, and starts it. ctx bounds the
@@ -337,7 +332,7 @@ func (r *Runner) start(ctx context.Context, spec containerSpec, lang string) (*s
 		out:     runproto.NewStreams(spec.framed, spec.nonce),
 		exitedC: make(chan struct{}),
 		readC:   make(chan struct{}),
-		takenC:  make(chan struct{}),
+		brokenC: make(chan struct{}),
 		egress:  eg,
 	}
 	r.watchExit(s)
@@ -408,6 +403,7 @@ func (r *Runner) watchExit(s *session) {
 			s.exit = waitResult{code: -1, err: err}
 		}
 		close(s.exitedC)
+		s.markBroken()
 	}()
 }
 
@@ -428,6 +424,7 @@ func (r *Runner) readOutput(s *session, spec containerSpec) {
 		}
 		s.out.End()
 		close(s.readC)
+		s.markBroken()
 	}()
 }
 
@@ -469,7 +466,6 @@ func (r *Runner) discard(s *session) {
 // release discards a session in the background. Close waits for every
 // release to finish, so no container outlives the Runner.
 func (r *Runner) release(s *session) {
-	s.take()
 	r.removals.Add(1)
 	go func() {
 		defer r.removals.Done()

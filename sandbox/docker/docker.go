@@ -57,6 +57,8 @@ import (
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/egress/proxy"
+	"github.com/codeexec/codeexec/sandbox/internal/lifecycle"
+	"github.com/codeexec/codeexec/sandbox/internal/warmpool"
 )
 
 // Defaults and names that other programs (scripts, docs, tests) rely on.
@@ -167,7 +169,7 @@ type Runner struct {
 	egressDir   string // holds the runs' egress socket directories
 	relayPython string // python3 in the image, which runs the egress relay
 
-	pool *pool
+	pool *warmpool.Pool[*session]
 
 	mu       sync.Mutex
 	closed   bool
@@ -400,18 +402,10 @@ func (r *Runner) Close() error {
 		<-r.reaperDone
 
 		// Runs in flight see r.done, kill their container and clean up;
-		// give them a bounded time to do so.
-		waited := make(chan struct{})
-		go func() { r.runs.Wait(); close(waited) }()
-		select {
-		case <-waited:
-		case <-time.After(2 * cleanupTimeout):
-			r.log.Warn("runs did not finish in time while closing")
-		}
-		// The pool releases its warm containers and stops refilling; then
-		// every release still in flight finishes.
-		r.pool.close()
-		r.removals.Wait()
+		// give them a bounded time to do so. The pool releases its warm
+		// containers and stops refilling; then every release still in
+		// flight finishes.
+		lifecycle.Drain(r.log, &r.runs, 2*cleanupTimeout, r.pool, &r.removals)
 
 		r.mu.Lock()
 		ids := make([]string, 0, len(r.live))
@@ -561,20 +555,13 @@ func leftoverReason(labels map[string]string, state container.ContainerState, cr
 // reap removes leftovers periodically until Close.
 func (r *Runner) reap() {
 	defer close(r.reaperDone)
-	t := time.NewTicker(reapEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-r.done:
-			return
-		case now := <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), engineTimeout)
-			if _, err := r.removeLeftovers(ctx, now); err != nil {
-				r.log.Warn("could not remove leftover containers", "err", err)
-			}
-			cancel()
+	lifecycle.Every(r.done, reapEvery, func(now time.Time) {
+		ctx, cancel := context.WithTimeout(context.Background(), engineTimeout)
+		defer cancel()
+		if _, err := r.removeLeftovers(ctx, now); err != nil {
+			r.log.Warn("could not remove leftover containers", "err", err)
 		}
-	}
+	})
 }
 
 // track records a container as live; it fails once the Runner is closed.

@@ -61,7 +61,7 @@ func TestEgressAllowlist(t *testing.T) {
 				// The pool fills after the first request. A warm
 				// container's session is open before its run; the
 				// report must still be the run's alone.
-				waitWarmPython(t, r)
+				waitWarm(t, r, "python", 1)
 				e.CheckEgress(t, r, tc.allowPrivate, raws...)
 			}
 			if rec := servedOf(r); tc.pool > 0 && !slices.Contains(rec.warm, true) {
@@ -110,20 +110,4 @@ func TestEgressAllowlist(t *testing.T) {
 			}
 		})
 	}
-}
-
-// waitWarmPython waits until the pool holds a warm python container.
-func waitWarmPython(t *testing.T, r *Runner) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		r.pool.mu.Lock()
-		n := len(r.pool.warm["python"])
-		r.pool.mu.Unlock()
-		if n > 0 {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatal("no warm python container within a minute")
 }

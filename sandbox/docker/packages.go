@@ -45,7 +45,10 @@ func (r *Runner) poolFor(lang string, req sandbox.Request, entry string) *sessio
 	if req.PackageDir != nil && entry == "" {
 		return nil
 	}
-	return r.pool.take(lang, req.Limits)
+	if s, ok := r.pool.Take(lang, req.Limits); ok {
+		return s
+	}
+	return nil
 }
 
 // preparePackageDir hands a writable package folder (the install phase's)

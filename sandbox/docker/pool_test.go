@@ -19,6 +19,7 @@ import (
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/internal/runproto"
+	"github.com/codeexec/codeexec/sandbox/internal/warmpool"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 )
 
@@ -31,13 +32,28 @@ func poolConfig(size int, langs ...string) Config {
 // waitWarm waits until the pool holds at least n warm containers of lang.
 func waitWarm(t testing.TB, r *Runner, lang string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for r.pool.ready(lang) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("the pool did not reach %d warm %s containers in a minute (has %d)", n, lang, r.pool.ready(lang))
-		}
-		time.Sleep(10 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := r.pool.Wait(ctx, func(st warmpool.Stats) bool { return st.Ready[lang] >= n }); err != nil {
+		t.Fatalf("waiting for %d warm %s containers: %v", n, lang, err)
 	}
+}
+
+// warmIDs are the ids of the warm containers r's pool holds, as the engine
+// lists them (by the Runner's instance and the role "pool").
+func warmIDs(t testing.TB, cli *client.Client, r *Runner) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	list, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", LabelInstance+"="+r.instance).Add("label", LabelRole+"="+rolePool)})
+	if err != nil {
+		t.Fatalf("listing containers: %v", err)
+	}
+	var ids []string
+	for _, c := range list.Items {
+		ids = append(ids, c.ID)
+	}
+	return ids
 }
 
 // warmOnly is a Runner that waits for a warm container before each run, so
@@ -48,7 +64,7 @@ type warmOnly struct {
 }
 
 func (w warmOnly) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
-	if lang, err := sandbox.CanonicalLanguage(req.Language); err == nil && w.pool.size > 0 && containerLimits(req.Limits) == w.pool.limits {
+	if lang, err := sandbox.CanonicalLanguage(req.Language); err == nil && w.cfg.PoolSize > 0 && containerLimits(req.Limits) == containerLimits(w.cfg.PoolLimits) {
 		if _, ok := w.interps[lang]; ok {
 			waitWarm(w.t, w.Runner, lang, 1)
 		}
@@ -116,9 +132,7 @@ func TestWarmAndColdLockedDownAlike(t *testing.T) {
 
 	// As the engine holds them: a warm container of the pool and a cold one.
 	waitWarm(t, r, "python", 1)
-	r.pool.mu.Lock()
-	warmID := r.pool.warm["python"][0].id
-	r.pool.mu.Unlock()
+	warmID := warmIDs(t, cli, r)[0]
 	cold, err := r.start(context.Background(), coldSpec, "python")
 	if err != nil {
 		t.Fatalf("start: %v", err)
@@ -284,7 +298,7 @@ func TestWarmTimeoutStartsAtHandover(t *testing.T) {
 func TestPoolRefills(t *testing.T) {
 	r, _ := newRunner(t, poolConfig(2, "python"))
 	waitWarm(t, r, "python", 2)
-	before := r.pool.created.Load()
+	before := r.pool.Stats().Made
 	var wg sync.WaitGroup
 	for range 2 {
 		wg.Go(func() {
@@ -296,13 +310,14 @@ func TestPoolRefills(t *testing.T) {
 	}
 	wg.Wait()
 	waitWarm(t, r, "python", 2)
-	if made := r.pool.created.Load() - before; made < 2 {
+	if made := r.pool.Stats().Made - before; made < 2 {
 		t.Fatalf("the pool made %d containers after 2 were taken", made)
 	}
-	if h := r.pool.hits.Load(); h < 2 {
+	if h := r.pool.Stats().Hits; h < 2 {
 		t.Fatalf("%d runs were served warm, want 2", h)
 	}
-	if st := r.PoolStats(); st.Hits != r.pool.hits.Load() || st.Misses != r.pool.misses.Load() || st.Ready["python"] != 2 {
+	ps := r.pool.Stats()
+	if st := r.PoolStats(); st.Hits != ps.Hits || st.Misses != ps.Misses || st.Ready["python"] != 2 {
 		t.Fatalf("PoolStats = %+v, want the pool's counters and 2 python containers ready", st)
 	}
 }
@@ -337,12 +352,10 @@ func TestPoolRecovers(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			r, cli := newRunner(t, poolConfig(2, "python"))
 			waitWarm(t, r, "python", 2)
-			r.pool.mu.Lock()
-			var ids []string
-			for _, s := range r.pool.warm["python"] {
-				ids = append(ids, s.id)
+			ids := warmIDs(t, cli, r)
+			if len(ids) != 2 {
+				t.Fatalf("the engine lists %d warm containers of the Runner, want 2", len(ids))
 			}
-			r.pool.mu.Unlock()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			for _, id := range ids {
@@ -466,8 +479,9 @@ func crashHelper() {
 		fmt.Fprintln(os.Stderr, "crash helper:", err)
 		os.Exit(1)
 	}
-	for r.pool.ready("python") < 2 {
-		time.Sleep(10 * time.Millisecond)
+	if err := r.pool.Wait(context.Background(), func(st warmpool.Stats) bool { return st.Ready["python"] >= 2 }); err != nil {
+		fmt.Fprintln(os.Stderr, "crash helper:", err)
+		os.Exit(1)
 	}
 	fmt.Println("instance", r.instance)
 	select {}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"sync"
 	"time"
 
@@ -17,12 +16,6 @@ import (
 // drainTimeout bounds how long output may keep arriving after the
 // container has stopped.
 const drainTimeout = 5 * time.Second
-
-// collectSpec asks exchange for the artifacts of a run.
-type collectSpec struct {
-	before artifacts.Snapshot
-	opts   artifacts.Options
-}
 
 // Run runs req in a container of its own and removes the container after
 // it returns, whatever happened. With a pool, the container is a warm one
@@ -36,25 +29,13 @@ type collectSpec struct {
 // sandbox.ErrSandboxUnavailable (the engine failed), sandbox.ErrClosed, or
 // ctx's error when ctx ended during the run (with the partial Result).
 func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
-	lang, err := sandbox.CanonicalLanguage(req.Language)
+	lang, err := runproto.CheckLanguage("docker", req.Language, r.cfg.Languages, r.interps, r.caps, r.cfg.Image)
 	if err != nil {
-		return nil, fmt.Errorf("docker: %w", err)
-	}
-	if !slices.Contains(r.cfg.Languages, lang) {
-		return nil, fmt.Errorf("docker: %w: %s is disabled by CODE_EXEC_LANGUAGES", sandbox.ErrLanguageUnavailable, lang)
-	}
-	if _, ok := r.interps[lang]; !ok {
-		st, _ := r.caps.Language(lang)
-		return nil, fmt.Errorf("docker: %w: %s cannot run in the image %s: %s", sandbox.ErrLanguageUnavailable, lang, r.cfg.Image, st.Reason)
-	}
-	if err := sandbox.CheckFiles(lang, req.Files); err != nil {
 		return nil, err
 	}
-	var art *collectSpec
-	if req.Artifacts != nil {
-		opts := *req.Artifacts
-		opts.Ignore = artifacts.IgnoreProgram(sandbox.Languages[lang].FileName, opts.Ignore)
-		art = &collectSpec{before: artifacts.SnapshotOf(req.Files), opts: opts}
+	art, err := runproto.CheckFiles(lang, req)
+	if err != nil {
+		return nil, err
 	}
 	if err := r.beginRun(); err != nil {
 		return nil, err
@@ -133,7 +114,7 @@ func (r *Runner) observe(id string, warm bool) {
 //
 // With art, the archive of the working directory that the supervisor sends
 // after the program has ended is read into Result.Artifacts.
-func (r *Runner) exchange(ctx context.Context, s *session, input io.Reader, lim sandbox.Limits, observe sandbox.ObserveFunc, art *collectSpec, warm bool) (res *sandbox.Result, err error, fault bool) {
+func (r *Runner) exchange(ctx context.Context, s *session, input io.Reader, lim sandbox.Limits, observe sandbox.ObserveFunc, art *runproto.Collect, warm bool) (res *sandbox.Result, err error, fault bool) {
 	out, overflow := s.attachOutput(lim.OutputBytes, observe, art)
 	started := time.Now()
 	go s.feed(input)
@@ -161,13 +142,13 @@ type exchangeEnd struct {
 // attachOutput gives the session's streams the run's output, capped at
 // limit bytes (overflow is closed when the cap is reached) and observed
 // live, and, with art, the collection of the artifacts.
-func (s *session) attachOutput(limit int64, observe sandbox.ObserveFunc, art *collectSpec) (*sandbox.Output, <-chan struct{}) {
+func (s *session) attachOutput(limit int64, observe sandbox.ObserveFunc, art *runproto.Collect) (*sandbox.Output, <-chan struct{}) {
 	overflow := make(chan struct{})
 	var overflowOnce sync.Once
 	out := sandbox.NewOutput(limit, func() { overflowOnce.Do(func() { close(overflow) }) }).Observe(observe)
 	s.out.Attach(out)
 	if art != nil {
-		s.out.Collect(art.before, art.opts)
+		s.out.Collect(art.Before, art.Opts)
 	}
 	return out, overflow
 }
@@ -266,7 +247,7 @@ func (r *Runner) settle(s *session, end *exchangeEnd) {
 // outcome is the result of an exchange that ended as end: the supervisor's
 // when its end can be trusted, otherwise the engine's view; fault as for
 // exchange.
-func (r *Runner) outcome(ctx context.Context, s *session, res *sandbox.Result, end exchangeEnd, art *collectSpec, warm bool) (*sandbox.Result, error, bool) {
+func (r *Runner) outcome(ctx context.Context, s *session, res *sandbox.Result, end exchangeEnd, art *runproto.Collect, warm bool) (*sandbox.Result, error, bool) {
 	status, ooms, trailer := s.out.Final()
 	byTrailer := s.secret && trailer && s.out.ArchiveTrusted()
 	w := end.exit
@@ -304,7 +285,7 @@ func (r *Runner) outcome(ctx context.Context, s *session, res *sandbox.Result, e
 // supervisorResult completes res from the supervisor's trailers: the exit
 // status, an OOM kill (asked of the engine when the container could not
 // read its memory cgroup), and, with art, the artifacts.
-func (r *Runner) supervisorResult(ctx context.Context, s *session, res *sandbox.Result, status, ooms int, art *collectSpec) {
+func (r *Runner) supervisorResult(ctx context.Context, s *session, res *sandbox.Result, status, ooms int, art *runproto.Collect) {
 	res.ExitCode = status
 	switch {
 	case status == 0:

@@ -39,7 +39,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -47,6 +46,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/internal/lifecycle"
 	"github.com/codeexec/codeexec/sandbox/internal/warmpool"
 	"github.com/codeexec/codeexec/sandbox/kube/internal/kubeapi"
 )
@@ -277,7 +277,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	}
 	r.caps = r.capabilities()
 	r.pool = warmpool.New[*podSession](poolMaker{r}, warmpool.Options{
-		Size: cfg.PoolSize, Languages: r.poolLanguages(), Limits: cfg.PoolLimits,
+		Size: cfg.PoolSize, Languages: warmpool.Languages(r.interps, r.cfg.Languages), Limits: cfg.PoolLimits,
 		Parallel: refillParallel, MaxIdle: poolMaxIdle, Grace: leftoverGrace, MaxBackoff: refillMaxBackoff,
 		Logger: r.log, What: "pod",
 	})
@@ -305,16 +305,9 @@ func (r *Runner) Close() error {
 		<-r.sweeperDone
 
 		// Runs in flight see r.done, delete their pod and clean up; give
-		// them a bounded time to do so.
-		waited := make(chan struct{})
-		go func() { r.runs.Wait(); close(waited) }()
-		select {
-		case <-waited:
-		case <-time.After(2 * cleanupTimeout):
-			r.log.Warn("runs did not finish in time while closing")
-		}
-		r.pool.Close()
-		r.removals.Wait()
+		// them a bounded time to do so. Then the pool deletes its warm
+		// pods, and every deletion still in flight finishes.
+		lifecycle.Drain(r.log, &r.runs, 2*cleanupTimeout, r.pool, &r.removals)
 
 		var errs []error
 		r.mu.Lock()
@@ -387,17 +380,6 @@ func (r *Runner) beginRun() error {
 	}
 	r.runs.Add(1)
 	return nil
-}
-
-// poolLanguages are the enabled languages the image has.
-func (r *Runner) poolLanguages() []string {
-	var out []string
-	for _, l := range sandbox.LanguageNames() {
-		if _, ok := r.interps[l]; ok && slices.Contains(r.cfg.Languages, l) {
-			out = append(out, l)
-		}
-	}
-	return out
 }
 
 // containerLimits keeps the limits that are part of a pod's specification.

@@ -8,7 +8,7 @@ import (
 	"github.com/codeexec/codeexec/sandbox"
 )
 
-// The warm pool (sandbox/internal/warmpool, the shape docker mode's has
+// The warm pool (sandbox/internal/warmpool, which docker mode uses
 // too): for each enabled language, Config.PoolSize pods created, running
 // and attached, their supervisor holding its nonce and their interpreter
 // loaded and blocked reading its program. A run takes one without any API

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -26,12 +25,6 @@ const (
 	statusTimeout = 30 * time.Second
 )
 
-// collectSpec asks exchange for the artifacts of a run.
-type collectSpec struct {
-	before artifacts.Snapshot
-	opts   artifacts.Options
-}
-
 // Run runs req in a pod of its own and deletes the pod when it returns,
 // whatever happened. With a pool, the pod is a warm one that was made and
 // attached ahead of time and has run nothing; when none is ready, or the
@@ -45,28 +38,16 @@ type collectSpec struct {
 // failed), sandbox.ErrClosed, or ctx's error when ctx ended during the run
 // (with the partial Result).
 func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
-	lang, err := sandbox.CanonicalLanguage(req.Language)
+	lang, err := runproto.CheckLanguage("kubernetes", req.Language, r.cfg.Languages, r.interps, r.caps, r.cfg.Image)
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes: %w", err)
-	}
-	if !slices.Contains(r.cfg.Languages, lang) {
-		return nil, fmt.Errorf("kubernetes: %w: %s is disabled by CODE_EXEC_LANGUAGES", sandbox.ErrLanguageUnavailable, lang)
-	}
-	if _, ok := r.interps[lang]; !ok {
-		st, _ := r.caps.Language(lang)
-		return nil, fmt.Errorf("kubernetes: %w: %s cannot run in the image %s: %s", sandbox.ErrLanguageUnavailable, lang, r.cfg.Image, st.Reason)
+		return nil, err
 	}
 	if req.PackageDir != nil {
 		return nil, fmt.Errorf("kubernetes: %w: packages are not available in kubernetes mode yet", sandbox.ErrSandboxUnavailable)
 	}
-	if err := sandbox.CheckFiles(lang, req.Files); err != nil {
+	art, err := runproto.CheckFiles(lang, req)
+	if err != nil {
 		return nil, err
-	}
-	var art *collectSpec
-	if req.Artifacts != nil {
-		opts := *req.Artifacts
-		opts.Ignore = artifacts.IgnoreProgram(sandbox.Languages[lang].FileName, opts.Ignore)
-		art = &collectSpec{before: artifacts.SnapshotOf(req.Files), opts: opts}
 	}
 	if err := r.beginRun(); err != nil {
 		return nil, err
@@ -120,13 +101,13 @@ func (r *Runner) observe(name string, warm bool) {
 //
 // fault is set when a warm session (warm) ended before its bootstrap took
 // the program: the program never ran, and the run may be retried elsewhere.
-func (r *Runner) exchange(ctx context.Context, s *podSession, input io.Reader, lim sandbox.Limits, observe sandbox.ObserveFunc, art *collectSpec, warm bool) (res *sandbox.Result, err error, fault bool) {
+func (r *Runner) exchange(ctx context.Context, s *podSession, input io.Reader, lim sandbox.Limits, observe sandbox.ObserveFunc, art *runproto.Collect, warm bool) (res *sandbox.Result, err error, fault bool) {
 	overflow := make(chan struct{})
 	var overflowOnce sync.Once
 	out := sandbox.NewOutput(lim.OutputBytes, func() { overflowOnce.Do(func() { close(overflow) }) }).Observe(observe)
 	s.out.Attach(out)
 	if art != nil {
-		s.out.Collect(art.before, art.opts)
+		s.out.Collect(art.Before, art.Opts)
 	}
 
 	started := time.Now()

@@ -9,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/codeexec/codeexec/sandbox/internal/lifecycle"
 )
 
 // sweep deletes every codeexec pod in the namespace that leftoverReason
@@ -96,18 +98,11 @@ func leftoverReason(p *corev1.Pod, self string, alive map[string]bool, tracked f
 // sweepLoop sweeps every sweepEvery until Close.
 func (r *Runner) sweepLoop() {
 	defer close(r.sweeperDone)
-	t := time.NewTicker(sweepEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-r.done:
-			return
-		case now := <-t.C:
-			ctx, cancel := context.WithTimeout(r.doneCtx, apiTimeout)
-			if _, err := r.sweep(ctx, now); err != nil && ctx.Err() == nil {
-				r.log.Warn("could not remove leftover pods", "err", err)
-			}
-			cancel()
+	lifecycle.Every(r.done, sweepEvery, func(now time.Time) {
+		ctx, cancel := context.WithTimeout(r.doneCtx, apiTimeout)
+		defer cancel()
+		if _, err := r.sweep(ctx, now); err != nil && ctx.Err() == nil {
+			r.log.Warn("could not remove leftover pods", "err", err)
 		}
-	}
+	})
 }

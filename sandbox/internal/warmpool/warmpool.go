@@ -297,7 +297,7 @@ func (p *Pool[T]) remove(e *entry[T], broke bool) bool {
 	return true
 }
 
-// changedLocked tells WaitReady that items came or went; the caller holds mu.
+// changedLocked tells Wait that items came or went; the caller holds mu.
 func (p *Pool[T]) changedLocked() {
 	close(p.changed)
 	p.changed = make(chan struct{})
@@ -446,4 +446,16 @@ func (p *Pool[T]) Stats() Stats {
 	}
 	st.Hits, st.Misses, st.Made, st.Broken = p.hits.Load(), p.misses.Load(), p.made.Load(), p.broken.Load()
 	return st
+}
+
+// Languages are the languages of enabled that the image has (interps), in
+// sandbox.LanguageNames order: those a pool keeps items of.
+func Languages[V any](interps map[string]V, enabled []string) []string {
+	var out []string
+	for _, l := range sandbox.LanguageNames() {
+		if _, ok := interps[l]; ok && slices.Contains(enabled, l) {
+			out = append(out, l)
+		}
+	}
+	return out
 }
