@@ -281,15 +281,22 @@ print(sorted(k for k in globals() if k.startswith("_codeexec")))`,
 
 // TestWarmTimeoutStartsAtHandover: a warm container that waited in the pool
 // longer than the run's timeout still gives the program its whole timeout.
+// The wait in the pool is the point of the test, so it is a real sleep; the
+// timeout leaves the program (half a second of sleep) ten times what it
+// needs, so that a busy machine cannot make it time out.
 func TestWarmTimeoutStartsAtHandover(t *testing.T) {
+	const timeout = 5 * time.Second
 	r, _ := newRunner(t, poolConfig(1, "python"))
 	waitWarm(t, r, "python", 1)
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(timeout + 500*time.Millisecond)
 	req := sandboxtest.Req("python", "import time; time.sleep(0.5); print('ok')")
-	req.Limits.Timeout = time.Second
+	req.Limits.Timeout = timeout
 	res := run(t, r, req)
 	if res.TimedOut || res.Stdout != "ok\n" {
 		t.Fatalf("timed out %v stdout %q", res.TimedOut, res.Stdout)
+	}
+	if _, warm := servedOf(r).list(); len(warm) != 1 || !warm[0] {
+		t.Fatalf("served warm: %v, want the one warm container that waited", warm)
 	}
 }
 
