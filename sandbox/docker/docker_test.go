@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -166,11 +165,7 @@ func newRunner(t testing.TB, cfg Config) (*Runner, *client.Client) {
 		t.Fatalf("New: %v", err)
 	}
 	noteInstance(r.instance)
-	rec := &served{}
-	servedMu.Lock()
-	servedBy[r] = rec
-	servedMu.Unlock()
-	r.onRun = rec.add
+	r.onRun = servedBy.New(r).Add
 	t.Cleanup(func() {
 		if err := r.Close(); err != nil {
 			t.Errorf("Close: %v", err)
@@ -194,38 +189,11 @@ func instanceContainers(t testing.TB, cli *client.Client, instance string) int {
 	return len(list.Items)
 }
 
-// served records which containers served the runs of a Runner.
-type served struct {
-	mu   sync.Mutex
-	ids  []string
-	warm []bool
-}
+// servedBy records which containers served the runs of each test Runner;
+// newRunner makes a Runner's record before the Runner is shared.
+var servedBy sandboxtest.ServedBy[*Runner]
 
-// servedBy maps each test Runner to its record; newRunner fills it before
-// the Runner is shared.
-var (
-	servedMu sync.Mutex
-	servedBy = map[*Runner]*served{}
-)
-
-func servedOf(r *Runner) *served {
-	servedMu.Lock()
-	defer servedMu.Unlock()
-	return servedBy[r]
-}
-
-func (s *served) add(id string, warm bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.ids = append(s.ids, id)
-	s.warm = append(s.warm, warm)
-}
-
-func (s *served) list() ([]string, []bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.ids), slices.Clone(s.warm)
-}
+func servedOf(r *Runner) *sandboxtest.Served { return servedBy.Of(r) }
 
 // alive reports processes with marker on the host's /proc (the engine is
 // local, so container processes are visible there), and containers that
@@ -243,7 +211,7 @@ func alive(r *Runner, cli *client.Client) func(t *testing.T, marker string) bool
 // the engine after waiting up to wait for them to go.
 func lingering(t testing.TB, r *Runner, cli *client.Client, wait time.Duration) []string {
 	t.Helper()
-	ids, _ := servedOf(r).list()
+	ids, _ := servedOf(r).List()
 	deadline := time.Now().Add(wait)
 	for {
 		var left []string
@@ -496,7 +464,7 @@ func programRunning(t *testing.T, r *Runner, cli *client.Client, marker string) 
 	if !r.engine.gvisor {
 		return sandboxtest.ProcessesAlive(t, marker)
 	}
-	ids, _ := servedOf(r).list()
+	ids, _ := servedOf(r).List()
 	for _, id := range ids {
 		if inContainerProcesses(t, cli, id, marker) {
 			return true

@@ -64,8 +64,8 @@ func TestEgressAllowlist(t *testing.T) {
 				waitWarm(t, r, "python", 1)
 				e.CheckEgress(t, r, tc.allowPrivate, raws...)
 			}
-			if rec := servedOf(r); tc.pool > 0 && !slices.Contains(rec.warm, true) {
-				t.Fatalf("no run took a warm container: %v", rec.warm)
+			if _, warm := servedOf(r).List(); tc.pool > 0 && !slices.Contains(warm, true) {
+				t.Fatalf("no run took a warm container: %v", warm)
 			}
 			// A session's container reaches what a run's does, call
 			// after call, each call with a report of its own.

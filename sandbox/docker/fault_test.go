@@ -50,7 +50,7 @@ func TestContainerStoppedFromOutside(t *testing.T) {
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
-			ids, warm := servedOf(r).list()
+			ids, warm := servedOf(r).List()
 			if len(ids) != 1 || warm[0] != (c.pool > 0) {
 				t.Fatalf("served by %v (warm %v), want one container, warm=%v", ids, warm, c.pool > 0)
 			}

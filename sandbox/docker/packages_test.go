@@ -40,8 +40,8 @@ func TestPackages(t *testing.T) {
 	setup := packagestest.Setup{Run: run, Install: install, Index: ix, CacheDir: cacheDir, IndexHost: ip,
 		Settle: func(t *testing.T, lang string) { waitWarm(t, run, lang, 1) }}
 	packagestest.Check(t, setup)
-	if rec := servedOf(run); !slices.Contains(rec.warm, true) {
-		t.Errorf("no run with packages took a warm container: %v", rec.warm)
+	if _, warm := servedOf(run).List(); !slices.Contains(warm, true) {
+		t.Errorf("no run with packages took a warm container: %v", warm)
 	}
 	// An entry of the cache that every container sees (the program header
 	// names it), and in a session the folder bound for its container.

@@ -76,7 +76,7 @@ func (w warmOnly) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result
 func TestSuiteWarm(t *testing.T) {
 	r, cli := newRunner(t, poolConfig(1))
 	sandboxtest.RunSuite(t, warmOnly{r, t}, sandboxtest.Options{Mode: sandbox.ModeDocker, ScrubsEnv: true, Alive: alive(r, cli)})
-	_, warm := servedOf(r).list()
+	_, warm := servedOf(r).List()
 	n := 0
 	for _, w := range warm {
 		if w {
@@ -173,7 +173,7 @@ func TestWarmContainerNeverReused(t *testing.T) {
 			t.Fatalf("run %d: stdout %q stderr %q", i, res.Stdout, res.Stderr)
 		}
 	}
-	ids, warm := servedOf(r).list()
+	ids, warm := servedOf(r).List()
 	if len(ids) != runs {
 		t.Fatalf("%d containers served %d runs", len(ids), runs)
 	}
@@ -219,7 +219,7 @@ print(sorted(int(p) for p in os.listdir("/proc") if p.isdigit()) == [1, os.getpi
 	if !reflect.DeepEqual(lines, want) {
 		t.Fatalf("the second run saw something of the first:\n got %q\nwant %q (stderr %q)", lines, want, second.Stderr)
 	}
-	ids, warm := servedOf(r).list()
+	ids, warm := servedOf(r).List()
 	if len(ids) != 2 || !warm[0] || !warm[1] || ids[0] == ids[1] {
 		t.Fatalf("runs served by %v (warm %v), want two different warm containers", ids, warm)
 	}
@@ -271,7 +271,7 @@ print(sorted(k for k in globals() if k.startswith("_codeexec")))`,
 			}
 		})
 	}
-	_, warm := servedOf(r).list()
+	_, warm := servedOf(r).List()
 	for i, w := range warm {
 		if !w {
 			t.Errorf("run %d was not served warm", i)
@@ -295,7 +295,7 @@ func TestWarmTimeoutStartsAtHandover(t *testing.T) {
 	if res.TimedOut || res.Stdout != "ok\n" {
 		t.Fatalf("timed out %v stdout %q", res.TimedOut, res.Stdout)
 	}
-	if _, warm := servedOf(r).list(); len(warm) != 1 || !warm[0] {
+	if _, warm := servedOf(r).List(); len(warm) != 1 || !warm[0] {
 		t.Fatalf("served warm: %v, want the one warm container that waited", warm)
 	}
 }
@@ -385,7 +385,7 @@ func TestPoolRecovers(t *testing.T) {
 			if res.Stdout != "18446744073709551616\n" {
 				t.Fatalf("run on the refilled pool: %+v", res)
 			}
-			if _, warm := servedOf(r).list(); !warm[len(warm)-1] {
+			if _, warm := servedOf(r).List(); !warm[len(warm)-1] {
 				t.Fatalf("the run after the refill was not served warm")
 			}
 		})
@@ -399,7 +399,7 @@ func TestWarmFaultFallsBackToCold(t *testing.T) {
 	r, cli := newRunner(t, poolConfig(1, "python"))
 	rec := servedOf(r)
 	r.onRun = func(id string, warm bool) {
-		rec.add(id, warm)
+		rec.Add(id, warm)
 		if warm {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -413,7 +413,7 @@ func TestWarmFaultFallsBackToCold(t *testing.T) {
 	if res.Stdout != "18446744073709551616\n" || res.ExitCode != 0 {
 		t.Fatalf("run: %+v", res)
 	}
-	if _, warm := rec.list(); !reflect.DeepEqual(warm, []bool{true, false}) {
+	if _, warm := rec.List(); !reflect.DeepEqual(warm, []bool{true, false}) {
 		t.Fatalf("runs served warm=%v, want a broken warm one then a cold one", warm)
 	}
 }

@@ -3,9 +3,7 @@ package kube
 import (
 	"context"
 	"log/slog"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -49,14 +47,10 @@ func newRunner(t testing.TB, cfg Config) *Runner {
 	if cfg.PoolLimits != (sandbox.Limits{}) {
 		cfg.PoolLimits = kubetest.Limits(cfg.PoolLimits)
 	}
-	rec := &served{}
 	r := kubetest.Start(t, func(ctx context.Context) (*Runner, error) {
 		r, err := New(ctx, cfg)
 		if err == nil {
-			r.onRun = rec.add
-			servedMu.Lock()
-			servedBy[r] = rec
-			servedMu.Unlock()
+			r.onRun = servedBy.New(r).Add
 		}
 		return r, err
 	})
@@ -94,36 +88,10 @@ func replicaPods(t testing.TB, c *kubeapi.Clients, replica string) []string {
 	return names
 }
 
-// served records which pods served the runs of a Runner.
-type served struct {
-	mu    sync.Mutex
-	names []string
-	warm  []bool
-}
+// servedBy records which pods served the runs of each test Runner.
+var servedBy sandboxtest.ServedBy[*Runner]
 
-var (
-	servedMu sync.Mutex
-	servedBy = map[*Runner]*served{}
-)
-
-func servedOf(r *Runner) *served {
-	servedMu.Lock()
-	defer servedMu.Unlock()
-	return servedBy[r]
-}
-
-func (s *served) add(name string, warm bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.names = append(s.names, name)
-	s.warm = append(s.warm, warm)
-}
-
-func (s *served) list() ([]string, []bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.names), slices.Clone(s.warm)
-}
+func servedOf(r *Runner) *sandboxtest.Served { return servedBy.Of(r) }
 
 // alive reports processes with marker in this host's /proc (the node is
 // this machine), and pods that served a run of r and are still on the
@@ -139,7 +107,7 @@ func alive(r *Runner) func(t *testing.T, marker string) bool {
 // cluster after waiting for their deletion.
 func lingering(t testing.TB, r *Runner) []string {
 	t.Helper()
-	names, _ := servedOf(r).list()
+	names, _ := servedOf(r).List()
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	var left []string

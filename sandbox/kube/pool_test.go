@@ -60,7 +60,7 @@ func (w warmOnly) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result
 func TestSuiteWarm(t *testing.T) {
 	r := newRunner(t, poolConfig(1))
 	sandboxtest.RunSuite(t, warmOnly{r, t}, sandboxtest.Options{Mode: sandbox.ModeKubernetes, ScrubsEnv: true, Alive: alive(r)})
-	_, warm := servedOf(r).list()
+	_, warm := servedOf(r).List()
 	n := 0
 	for _, w := range warm {
 		if w {
@@ -82,7 +82,7 @@ func TestWarmAndColdLockedDownAlike(t *testing.T) {
 	pods := map[bool]*corev1.Pod{}
 	rec := servedOf(r)
 	r.onRun = func(name string, warm bool) {
-		rec.add(name, warm)
+		rec.Add(name, warm)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		p, err := r.c.Pods.Get(ctx, name, metav1.GetOptions{})
@@ -172,7 +172,7 @@ func TestWarmPodNeverReused(t *testing.T) {
 			t.Fatalf("run %d: %+v", i, res)
 		}
 	}
-	names, warm := servedOf(r).list()
+	names, warm := servedOf(r).List()
 	if len(names) != 2 || !warm[0] || !warm[1] || names[0] == names[1] {
 		t.Fatalf("runs were served by %v (warm %v), want two warm pods", names, warm)
 	}
@@ -200,7 +200,7 @@ func TestWarmPodDeletedFromOutsideIsReplaced(t *testing.T) {
 	}
 	waitPool(t, r, "a replacement of the deleted warm pod", func(st warmpool.Stats) bool { return st.Broken >= 1 && st.Ready["python"] >= 1 })
 	res := run(t, r, sandboxtest.Req("python", "print(2**64)"))
-	names, warm := servedOf(r).list()
+	names, warm := servedOf(r).List()
 	if res.Stdout != "18446744073709551616\n" || len(names) != 1 || !warm[0] || names[0] == victim {
 		t.Fatalf("after the warm pod %s was deleted, the run was served by %v (warm %v): %+v", victim, names, warm, res)
 	}

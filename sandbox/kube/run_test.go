@@ -68,7 +68,7 @@ func TestPodDeletedFromOutside(t *testing.T) {
 	r := newRunner(t, Config{Languages: []string{"bash"}})
 	pod := make(chan string, 1)
 	rec := servedOf(r)
-	r.onRun = func(name string, warm bool) { rec.add(name, warm); pod <- name }
+	r.onRun = func(name string, warm bool) { rec.Add(name, warm); pod <- name }
 	started := make(chan struct{})
 	var once sync.Once
 	done := make(chan error, 1)
@@ -115,7 +115,7 @@ func TestPodGoneAfterRun(t *testing.T) {
 			req := sandboxtest.Req("python", c.code)
 			req.Limits.Timeout = 2 * time.Second
 			run(t, r, req)
-			names, _ := servedOf(r).list()
+			names, _ := servedOf(r).List()
 			ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 			defer cancel()
 			if err := waitGone(ctx, r, names[len(names)-1]); err != nil {
