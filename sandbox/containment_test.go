@@ -23,8 +23,9 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -277,48 +278,19 @@ func dockerBridgeIP() string {
 // traps are the host-side things an attack may touch: listeners that count
 // what reaches them, and a canary file.
 type traps struct {
-	tcpPort, udpPort string
-	tcpHits, udpHits atomic.Int32
-	canaryDir        string
-	canaryFile       string
-	canary           string
-	marker           string
+	tcp        *sandboxtest.TCPTrap
+	udp        *sandboxtest.UDPTrap
+	canaryDir  string
+	canaryFile string
+	canary     string
+	marker     string
 }
 
 func setTraps(t *testing.T, hostIP string) *traps {
 	t.Helper()
 	tr := &traps{marker: sandboxtest.Marker()}
-	ln, err := net.Listen("tcp", net.JoinHostPort(hostIP, "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			tr.tcpHits.Add(1)
-			c.Close()
-		}
-	}()
-	_, tr.tcpPort, _ = net.SplitHostPort(ln.Addr().String())
-	pc, err := net.ListenPacket("udp", net.JoinHostPort(hostIP, "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pc.Close() })
-	go func() {
-		buf := make([]byte, 2048)
-		for {
-			if _, _, err := pc.ReadFrom(buf); err != nil {
-				return
-			}
-			tr.udpHits.Add(1)
-		}
-	}()
-	_, tr.udpPort, _ = net.SplitHostPort(pc.LocalAddr().String())
+	tr.tcp = sandboxtest.ListenTCP(t, hostIP)
+	tr.udp = sandboxtest.ListenUDP(t, hostIP)
 
 	home, err := os.UserHomeDir()
 	if err != nil {
@@ -359,8 +331,8 @@ func setTraps(t *testing.T, hostIP string) *traps {
 func (tr *traps) expand(code, hostIP string) string {
 	return strings.NewReplacer(
 		"{{HOST}}", hostIP,
-		"{{TCP_PORT}}", tr.tcpPort,
-		"{{UDP_PORT}}", tr.udpPort,
+		"{{TCP_PORT}}", strconv.Itoa(tr.tcp.Port()),
+		"{{UDP_PORT}}", strconv.Itoa(tr.udp.Port()),
 		"{{CANARY_DIR}}", tr.canaryDir,
 		"{{CANARY_FILE}}", tr.canaryFile,
 		"{{CANARY}}", tr.canary,
@@ -383,12 +355,10 @@ func (tr *traps) escaped(t *testing.T, res *sandbox.Result) []string {
 	if strings.Contains(out, tr.canary) {
 		ev = append(ev, "the canary file's content appears in the output")
 	}
-	// Give packets in flight a moment to arrive before counting.
-	time.Sleep(100 * time.Millisecond)
-	if n := tr.tcpHits.Load(); n > 0 {
+	if n := tr.tcp.Count(t); n > 0 {
 		ev = append(ev, fmt.Sprintf("the host's TCP listener accepted %d connections", n))
 	}
-	if n := tr.udpHits.Load(); n > 0 {
+	if n := tr.udp.Count(t); n > 0 {
 		ev = append(ev, fmt.Sprintf("the host's UDP listener received %d datagrams", n))
 	}
 	if b, err := os.ReadFile(tr.canaryFile); err != nil || string(b) != tr.canary+"\n" {
@@ -406,12 +376,14 @@ func (tr *traps) escaped(t *testing.T, res *sandbox.Result) []string {
 	return ev
 }
 
-// victimProgram is the run that cases with "victim" disturb: it needs an
-// inotify instance every 50 ms for six seconds, and says whether it got one
-// every time.
+// victimProgram is the run that cases with "victim" disturb: it says it
+// has started, then needs an inotify instance every 50 ms for twelve
+// seconds (time for the attack to start and end while it runs, on a busy
+// machine too), and says whether it got one every time.
 const victimProgram = `import ctypes, os, time
+print("victim started", flush=True)
 libc = ctypes.CDLL(None, use_errno=True)
-end = time.time() + 6
+end = time.time() + 12
 fails = 0
 while time.time() < end:
     fd = libc.inotify_init()
@@ -423,27 +395,59 @@ while time.time() < end:
 print("victim finished, inotify_init failed %d times" % fails)
 `
 
-// startVictim starts the victim run and returns a function that waits for
-// it and says how it was disturbed ("" when it was not).
-func startVictim(m modeRunner) func() string {
-	done := make(chan string, 1)
+// victim is a victim run, started before the attack.
+type victim struct {
+	done chan string
+}
+
+// startVictim starts the victim run and returns once its program has
+// started (it printed its first line).
+func startVictim(t *testing.T, m modeRunner) *victim {
+	t.Helper()
+	v := &victim{done: make(chan string, 1)}
+	started := make(chan struct{})
+	var once sync.Once
 	go func() {
 		req := sandboxtest.Req("python", victimProgram)
-		req.Limits.Timeout = 30 * time.Second
+		req.Limits.Timeout = time.Minute
+		req.Observe = func(s sandbox.Stream, _ []byte) {
+			if s == sandbox.Stdout {
+				once.Do(func() { close(started) })
+			}
+		}
 		res, err := m.runner.Run(context.Background(), req)
 		switch {
 		case err != nil:
-			done <- "the victim run failed: " + err.Error()
-		case res.ExitCode != 0 || res.Stdout != "victim finished, inotify_init failed 0 times\n":
-			done <- fmt.Sprintf("another run was disturbed: exit %d, signal %q, stdout %q, stderr %.200q", res.ExitCode, res.Signal, res.Stdout, res.Stderr)
+			v.done <- "the victim run failed: " + err.Error()
+		case res.ExitCode != 0 || res.Stdout != "victim started\nvictim finished, inotify_init failed 0 times\n":
+			v.done <- fmt.Sprintf("another run was disturbed: exit %d, signal %q, stdout %q, stderr %.200q", res.ExitCode, res.Signal, res.Stdout, res.Stderr)
 		default:
-			done <- ""
+			v.done <- ""
 		}
 	}()
-	// Let the victim start before the attack does.
-	time.Sleep(1500 * time.Millisecond)
-	return func() string { return <-done }
+	select {
+	case <-started:
+	case d := <-v.done:
+		t.Fatalf("the victim ended before it said it had started: %s", d)
+	}
+	return v
 }
+
+// ranThrough reports whether the victim is still running, once the attack
+// has returned: a victim that ended first proves nothing.
+func (v *victim) ranThrough() bool {
+	select {
+	case d := <-v.done:
+		v.done <- d
+		return false
+	default:
+		return true
+	}
+}
+
+// wait waits for the victim and says how it was disturbed ("" when it was
+// not).
+func (v *victim) wait() string { return <-v.done }
 
 // rootOnly are the protections that an ordinary user's server has only where
 // the host delegates a cgroup v2 subtree to it: without root, a case that
@@ -506,18 +510,21 @@ func runAttack(t *testing.T, a attack, lang string, m modeRunner, mustContain bo
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var victim func() string
+	var v *victim
 	if a.Victim {
-		victim = startVictim(m)
+		v = startVictim(t, m)
 	}
 	res, err := m.runner.Run(ctx, req)
 	if err != nil {
 		t.Fatalf("the run failed instead of returning a result: %v", err)
 	}
+	if v != nil && mustContain && !v.ranThrough() {
+		t.Fatalf("the victim ended before the attack did, so the case proves nothing: %q", v.wait())
+	}
 	evidence := tr.escaped(t, res)
-	if victim != nil {
-		if v := victim(); v != "" {
-			evidence = append(evidence, v)
+	if v != nil {
+		if d := v.wait(); d != "" {
+			evidence = append(evidence, d)
 		}
 	}
 	if mustContain {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/codeexec/codeexec/sandbox"
@@ -35,9 +36,14 @@ func newSlotRunner(codes ...string) (*slotRunner, *sandboxtest.Fake) {
 
 // TestLimitHandsSlotsOutInTurn: a free slot goes to the next client that
 // waits, not to the client with the longest queue; background runs leave a
-// slot to the others; a run given up while waiting takes no slot.
+// slot to the others; a run given up while waiting takes no slot. In a
+// bubble: "n runs wait" is checked once every goroutine is blocked.
 func TestLimitHandsSlotsOutInTurn(t *testing.T) {
 	t.Parallel()
+	synctest.Test(t, testLimitHandsSlotsOutInTurn)
+}
+
+func testLimitHandsSlotsOutInTurn(t *testing.T) {
 	codes := []string{"a-bg-1", "a-bg-2", "a-bg-3", "a-1", "a-2", "b-1", "c-gone"}
 	r, fake := newSlotRunner(codes...)
 	l := sandbox.Limit(fake, 2)
@@ -62,10 +68,9 @@ func TestLimitHandsSlotsOutInTurn(t *testing.T) {
 	}
 	waiting := func(n int) {
 		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); l.Waiting() != n; time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d runs wait, want %d", l.Waiting(), n)
-			}
+		synctest.Wait()
+		if l.Waiting() != n {
+			t.Fatalf("%d runs wait, want %d", l.Waiting(), n)
 		}
 	}
 	// A's background runs take one of the two slots, not both.

@@ -119,17 +119,13 @@ func FuzzStdioTransport(f *testing.F) {
 		in := strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"f","version":"1"}}}` + "\n" +
 			`{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n" + line + "\n" + validCall + "\n")
 		var out syncBuffer
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a guard against a hang only
 		defer cancel()
 		done := make(chan error, 1)
 		go func() { done <- s.ServeStdio(ctx, in, &out) }()
 		// The valid call's answer (id 99) must arrive.
-		for !strings.Contains(out.String(), `"id":99`) {
-			select {
-			case <-ctx.Done():
-				t.Fatalf("no answer to the valid call after %q; stdout: %s", line, out.String())
-			case <-time.After(5 * time.Millisecond):
-			}
+		if !out.await(ctx, `"id":99`) {
+			t.Fatalf("no answer to the valid call after %q; stdout: %s", line, out.String())
 		}
 		cancel()
 		<-done
@@ -145,14 +141,41 @@ func FuzzStdioTransport(f *testing.F) {
 
 // syncBuffer is a bytes.Buffer safe for one writer and one reader.
 type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	changed chan struct{} // closed and replaced by each Write
 }
 
 func (b *syncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.changed != nil {
+		close(b.changed)
+		b.changed = nil
+	}
 	return b.buf.Write(p)
+}
+
+// await waits until the buffer holds s, woken by each write, or until ctx
+// ends; it reports whether it does.
+func (b *syncBuffer) await(ctx context.Context, s string) bool {
+	for {
+		b.mu.Lock()
+		if strings.Contains(b.buf.String(), s) {
+			b.mu.Unlock()
+			return true
+		}
+		if b.changed == nil {
+			b.changed = make(chan struct{})
+		}
+		changed := b.changed
+		b.mu.Unlock()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 func (b *syncBuffer) String() string {

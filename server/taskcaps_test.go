@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -93,14 +94,47 @@ type gatedRunner struct {
 	arrived, started atomic.Int32
 	release          chan struct{}
 	limited          *sandbox.Limited
+
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced when a count changes
+}
+
+// bump tells the waiters of await that a count changed.
+func (g *gatedRunner) bump() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	close(g.changed)
+	g.changed = make(chan struct{})
+}
+
+// await waits until cond (on the counts) holds, woken by each change; the
+// minute only bounds a hang.
+func (g *gatedRunner) await(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	timeout := time.NewTimer(time.Minute)
+	defer timeout.Stop()
+	for {
+		g.mu.Lock()
+		changed := g.changed
+		g.mu.Unlock()
+		if cond() {
+			return
+		}
+		select {
+		case <-changed:
+		case <-timeout.C:
+			t.Fatalf("still waiting for %s after a minute", what)
+		}
+	}
 }
 
 func newGatedRunner(t *testing.T, slots int) *gatedRunner {
-	g := &gatedRunner{release: make(chan struct{})}
+	g := &gatedRunner{release: make(chan struct{}), changed: make(chan struct{})}
 	fake := &sandboxtest.Fake{
 		Caps: sandbox.Capabilities{Mode: sandbox.ModeProcess, Languages: []sandbox.LanguageStatus{{Name: "python", Available: true}}},
 		RunFunc: func(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
 			g.started.Add(1)
+			g.bump()
 			if req.Code == "wait" {
 				select {
 				case <-g.release:
@@ -124,13 +158,14 @@ func newGatedRunner(t *testing.T, slots int) *gatedRunner {
 
 func (g *gatedRunner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
 	g.arrived.Add(1)
+	g.bump()
 	return g.limited.Run(ctx, req)
 }
 func (g *gatedRunner) Capabilities() sandbox.Capabilities { return g.limited.Capabilities() }
 func (g *gatedRunner) Close() error                       { return nil }
 
-// waitFor polls cond (a state the test's own events move) until it holds;
-// the minute only bounds a hang.
+// waitFor polls cond until it holds, as a client polls tasks/get for a
+// task's status; the minute only bounds a hang.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(2 * time.Millisecond) {
@@ -154,7 +189,7 @@ func TestPlainCallRunsWhileAnotherClientsTasksWait(t *testing.T) {
 		id, _ := ts.legacyTask(a, `{"language":"python","code":"wait"}`)
 		ids = append(ids, id)
 	}
-	waitFor(t, "A's five tasks to reach the run slots, and one to run", func() bool { return g.arrived.Load() == 5 && g.started.Load() >= 1 })
+	g.await(t, "A's five tasks to reach the run slots, and one to run", func() bool { return g.arrived.Load() == 5 && g.started.Load() >= 1 })
 
 	// B's plain call: it must complete while A's tasks wait (before the
 	// test releases them); a deadline only turns a hang into a failure.
@@ -233,13 +268,13 @@ func TestQueuedTaskMemory(t *testing.T) {
 				session = ts.legacySession()
 			}
 			holder := create(`{"language":"python","code":"wait"}`)
-			waitFor(t, "the first task to hold the slot", func() bool { return g.started.Load() == 1 })
+			g.await(t, "the first task to hold the slot", func() bool { return g.started.Load() == 1 })
 			before := liveHeap()
 			var ids []string
 			for range queued {
 				ids = append(ids, create(args))
 			}
-			waitFor(t, "the tasks to queue for the slot", func() bool { return g.arrived.Load() == queued+1 })
+			g.await(t, "the tasks to queue for the slot", func() bool { return g.arrived.Load() == queued+1 })
 			per := (liveHeap() - before) / queued
 			t.Logf("%s: each queued task with a %d MiB file holds %.1f MiB (%.2f times the file)", protocol, size>>20, float64(per)/(1<<20), float64(per)/size)
 			if per > size*5/4 {

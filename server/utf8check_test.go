@@ -78,12 +78,8 @@ func TestStdioRejectsInvalidUTF8(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- s.ServeStdio(ctx, in, &out) }()
-	for !strings.Contains(out.String(), `"id":99`) {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("no answer to the valid call; stdout: %s", out.String())
-		case <-time.After(5 * time.Millisecond):
-		}
+	if !out.await(ctx, `"id":99`) {
+		t.Fatalf("no answer to the valid call; stdout: %s", out.String())
 	}
 	cancel()
 	<-done

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -203,34 +204,69 @@ func servedOf(r *Runner) *sandboxtest.Served { return servedBy.Of(r) }
 func alive(r *Runner, cli *client.Client) func(t *testing.T, marker string) bool {
 	return func(t *testing.T, marker string) bool {
 		t.Helper()
-		return sandboxtest.ProcessesAlive(t, marker) || len(lingering(t, r, cli, 10*time.Second)) > 0
+		return sandboxtest.ProcessesAlive(t, marker) || len(lingering(t, r, cli, time.Minute)) > 0
 	}
 }
 
 // lingering returns the containers that served runs of r and are still on
-// the engine after waiting up to wait for them to go.
+// the engine after waiting up to wait for them to go (they are removed in
+// the background once the run has returned). It waits on the engine's
+// "destroy" events, replayed from before it looks, not on a poll.
 func lingering(t testing.TB, r *Runner, cli *client.Client, wait time.Duration) []string {
 	t.Helper()
 	ids, _ := servedOf(r).List()
-	deadline := time.Now().Add(wait)
-	for {
+	if len(ids) == 0 {
+		return nil
+	}
+	f := make(client.Filters).Add("type", "container").Add("event", "destroy")
+	for _, id := range ids {
+		f.Add("container", id)
+	}
+	return awaitEngine(t, cli, f, wait, func(ctx context.Context) []string {
 		var left []string
 		for _, id := range ids {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			_, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
-			cancel()
 			if err == nil {
 				left = append(left, id)
 			} else if !cerrdefs.IsNotFound(err) {
 				t.Fatalf("inspect: %v", err)
 			}
 		}
-		if len(left) == 0 || time.Now().After(deadline) {
-			return left
-		}
-		ids = left
-		time.Sleep(50 * time.Millisecond)
+		return left
+	})
+}
+
+// awaitEngine waits until every container that pending lists has had an
+// event that f selects, or until wait has passed, and returns those that
+// have not. It subscribes to the engine's events from a second before it
+// calls pending, so that no event between the look and the subscription
+// is missed.
+func awaitEngine(t testing.TB, cli *client.Client, f client.Filters, wait time.Duration, pending func(context.Context) []string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	since := strconv.FormatInt(time.Now().Add(-time.Second).Unix(), 10)
+	ev := cli.Events(ctx, client.EventsListOptions{Since: since, Filters: f})
+	left := map[string]bool{}
+	for _, id := range pending(ctx) {
+		left[id] = true
 	}
+	for len(left) > 0 {
+		select {
+		case m := <-ev.Messages:
+			delete(left, m.Actor.ID)
+		case err := <-ev.Err:
+			if ctx.Err() == nil {
+				t.Fatalf("the engine's events: %v", err)
+			}
+			var ids []string
+			for id := range left {
+				ids = append(ids, id)
+			}
+			return ids
+		}
+	}
+	return nil
 }
 
 func run(t *testing.T, r *Runner, req sandbox.Request) *sandbox.Result {
@@ -389,16 +425,16 @@ func TestCloseStopsRuns(t *testing.T) {
 	r, cli := newRunner(t, Config{})
 	marker := sandboxtest.Marker()
 	done := make(chan error, 1)
+	req := sandboxtest.Req("bash", "echo started; sleep "+marker)
+	started := sandboxtest.Started(&req)
 	go func() {
-		_, err := r.Run(context.Background(), sandboxtest.Req("bash", "sleep "+marker))
+		_, err := r.Run(context.Background(), req)
 		done <- err
 	}()
-	deadline := time.Now().Add(time.Minute)
-	for !programRunning(t, r, cli, marker) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the run never started")
-		}
-		time.Sleep(50 * time.Millisecond)
+	select {
+	case <-started:
+	case err := <-done:
+		t.Fatalf("the run ended before Close: %v", err)
 	}
 	if err := r.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -453,24 +489,6 @@ func bridgeAddr(t *testing.T, cli *client.Client) net.IP {
 	}
 	t.Skipf("the bridge interface %s has no IPv4 address", name)
 	return nil
-}
-
-// programRunning reports whether a process with marker in its command line
-// runs in a container that served a run of r. Under runc the container's
-// processes are host processes, seen in the host's /proc; under gVisor they
-// live in gVisor's kernel, so the container's own /proc is read with an exec.
-func programRunning(t *testing.T, r *Runner, cli *client.Client, marker string) bool {
-	t.Helper()
-	if !r.engine.gvisor {
-		return sandboxtest.ProcessesAlive(t, marker)
-	}
-	ids, _ := servedOf(r).List()
-	for _, id := range ids {
-		if inContainerProcesses(t, cli, id, marker) {
-			return true
-		}
-	}
-	return false
 }
 
 // inContainerProcesses reports whether a process with marker in its command

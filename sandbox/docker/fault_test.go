@@ -36,19 +36,19 @@ func TestContainerStoppedFromOutside(t *testing.T) {
 			m := sandboxtest.Marker()
 			errc := make(chan error, 1)
 			resc := make(chan *sandbox.Result, 1)
+			req := sandboxtest.Req("bash", "echo started; sleep "+m+"; echo finished")
+			started := sandboxtest.Started(&req)
 			go func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 				defer cancel()
-				res, err := r.Run(ctx, sandboxtest.Req("bash", "sleep "+m+"; echo finished"))
+				res, err := r.Run(ctx, req)
 				resc <- res
 				errc <- err
 			}()
-			deadline := time.Now().Add(time.Minute)
-			for !programRunning(t, r, cli, m) {
-				if time.Now().After(deadline) {
-					t.Fatalf("the program did not start within a minute")
-				}
-				time.Sleep(20 * time.Millisecond)
+			select {
+			case <-started:
+			case res := <-resc:
+				t.Fatalf("the run ended before its container was stopped: %+v %v", res, <-errc)
 			}
 			ids, warm := servedOf(r).List()
 			if len(ids) != 1 || warm[0] != (c.pool > 0) {
@@ -78,7 +78,7 @@ func TestContainerStoppedFromOutside(t *testing.T) {
 			if msg := err.Error(); !strings.Contains(msg, "Docker Engine") || strings.Contains(msg, "\n") {
 				t.Errorf("the error does not name the engine in one line: %q", msg)
 			}
-			if left := lingering(t, r, cli, 10*time.Second); len(left) > 0 {
+			if left := lingering(t, r, cli, time.Minute); len(left) > 0 {
 				t.Errorf("containers left behind: %v", left)
 			}
 			// The Runner keeps working.

@@ -187,7 +187,7 @@ func TestWarmContainerNeverReused(t *testing.T) {
 		}
 		seen[id] = true
 	}
-	if left := lingering(t, r, cli, 10*time.Second); len(left) > 0 {
+	if left := lingering(t, r, cli, time.Minute); len(left) > 0 {
 		t.Fatalf("containers that served a run are still on the engine: %v", left)
 	}
 }
@@ -455,21 +455,18 @@ func TestCrashedServerPoolRemoved(t *testing.T) {
 		}
 		return l.Items
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		running := 0
+	f := make(client.Filters).Add("type", "container").Add("event", "die").Add("label", LabelInstance+"="+instance)
+	running := awaitEngine(t, cli, f, 2*time.Minute, func(context.Context) []string {
+		var ids []string
 		for _, c := range list() {
 			if c.State == container.StateRunning {
-				running++
+				ids = append(ids, c.ID)
 			}
 		}
-		if running == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d warm containers of the crashed server still run 30 s later", running)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return ids
+	})
+	if len(running) > 0 {
+		t.Fatalf("%d warm containers of the crashed server still run two minutes later", len(running))
 	}
 	newRunner(t, Config{Languages: []string{"python"}})
 	if left := list(); len(left) != 0 {

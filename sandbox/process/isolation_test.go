@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/process"
@@ -84,40 +83,17 @@ except Exception as e:
     print("BLOCKED", type(e).__name__, e)`, host, port)
 }
 
-// listenTCP starts a loopback listener that counts connections.
-func listenTCP(t *testing.T) (string, <-chan struct{}) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	got := make(chan struct{}, 16)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			got <- struct{}{}
-			c.Close()
-		}
-	}()
-	return ln.Addr().String(), got
-}
-
 func TestNetworkNamespaceBlocksTCP(t *testing.T) {
 	r := newRunnerWith(t)
 	requireActive(t, r, "network namespace")
-	addr, got := listenTCP(t)
+	trap := sandboxtest.ListenTCP(t, "127.0.0.1")
+	addr := trap.Addr()
 	res := runCode(t, r, "python", tcpProbe(addr))
 	if !strings.HasPrefix(res.Stdout, "BLOCKED") {
 		t.Fatalf("a sandboxed program reached the host's loopback listener %s: %q %q", addr, res.Stdout, res.Stderr)
 	}
-	select {
-	case <-got:
-		t.Fatal("the host listener saw a connection from the sandbox")
-	default:
+	if n := trap.Count(t); n > 0 {
+		t.Fatalf("the host listener accepted %d connections from the sandbox", n)
 	}
 	// The isolated loopback still works inside the run.
 	res = runCode(t, r, "python", `import socket
@@ -138,33 +114,27 @@ func TestNetworkReachableWhenTurnedOff(t *testing.T) {
 	if p := protection(r, "network isolation"); p.Active {
 		t.Fatalf("network isolation reported active with the namespace off")
 	}
-	addr, got := listenTCP(t)
-	res := runCode(t, r, "python", tcpProbe(addr))
+	trap := sandboxtest.ListenTCP(t, "127.0.0.1")
+	res := runCode(t, r, "python", tcpProbe(trap.Addr()))
 	if res.Stdout != "CONNECTED\n" {
 		t.Fatalf("with the network namespace off the listener should be reachable: %q %q", res.Stdout, res.Stderr)
 	}
-	select {
-	case <-got:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the listener never saw the connection")
+	if n := trap.Count(t); n != 1 {
+		t.Fatalf("the listener accepted %d connections from the run, want 1", n)
 	}
 }
 
 func TestNetworkNamespaceBlocksDNS(t *testing.T) {
 	r := newRunnerWith(t)
 	requireActive(t, r, "network namespace")
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pc.Close()
-	_, port, _ := net.SplitHostPort(pc.LocalAddr().String())
+	trap := sandboxtest.ListenUDP(t, "127.0.0.1")
+	port := trap.Port()
 	// A DNS query for a name under .invalid, sent to our own resolver stand-in.
 	code := fmt.Sprintf(`import socket
 q = bytes.fromhex("abcd01000001000000000000") + b"\x07codeexec\x07invalid\x00" + bytes.fromhex("00010001")
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 try:
-    s.sendto(q, ("127.0.0.1", %s)); print("SENT")
+    s.sendto(q, ("127.0.0.1", %d)); print("SENT")
 except Exception as e:
     print("BLOCKED", e)
 try:
@@ -175,10 +145,8 @@ except Exception as e:
 	if strings.Contains(res.Stdout, "RESOLVED") {
 		t.Fatalf("a name resolved inside the sandbox: %q", res.Stdout)
 	}
-	_ = pc.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
-	buf := make([]byte, 512)
-	if n, _, err := pc.ReadFrom(buf); err == nil {
-		t.Fatalf("the host's UDP listener received %d bytes from the sandbox", n)
+	if n := trap.Count(t); n > 0 {
+		t.Fatalf("the host's UDP listener received %d datagrams from the sandbox", n)
 	}
 }
 

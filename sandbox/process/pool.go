@@ -129,10 +129,13 @@ type warmPool struct {
 	filling int
 	closed  bool
 	wg      sync.WaitGroup
+	// changed is closed, and replaced, whenever a preparation ends (with
+	// a prepared run or without): tests wait on it, not on a clock.
+	changed chan struct{}
 }
 
 func newWarmPool(r *Runner, size int) *warmPool {
-	p := &warmPool{r: r, size: size}
+	p := &warmPool{r: r, size: size, changed: make(chan struct{})}
 	p.fill()
 	return p
 }
@@ -177,6 +180,8 @@ func (p *warmPool) fill() {
 			if keep {
 				p.idle = append(p.idle, s)
 			}
+			close(p.changed)
+			p.changed = make(chan struct{})
 			p.mu.Unlock()
 			if s != nil && !keep {
 				s.end(true)

@@ -1,18 +1,15 @@
 package process_test
 
 import (
-	"bytes"
 	"context"
-	"fmt"
-	"os"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/process"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
+	"golang.org/x/sys/unix"
 )
 
 func newPooledRunner(t *testing.T) *process.Runner {
@@ -29,15 +26,11 @@ func newPooledRunner(t *testing.T) *process.Runner {
 // supervisor's pid.
 func waitPrepared(t *testing.T, r *process.Runner) int {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		if pids := process.PreparedPIDs(r); len(pids) > 0 {
-			return pids[0]
-		}
-		time.Sleep(10 * time.Millisecond)
+	pid, err := process.WaitPrepared(t.Context(), r)
+	if err != nil {
+		t.Fatalf("no run was prepared: %v", err)
 	}
-	t.Fatal("no run was prepared within 20 s")
-	return 0
+	return pid
 }
 
 // Every behaviour of a run holds on prepared runs too.
@@ -88,19 +81,10 @@ func TestPreparedRunKilled(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	// Dead (a zombie: the runner has not waited for it yet).
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:])); len(f) > 0 && f[0] == "Z" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the killed supervisor did not die")
-		}
-		time.Sleep(5 * time.Millisecond)
+	// Dead (a zombie: the runner has not waited for it yet): the pidfd
+	// becomes readable when it exits.
+	if err := waitExited(pid); err != nil {
+		t.Fatalf("the killed supervisor: %v", err)
 	}
 	res, err := r.Run(context.Background(), sandboxtest.Req("python", "print(6*7)"))
 	if err != nil || strings.TrimSpace(res.Stdout) != "42" {
@@ -124,5 +108,21 @@ func TestPreparedRunsClosed(t *testing.T) {
 	var ws syscall.WaitStatus
 	if _, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); err != syscall.ECHILD {
 		t.Fatalf("prepared supervisor %d is still a child after Close: %v", pid, err)
+	}
+}
+
+// waitExited waits until process pid has exited (also while it is a zombie
+// nobody waited for): a pidfd polls readable then.
+func waitExited(pid int) error {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	for {
+		_, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, -1)
+		if err != unix.EINTR {
+			return err
+		}
 	}
 }

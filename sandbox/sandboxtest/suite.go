@@ -677,3 +677,18 @@ func abbrev(s string) string {
 	}
 	return s
 }
+
+// Started sets req.Observe to close the returned channel when the program
+// first writes to its standard output: a test that must act while a
+// program runs has it print a line first and waits on this, not on a clock
+// or a poll.
+func Started(req *sandbox.Request) <-chan struct{} {
+	c := make(chan struct{})
+	var once sync.Once
+	req.Observe = func(s sandbox.Stream, _ []byte) {
+		if s == sandbox.Stdout {
+			once.Do(func() { close(c) })
+		}
+	}
+	return c
+}

@@ -292,7 +292,7 @@ func TestConnRejectsBadFrames(t *testing.T) {
 			c := NewConn(nopWriteCloser{io.Discard}, io.NopCloser(bytes.NewReader(stream)))
 			select {
 			case <-c.Done():
-			case <-time.After(5 * time.Second):
+			case <-time.After(time.Minute): // bounds a hang only
 				t.Fatal("the Conn did not end")
 			}
 			if !errors.Is(c.Err(), ErrDriverDied) {
