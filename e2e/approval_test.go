@@ -77,16 +77,11 @@ func approvalConnect(t *testing.T, o approvalOpts) *approvalServer {
 	}
 	cs, s := connect(t, transport, env, connectOpts{protocolVersion: o.protocolVersion, ctx: ctx, client: o.client, clientName: name, token: o.token})
 	as := &approvalServer{cs: cs, srv: s, env: env, audit: env["CODE_EXEC_AUDIT_LOG"], disconnect: cancel}
-	deadline := time.Now().Add(30 * time.Second)
-	for as.console == "" {
-		as.console = logField(s.stderr.String(), "approvals console", "url")
-		if as.console == "" {
-			if time.Now().After(deadline) {
-				t.Fatalf("codeexec never logged its approvals console; stderr:\n%s", s.logTail())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+	logged := func(out string) bool { return logField(out, "approvals console", "url") != "" }
+	if _, ok := s.stderr.await(logged, eventWait, nil); !ok {
+		t.Fatalf("codeexec never logged its approvals console; stderr:\n%s", s.logTail())
 	}
+	as.console = logField(s.stderr.String(), "approvals console", "url")
 	as.tokenFile = logField(s.stderr.String(), "approvals console", "token_file")
 	if as.tokenFile == "" {
 		t.Fatalf("codeexec did not log where it wrote the console's token; stderr:\n%s", s.logTail())

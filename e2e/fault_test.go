@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -282,12 +283,8 @@ func TestFaultEngineRestart(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		t.Fatalf("signalling dockerd: %v", err)
 	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for pidAlive(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("dockerd (pid %d) did not exit within 2 minutes of SIGTERM", pid)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := sandboxtest.WaitExited(pid, 2*time.Minute); err != nil {
+		t.Fatalf("dockerd (pid %d) after SIGTERM: %v", pid, err)
 	}
 	t.Logf("dockerd exited")
 
@@ -323,7 +320,7 @@ func TestFaultEngineRestart(t *testing.T) {
 
 	// The same server recovers: a new call succeeds once the engine is
 	// back (the pool rebuilds in the background; a run goes cold meanwhile).
-	deadline = time.Now().Add(2 * time.Minute)
+	deadline := time.Now().Add(2 * time.Minute)
 	tries := 0
 	for {
 		tries++

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -455,12 +456,8 @@ func TestSignalWithRunInFlight(t *testing.T) {
 // waitZombie waits until pid has exited (it stays a zombie until reaped).
 func waitZombie(t *testing.T, pid int, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !zombie(fmt.Sprint(pid)) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the server (pid %d) did not exit within %s", pid, d)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := sandboxtest.WaitExited(pid, d); err != nil {
+		t.Fatalf("the server (pid %d): %v", pid, err)
 	}
 }
 

@@ -97,14 +97,47 @@ func moduleRoot() (string, error) {
 
 // lockedBuffer is an io.Writer safe for concurrent use (a process's stderr).
 type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	changed chan struct{} // made by a waiter, closed by the next Write
 }
 
 func (b *lockedBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.changed != nil {
+		close(b.changed)
+		b.changed = nil
+	}
 	return b.buf.Write(p)
+}
+
+// await waits until cond holds for the buffer's content, woken by each
+// write (d only bounds a hang), or until stop is closed; it returns the
+// content cond held for, or false.
+func (b *lockedBuffer) await(cond func(string) bool, d time.Duration, stop <-chan struct{}) (string, bool) {
+	timeout := time.NewTimer(d)
+	defer timeout.Stop()
+	for {
+		b.mu.Lock()
+		content := b.buf.String()
+		if cond(content) {
+			b.mu.Unlock()
+			return content, true
+		}
+		if b.changed == nil {
+			b.changed = make(chan struct{})
+		}
+		changed := b.changed
+		b.mu.Unlock()
+		select {
+		case <-changed:
+		case <-stop:
+			return "", false
+		case <-timeout.C:
+			return "", false
+		}
+	}
 }
 
 func (b *lockedBuffer) String() string {
@@ -171,16 +204,11 @@ type server struct {
 
 // waitLog reports whether the server's stderr holds substr within d: the
 // pipe is copied into the buffer by a goroutine of os/exec, so a line the
-// server wrote before answering may not be there yet.
+// server wrote before answering may not be there yet. It wakes on each
+// write; d only bounds a hang.
 func (s *server) waitLog(substr string, d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for !strings.Contains(s.stderr.String(), substr) {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return true
+	_, ok := s.stderr.await(func(out string) bool { return strings.Contains(out, substr) }, d, nil)
+	return ok
 }
 
 // logTail is the server's stderr for failure messages.
@@ -225,35 +253,24 @@ func startHTTP(t *testing.T, transport string, env map[string]string, args ...st
 		}
 	})
 
-	addr := ""
-	deadline := time.Now().Add(60 * time.Second)
-	for addr == "" {
+	// The server logs its address once it listens.
+	out, ok := s.stderr.await(func(out string) bool { return listenAddr(out) != "" }, eventWait, s.done)
+	if !ok {
 		select {
 		case <-s.done:
 			t.Fatalf("codeexec exited with code %d before listening; stderr:\n%s", s.exitCode, s.logTail())
 		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("codeexec did not log its listen address within 60 s; stderr:\n%s", s.logTail())
-		}
-		addr = listenAddr(s.stderr.String())
-		if addr == "" {
-			time.Sleep(20 * time.Millisecond)
+			t.Fatalf("codeexec did not log its listen address within %s; stderr:\n%s", eventWait, s.logTail())
 		}
 	}
-	s.baseURL = "http://" + addr
-	for {
-		resp, err := http.Get(s.baseURL + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET /healthz never answered 200 (last error %v); stderr:\n%s", err, s.logTail())
-		}
-		time.Sleep(20 * time.Millisecond)
+	s.baseURL = "http://" + listenAddr(out)
+	resp, err := http.Get(s.baseURL + "/healthz")
+	if err != nil {
+		t.Fatalf("GET /healthz: %v; stderr:\n%s", err, s.logTail())
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /healthz answered %s once the server listened; stderr:\n%s", resp.Status, s.logTail())
 	}
 	return s
 }

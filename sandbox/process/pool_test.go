@@ -5,11 +5,11 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/process"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
-	"golang.org/x/sys/unix"
 )
 
 func newPooledRunner(t *testing.T) *process.Runner {
@@ -83,7 +83,7 @@ func TestPreparedRunKilled(t *testing.T) {
 	}
 	// Dead (a zombie: the runner has not waited for it yet): the pidfd
 	// becomes readable when it exits.
-	if err := waitExited(pid); err != nil {
+	if err := sandboxtest.WaitExited(pid, time.Minute); err != nil {
 		t.Fatalf("the killed supervisor: %v", err)
 	}
 	res, err := r.Run(context.Background(), sandboxtest.Req("python", "print(6*7)"))
@@ -108,21 +108,5 @@ func TestPreparedRunsClosed(t *testing.T) {
 	var ws syscall.WaitStatus
 	if _, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); err != syscall.ECHILD {
 		t.Fatalf("prepared supervisor %d is still a child after Close: %v", pid, err)
-	}
-}
-
-// waitExited waits until process pid has exited (also while it is a zombie
-// nobody waited for): a pidfd polls readable then.
-func waitExited(pid int) error {
-	fd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	for {
-		_, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, -1)
-		if err != unix.EINTR {
-			return err
-		}
 	}
 }
