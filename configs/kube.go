@@ -14,8 +14,8 @@ import (
 var namespaceName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
 // validateKubernetes checks the CODE_EXEC_K8S_* settings, and refuses in
-// kubernetes mode what it does not offer yet: the network allowlist,
-// packages and the workspace (sessions are simply not offered).
+// kubernetes mode what it does not offer yet: packages and the workspace
+// (sessions are simply not offered).
 func (c *Config) validateKubernetes() []error {
 	var errs []error
 	check := func(ok bool, field string, value any, why string) {
@@ -42,9 +42,6 @@ func (c *Config) validateKubernetes() []error {
 	}
 	notYet := func(setting, what string) {
 		errs = append(errs, fmt.Errorf("%s is not available with CODE_EXEC_SANDBOX=kubernetes yet: %s", setting, what))
-	}
-	if c.Network == NetworkAllowlist {
-		notYet("CODE_EXEC_NETWORK=allowlist", "runs in pods have no network (CODE_EXEC_NETWORK=none); use docker mode for an allowlist")
 	}
 	if c.Packages {
 		notYet("CODE_EXEC_PACKAGES=true", "runs in pods have the image's packages only; build them into the sandbox image, or use docker mode")

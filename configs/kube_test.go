@@ -18,11 +18,15 @@ func TestKubernetesSettings(t *testing.T) {
 	if err != nil || c.K8sImage != "registry.example/sandbox@sha256:00" || len(c.K8sNetworkCheckAddrs) != 2 {
 		t.Fatalf("explicit settings: %v %v", c, err)
 	}
+	// The network allowlist reaches pods through a relay of their own.
+	c, err = Load([]string{"CODE_EXEC_SANDBOX=kubernetes", "CODE_EXEC_NETWORK=allowlist", "CODE_EXEC_NETWORK_ALLOW=a.example"})
+	if err != nil || c.Network != NetworkAllowlist {
+		t.Fatalf("CODE_EXEC_NETWORK=allowlist in kubernetes mode: %v", err)
+	}
 	for _, tt := range []struct {
 		env  []string
 		want []string
 	}{
-		{[]string{"CODE_EXEC_SANDBOX=kubernetes", "CODE_EXEC_NETWORK=allowlist", "CODE_EXEC_NETWORK_ALLOW=a.example"}, []string{"CODE_EXEC_NETWORK=allowlist is not available with CODE_EXEC_SANDBOX=kubernetes"}},
 		{[]string{"CODE_EXEC_SANDBOX=kubernetes", "CODE_EXEC_PACKAGES=true", "CODE_EXEC_PIP_INDEX_URL=http://127.0.0.1:1/simple/"}, []string{"CODE_EXEC_PACKAGES=true is not available with CODE_EXEC_SANDBOX=kubernetes"}},
 		{[]string{"CODE_EXEC_SANDBOX=kubernetes", "CODE_EXEC_WORKSPACE=/"}, []string{"CODE_EXEC_WORKSPACE is not available with CODE_EXEC_SANDBOX=kubernetes"}},
 		{[]string{"CODE_EXEC_K8S_NAMESPACE=Runs_Here"}, []string{"CODE_EXEC_K8S_NAMESPACE", `"Runs_Here"`, "namespace name"}},

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/codeexec/codeexec/sandbox/egress"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 )
@@ -53,65 +55,73 @@ func TestNetworkAllowlist(t *testing.T) {
 				return
 			}
 			cs, _ := connect(t, stdio, serverEnv(t, extra), connectOpts{})
-
-			res := call(t, cs, "sandbox_info", map[string]any{})
-			var info struct {
-				Network       string             `json:"network"`
-				NetworkPolicy *egress.PolicyInfo `json:"network_policy"`
-			}
-			remarshal(t, res.StructuredContent, &info)
-			if info.NetworkPolicy == nil || !info.NetworkPolicy.Enforced || !info.NetworkPolicy.AllowPrivate ||
-				strings.Join(info.NetworkPolicy.Allow, ",") != strings.Join(e.Allow(), ",") || !strings.HasPrefix(info.Network, "allowlist:") {
-				t.Fatalf("sandbox_info network=%q policy=%+v", info.Network, info.NetworkPolicy)
-			}
-
 			raws := []string{"127.0.0.1"}
 			if ip != "127.0.0.1" {
 				raws = append(raws, ip)
 			}
-			res = call(t, cs, "code_execute", map[string]any{"language": "python", "code": e.Program(raws...)})
-			var out struct {
-				ExitCode int            `json:"exit_code"`
-				Stdout   string         `json:"stdout"`
-				Stderr   string         `json:"stderr"`
-				Network  *egress.Report `json:"network"`
-			}
-			remarshal(t, res.StructuredContent, &out)
-			if res.IsError || out.ExitCode != 0 {
-				t.Fatalf("isError=%v exit=%d\nstdout:\n%s\nstderr:\n%s", res.IsError, out.ExitCode, out.Stdout, out.Stderr)
-			}
-			for name, want := range map[string]string{
-				"http":      "200 plain-ok",
-				"connect":   "200 tls-ok",
-				"notlisted": "HTTP 403",
-				"port":      "refused",
-			} {
-				if got := sandboxtest.Line(out.Stdout, name); !strings.HasPrefix(got, want) {
-					t.Errorf("%s: %q, want %q", name, got, want)
-				}
-			}
-			for _, ip := range raws {
-				if got := sandboxtest.Line(out.Stdout, "raw "+ip); !strings.HasPrefix(got, "refused") {
-					t.Errorf("raw socket to %s: %q, want refused", ip, got)
-				}
-			}
-			if out.Network == nil {
-				t.Fatal("code_execute reports no network")
-			}
-			reasons := map[string]egress.Reason{}
-			for _, r := range out.Network.Refused {
-				reasons[r.Host] = r.Reason
-			}
-			if reasons["notlisted.test"] != egress.ReasonNotAllowed || reasons["allowed.test"] != egress.ReasonPort {
-				t.Errorf("refused = %+v, want notlisted.test not_allowed and allowed.test port", out.Network.Refused)
-			}
-			if len(out.Network.Reached) != 3 {
-				t.Errorf("reached = %+v, want allowed.test on both ports and private.test", out.Network.Reached)
-			}
-			if txt := text(res); !strings.Contains(txt, "refused notlisted.test:") || !strings.Contains(txt, "reached allowed.test:") {
-				t.Errorf("the text result does not list the network:\n%s", txt)
-			}
+			checkAllowlistServer(t, cs, e, raws)
 		})
+	}
+}
+
+// checkAllowlistServer checks, through a server started with e's allowlist
+// (private addresses allowed), what sandbox_info says of the policy and what
+// a run of e's program reaches, is refused and reports; raws are the
+// addresses its raw sockets try, which must all fail.
+func checkAllowlistServer(t *testing.T, cs *mcp.ClientSession, e *sandboxtest.Egress, raws []string) {
+	t.Helper()
+	res := call(t, cs, "sandbox_info", map[string]any{})
+	var info struct {
+		Network       string             `json:"network"`
+		NetworkPolicy *egress.PolicyInfo `json:"network_policy"`
+	}
+	remarshal(t, res.StructuredContent, &info)
+	if info.NetworkPolicy == nil || !info.NetworkPolicy.Enforced || !info.NetworkPolicy.AllowPrivate ||
+		strings.Join(info.NetworkPolicy.Allow, ",") != strings.Join(e.Allow(), ",") || !strings.HasPrefix(info.Network, "allowlist:") {
+		t.Fatalf("sandbox_info network=%q policy=%+v", info.Network, info.NetworkPolicy)
+	}
+
+	res = call(t, cs, "code_execute", map[string]any{"language": "python", "code": e.Program(raws...)})
+	var out struct {
+		ExitCode int            `json:"exit_code"`
+		Stdout   string         `json:"stdout"`
+		Stderr   string         `json:"stderr"`
+		Network  *egress.Report `json:"network"`
+	}
+	remarshal(t, res.StructuredContent, &out)
+	if res.IsError || out.ExitCode != 0 {
+		t.Fatalf("isError=%v exit=%d\nstdout:\n%s\nstderr:\n%s", res.IsError, out.ExitCode, out.Stdout, out.Stderr)
+	}
+	for name, want := range map[string]string{
+		"http":      "200 plain-ok",
+		"connect":   "200 tls-ok",
+		"notlisted": "HTTP 403",
+		"port":      "refused",
+	} {
+		if got := sandboxtest.Line(out.Stdout, name); !strings.HasPrefix(got, want) {
+			t.Errorf("%s: %q, want %q", name, got, want)
+		}
+	}
+	for _, ip := range raws {
+		if got := sandboxtest.Line(out.Stdout, "raw "+ip); !strings.HasPrefix(got, "refused") {
+			t.Errorf("raw socket to %s: %q, want refused", ip, got)
+		}
+	}
+	if out.Network == nil {
+		t.Fatal("code_execute reports no network")
+	}
+	reasons := map[string]egress.Reason{}
+	for _, r := range out.Network.Refused {
+		reasons[r.Host] = r.Reason
+	}
+	if reasons["notlisted.test"] != egress.ReasonNotAllowed || reasons["allowed.test"] != egress.ReasonPort {
+		t.Errorf("refused = %+v, want notlisted.test not_allowed and allowed.test port", out.Network.Refused)
+	}
+	if len(out.Network.Reached) != 3 {
+		t.Errorf("reached = %+v, want allowed.test on both ports and private.test", out.Network.Reached)
+	}
+	if txt := text(res); !strings.Contains(txt, "refused notlisted.test:") || !strings.Contains(txt, "reached allowed.test:") {
+		t.Errorf("the text result does not list the network:\n%s", txt)
 	}
 }
 

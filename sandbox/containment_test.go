@@ -34,6 +34,8 @@ import (
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/docker"
+	"github.com/codeexec/codeexec/sandbox/egress"
+	"github.com/codeexec/codeexec/sandbox/egress/proxy"
 	"github.com/codeexec/codeexec/sandbox/host"
 	"github.com/codeexec/codeexec/sandbox/kube"
 	"github.com/codeexec/codeexec/sandbox/kube/kubetest"
@@ -148,6 +150,19 @@ type modeRunner struct {
 	// host is the address at which programs in this mode would reach a
 	// service of the host.
 	host string
+	// egress: runs reach codeexec's egress proxy (CODE_EXEC_NETWORK=allowlist,
+	// with private addresses allowed and none of the test's listeners on
+	// the list); such a runner runs the network cases only, which it must
+	// contain as the mode does without the allowlist.
+	egress bool
+}
+
+// name names the runner in subtests: its mode, and "-allowlist" with egress.
+func (m modeRunner) name() string {
+	if m.egress {
+		return string(m.mode) + "-allowlist"
+	}
+	return string(m.mode)
 }
 
 func newModeRunners(t *testing.T) []modeRunner {
@@ -163,12 +178,12 @@ func newModeRunners(t *testing.T) []modeRunner {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out = append(out, modeRunner{sandbox.ModeProcess, pr, "127.0.0.1"})
+	out = append(out, modeRunner{mode: sandbox.ModeProcess, runner: pr, host: "127.0.0.1"})
 	hr, err := host.New(ctx, host.Config{Languages: langs, WorkRoot: work})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out = append(out, modeRunner{sandbox.ModeNone, hr, "127.0.0.1"})
+	out = append(out, modeRunner{mode: sandbox.ModeNone, runner: hr, host: "127.0.0.1"})
 	if testing.Short() {
 		t.Logf("SKIPPING docker and kubernetes modes in the containment suite: -short: %s, %s", sandboxtest.NeedsDocker, sandboxtest.NeedsKubernetes)
 		return closeAtCleanup(t, out)
@@ -191,11 +206,9 @@ func newModeRunners(t *testing.T) []modeRunner {
 		}
 		t.Log("SKIPPING docker mode in the containment suite: no docker0 bridge address")
 	default:
-		out = append(out, modeRunner{sandbox.ModeDocker, dr, bridge})
+		out = append(out, modeRunner{mode: sandbox.ModeDocker, runner: dr, host: bridge})
 	}
-	if m, ok := kubernetesRunner(t, ctx, langs); ok {
-		out = append(out, m)
-	}
+	out = append(out, kubernetesRunners(t, ctx, langs)...)
 	return closeAtCleanup(t, out)
 }
 
@@ -204,33 +217,33 @@ func closeAtCleanup(t *testing.T, runners []modeRunner) []modeRunner {
 	t.Cleanup(func() {
 		for _, m := range runners {
 			if err := m.runner.Close(); err != nil {
-				t.Errorf("closing %s: %v", m.mode, err)
+				t.Errorf("closing %s: %v", m.name(), err)
 			}
 		}
 	})
 	return runners
 }
 
-// kubernetesRunner is kubernetes mode on the cluster that KUBECONFIG
-// names, each run with the tests' CPU (the test cluster is one node of two
-// cores), or false when there is none (a failure with
-// CODE_EXEC_REQUIRE_K8S=1). Its programs would reach a service of the host
-// at one of the host's own addresses (the node of the test cluster is this
-// machine).
-func kubernetesRunner(t *testing.T, ctx context.Context, langs []string) (modeRunner, bool) {
+// kubernetesRunners are kubernetes mode on the cluster that KUBECONFIG
+// names, without and with the network allowlist, each run with the tests'
+// CPU (the test cluster is one node of two cores), or none when there is no
+// cluster (a failure with CODE_EXEC_REQUIRE_K8S=1). Its programs would reach
+// a service of the host at one of the host's own addresses (the node of the
+// test cluster is this machine).
+func kubernetesRunners(t *testing.T, ctx context.Context, langs []string) []modeRunner {
 	t.Helper()
 	require := os.Getenv(kubetest.RequireVariable) == "1"
-	skip := func(why string) (modeRunner, bool) {
+	skip := func(why string) []modeRunner {
 		if require {
 			t.Fatalf("kubernetes mode unavailable: %s (%s=1)", why, kubetest.RequireVariable)
 		}
 		t.Logf("SKIPPING kubernetes mode in the containment suite: %s", why)
-		return modeRunner{}, false
+		return nil
 	}
 	if os.Getenv("KUBECONFIG") == "" {
 		return skip("KUBECONFIG is not set")
 	}
-	hostIP := hostAddress()
+	hostIP := sandboxtest.HostAddress()
 	if hostIP == "" {
 		return skip("this host has no address but loopback")
 	}
@@ -238,25 +251,30 @@ func kubernetesRunner(t *testing.T, ctx context.Context, langs []string) (modeRu
 	if err != nil {
 		return skip(err.Error())
 	}
-	return modeRunner{sandbox.ModeKubernetes, kubetest.Scaled{Runner: kr}, hostIP}, true
+	out := []modeRunner{{mode: sandbox.ModeKubernetes, runner: kubetest.Scaled{Runner: kr}, host: hostIP}}
+	ke, err := kube.New(ctx, kube.Config{Image: kubetest.Image(), Languages: langs, Egress: proxy.New(trapPolicy(t), nil)})
+	if err != nil {
+		_ = kr.Close()
+		return skip("with CODE_EXEC_NETWORK=allowlist: " + err.Error())
+	}
+	return append(out, modeRunner{mode: sandbox.ModeKubernetes, runner: kubetest.Scaled{Runner: ke}, host: hostIP, egress: true})
 }
 
-// hostAddress is an IPv4 address of this host's that is not loopback and
-// not docker0's ("" when there is none).
-func hostAddress() string {
-	ifs, _ := net.Interfaces()
-	for _, ifc := range ifs {
-		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 || ifc.Name == "docker0" {
-			continue
-		}
-		addrs, _ := ifc.Addrs()
-		for _, a := range addrs {
-			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && !ipn.IP.IsLinkLocalUnicast() {
-				return ipn.IP.String()
-			}
-		}
+// trapPolicy is the network policy of the runners with egress: private
+// addresses allowed, so that only the allowlist, which names none of the
+// traps, stands between a program and the host's listeners.
+func trapPolicy(t *testing.T) egress.Policy {
+	t.Helper()
+	allow, err := egress.ParseAllowlist([]string{"allowed.test:1"})
+	if err != nil {
+		t.Fatal(err)
 	}
-	return ""
+	pins, err := egress.ParsePins("allowed.test=127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return egress.Policy{Allow: allow, AllowPrivate: true, Resolver: pins, // pins only: nothing reaches DNS
+		Caps: egress.Caps{Connections: 16, Bytes: 1 << 20, ConnectTimeout: 5 * time.Second, IdleTimeout: 10 * time.Second}}
 }
 
 // dockerBridgeIP is the IPv4 address of docker0, the host's side of the
@@ -461,6 +479,9 @@ func TestContainment(t *testing.T) {
 	for _, a := range attacks {
 		for _, lang := range sortedKeys(a.Code) {
 			for _, m := range runners {
+				if m.egress && a.Category != "network" {
+					continue
+				}
 				mode := string(m.mode)
 				must := slices.Contains(a.Contained, mode) ||
 					// kubernetes mode promises docker mode's containment
@@ -469,7 +490,7 @@ func TestContainment(t *testing.T) {
 				if !must && !proves {
 					continue // unsafe to run where it is not contained
 				}
-				t.Run(fmt.Sprintf("%s/%s/%s", a.Name, lang, mode), func(t *testing.T) {
+				t.Run(fmt.Sprintf("%s/%s/%s", a.Name, lang, m.name()), func(t *testing.T) {
 					if a.ServerKeyring && !sandboxtest.SessionKeyringAvailable() {
 						t.Skip("the test could not run the server in a session keyring of its own (keyrings refused on this host)")
 					}
@@ -522,6 +543,10 @@ func runAttack(t *testing.T, a attack, lang string, m modeRunner, mustContain bo
 		t.Fatalf("the victim ended before the attack did, so the case proves nothing: %q", v.wait())
 	}
 	evidence := tr.escaped(t, res)
+	if m.egress && res.Network == nil {
+		// The proxy was not there for the run: the case proves nothing.
+		t.Errorf("a run with CODE_EXEC_NETWORK=allowlist has no network report")
+	}
 	if v != nil {
 		if d := v.wait(); d != "" {
 			evidence = append(evidence, d)
@@ -529,7 +554,7 @@ func runAttack(t *testing.T, a attack, lang string, m modeRunner, mustContain bo
 	}
 	if mustContain {
 		if len(evidence) > 0 {
-			t.Errorf("%s escaped in %s mode: %s\nstdout: %.500s\nstderr: %.500s", a.Attack, m.mode, strings.Join(evidence, "; "), res.Stdout, res.Stderr)
+			t.Errorf("%s escaped in %s mode: %s\nstdout: %.500s\nstderr: %.500s", a.Attack, m.name(), strings.Join(evidence, "; "), res.Stdout, res.Stderr)
 		}
 		switch a.Expect {
 		case "timed_out":

@@ -8,14 +8,16 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/codeexec/codeexec/configs"
+	"github.com/codeexec/codeexec/sandbox/egress/proxy"
 	"github.com/codeexec/codeexec/sandbox/kube"
 	"github.com/codeexec/codeexec/server/metrics"
 )
 
 // newKubernetes starts kubernetes mode (CODE_EXEC_SANDBOX=kubernetes): no
-// sessions (not offered in this mode yet), and its warm pool's statistics.
-// client-go's own messages (klog) go to the server's log.
-func newKubernetes(ctx context.Context, cfg *configs.Config, log *slog.Logger) (mode, error) {
+// sessions (not offered in this mode yet), and its warm pool's statistics;
+// egressProxy (nil without CODE_EXEC_NETWORK=allowlist) serves the runs'
+// network. client-go's own messages (klog) go to the server's log.
+func newKubernetes(ctx context.Context, cfg *configs.Config, log *slog.Logger, egressProxy *proxy.Proxy) (mode, error) {
 	klog.SetLogger(logr.FromSlogHandler(log.With("component", "client-go").Handler()))
 	r, err := kube.New(ctx, kube.Config{
 		Namespace:         cfg.K8sNamespace,
@@ -28,6 +30,7 @@ func newKubernetes(ctx context.Context, cfg *configs.Config, log *slog.Logger) (
 		PoolLimits:        runLimits(cfg, cfg.Timeout),
 		NetworkCheck:      kube.NetworkCheck(cfg.K8sNetworkCheck),
 		NetworkCheckAddrs: cfg.K8sNetworkCheckAddrs,
+		Egress:            egressProxy,
 	})
 	if err != nil {
 		return mode{}, err

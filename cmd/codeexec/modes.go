@@ -76,7 +76,7 @@ func newMode(ctx context.Context, cfg *configs.Config, log *slog.Logger) (mode, 
 		}
 		return mode{runner: r, sessions: r.Sessions()}, nil
 	case sandbox.ModeKubernetes:
-		return newKubernetes(ctx, cfg, log)
+		return newKubernetes(ctx, cfg, log, egressProxy)
 	}
 	return mode{}, fmt.Errorf("unknown sandbox mode %q", cfg.Sandbox)
 }

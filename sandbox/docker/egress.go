@@ -158,16 +158,6 @@ func (e *runEgress) close() *egress.Report {
 	return rep
 }
 
-// egressCheckProgram asks the proxy, from inside a container, for a
-// destination that is never on an allowlist (the .invalid domain is
-// reserved); any HTTP answer shows the path from the container to the
-// proxy works.
-const egressCheckProgram = `import socket
-s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
-s.sendall(b"CONNECT egress-check.invalid:443 HTTP/1.1\r\nHost: egress-check.invalid:443\r\n\r\n")
-print(s.recv(64).decode(errors="replace").split("\r\n")[0])
-`
-
 // prepareEgress makes the directory of the runs' sockets, then runs one
 // container that reaches the proxy the way runs do: an image without
 // python3, an engine on another host (the bind mount would not reach the
@@ -186,7 +176,7 @@ func (r *Runner) prepareEgress(ctx context.Context) error {
 		return fmt.Errorf("docker: egress socket directory: %w", err)
 	}
 	r.egressDir = dir
-	cmd := []string{"/bin/sh", "-c", relayLaunch(r.relayPython) + "exec " + runproto.ShellQuoteAll([]string{r.relayPython, "-I", "-S", "-c", egressCheckProgram})}
+	cmd := []string{"/bin/sh", "-c", relayLaunch(r.relayPython) + "exec " + runproto.ShellQuoteAll([]string{r.relayPython, "-I", "-S", "-c", runproto.EgressCheckProgram(egressHost, egressPort)})}
 	spec := containerSpec{role: roleProbe, cmd: cmd, limits: probeLimits, deadline: runDeadline(time.Now(), probeLimits.Timeout), egress: true}
 	fail := func(detail string) error {
 		_ = os.RemoveAll(dir)
@@ -199,11 +189,11 @@ func (r *Runner) prepareEgress(ctx context.Context) error {
 	res, err, _ := r.exchange(ctx, s, strings.NewReader(""), probeLimits, nil, nil, false)
 	rep := s.egress.close()
 	r.discard(s)
-	switch {
-	case err != nil:
+	if err != nil {
 		return fail(err.Error())
-	case !strings.HasPrefix(res.Stdout, "HTTP/1.1 ") || rep.Empty():
-		return fail(strings.TrimSpace(res.Stdout + " " + res.Stderr))
+	}
+	if d := runproto.EgressCheckFailure(res, rep); d != "" {
+		return fail(d)
 	}
 	return nil
 }

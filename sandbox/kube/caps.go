@@ -10,7 +10,7 @@ import (
 
 // unavailable is what kubernetes mode does not offer yet; sandbox_info says
 // so among the warnings, and the server refuses these settings at start.
-const unavailable = "kubernetes mode offers no sessions (the session tools are not listed), and refuses CODE_EXEC_NETWORK=allowlist, CODE_EXEC_PACKAGES=true and CODE_EXEC_WORKSPACE at start: runs have no network, no packages beyond the image's and no workspace"
+const unavailable = "kubernetes mode offers no sessions (the session tools are not listed), and refuses CODE_EXEC_PACKAGES=true and CODE_EXEC_WORKSPACE at start: runs have no packages beyond the image's and no workspace"
 
 // capabilities describes the protections in force, as the probe pod saw
 // them: each is checked, not assumed.
@@ -38,7 +38,7 @@ func (r *Runner) capabilities() sandbox.Capabilities {
 		{Name: "pids limit", Active: f.nproc == strconv.Itoa(lim.Processes), Detail: "RLIMIT_NPROC of the pod's own uid (ulimit -p; the probe pod's: " + orNone(f.nproc) + "): Kubernetes has no per-pod process limit; the pod's pids cgroup allows " + orNone(f.pids) + " (the node's podPidsLimit)"},
 		{Name: "open files limit", Active: f.nofile == strconv.Itoa(lim.OpenFiles), Detail: "ulimit -n (the probe pod's: " + orNone(f.nofile) + ")"},
 		{Name: "file size limit", Active: f.fsize == strconv.FormatInt((lim.FileSizeBytes+511)/512, 10), Detail: "ulimit -f (the probe pod's: " + orNone(f.fsize) + " blocks of 512 bytes)"},
-		{Name: "environment scrubbed", Active: true, Detail: "the pod's environment is its specification's (PATH, HOME, LANG and TMPDIR), the image's own variables and what Kubernetes adds to every container (HOSTNAME, the API server's Service address in KUBERNETES_SERVICE_* and KUBERNETES_PORT*); no service links; the server's environment is never passed on (the probe pod saw: " + strings.Join(f.env, ", ") + ")"},
+		{Name: "environment scrubbed", Active: true, Detail: "the pod's environment is its specification's (PATH, HOME, LANG and TMPDIR), the image's own variables and what Kubernetes adds to every container (HOSTNAME, the API server's Service address in KUBERNETES_SERVICE_* and KUBERNETES_PORT*)" + ifElse(r.cfg.Egress != nil, ", and the proxy variables of CODE_EXEC_NETWORK=allowlist (HTTP_PROXY, HTTPS_PROXY, their lower-case forms, NO_PROXY empty)", "") + "; no service links; the server's environment is never passed on (the probe pod saw: " + strings.Join(f.env, ", ") + ")"},
 		{Name: "own process namespace", Active: f.procs > 0 && f.procs < 16, Detail: fmt.Sprintf("the pod's processes alone (the probe pod saw %d in /proc)", f.procs)},
 		{Name: "pod security restricted", Active: f.podSec, Detail: f.podSecMsg},
 		{Name: "runtime class", Active: r.cfg.RuntimeClass != "", Detail: runtimeDetail(r.cfg.RuntimeClass)},
@@ -66,11 +66,12 @@ func (r *Runner) capabilities() sandbox.Capabilities {
 			Environment: true,
 			Processes:   f.procs > 0 && f.procs < 16,
 		},
-		Summary: "a fresh pod per run on a Kubernetes cluster (namespace " + r.cfg.Namespace + "): " + ifElse(netOK, "no network reached by the probe", "network NOT isolated") +
+		Summary: "a fresh pod per run on a Kubernetes cluster (namespace " + r.cfg.Namespace + "): " + ifElse(netOK, "no network reached by the probe", "network NOT isolated") + ifElse(r.cfg.Egress != nil, " (the allowlist only through codeexec's egress proxy)", "") +
 			", read-only root filesystem except a size-capped /tmp, a non-root uid of its own, all capabilities dropped, no privilege escalation, seccomp, memory, CPU, process and open-file limits; deleted after the run",
 		Languages:   r.langs,
 		Protections: ps,
 		Warnings:    warnings,
+		Egress:      r.egressInfo(),
 	}
 }
 
@@ -94,6 +95,7 @@ func (r *Runner) networkDetail() string {
 		b.WriteString("; not tried: " + strings.Join(f.netSkip, "; "))
 	}
 	b.WriteString(". Kubernetes has no per-pod switch for the network: a deny-all NetworkPolicy, enforced by the cluster's network plugin, keeps runs off it; the pod has no cluster DNS (dnsPolicy None)")
+	b.WriteString(r.egressDetail())
 	return b.String()
 }
 

@@ -11,7 +11,10 @@
 // user namespace (hostUsers: false); see pod.go. Kubernetes has no per-pod
 // "no network" switch, so New runs a probe pod that tries to reach the API
 // server, the server's own addresses and a cloud's metadata service, and
-// refuses to start when anything answers (see probe.go).
+// refuses to start when anything answers (see probe.go). With Config.Egress
+// (CODE_EXEC_NETWORK=allowlist) the pods keep that network, and each reaches
+// codeexec's egress proxy through a relay carried over a pods/exec stream of
+// its own (see relay.go and egress.go).
 //
 // The program and its input reach the pod over pods/attach, with the same
 // protocol as docker mode's containers (sandbox/internal/runproto): PID 1 is
@@ -46,6 +49,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/egress/proxy"
 	"github.com/codeexec/codeexec/sandbox/internal/lifecycle"
 	"github.com/codeexec/codeexec/sandbox/internal/warmpool"
 	"github.com/codeexec/codeexec/sandbox/kube/internal/kubeapi"
@@ -149,6 +153,10 @@ type Config struct {
 	// NetworkCheckAddrs are more host:port destinations the probe pod must
 	// not reach (CODE_EXEC_K8S_NETWORK_CHECK_ADDRS).
 	NetworkCheckAddrs []string
+	// Egress, when set, is the proxy through which runs reach the network
+	// (CODE_EXEC_NETWORK=allowlist), over a relay in each pod (see
+	// relay.go). It needs python3 in the image.
+	Egress *proxy.Proxy
 	// REST, when not nil, is the cluster to use; nil finds it: the file
 	// KUBECONFIG names, the pod's service account (in-cluster), or
 	// ~/.kube/config.
@@ -274,6 +282,11 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	}
 	if err := r.probe(ctx); err != nil {
 		return fail(err)
+	}
+	if cfg.Egress != nil {
+		if err := r.checkEgress(ctx); err != nil {
+			return fail(err)
+		}
 	}
 	r.caps = r.capabilities()
 	r.pool = warmpool.New[*podSession](poolMaker{r}, warmpool.Options{

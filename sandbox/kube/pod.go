@@ -58,6 +58,7 @@ type podSpec struct {
 	deadline time.Time      // after it, the pod is a leftover anyone may remove
 	framed   bool           // cmd is the run supervisor, whose output is framed
 	nonce    string         // the supervisor's trailer nonce when framed: the first line of its stdin
+	egress   bool           // the pod reaches the egress proxy through a relay (egress.go)
 }
 
 // podSession is a pod whose run container has started and is attached: its
@@ -82,6 +83,8 @@ type podSession struct {
 	brokenC    chan struct{} // closed when the stream ends or exitedC closes
 	brokenOnce sync.Once
 	stop       chan struct{} // closed by discard: the followers stop
+
+	egress *podEgress // the pod's relay and proxy session, when it has egress
 }
 
 // podExit is how the run container ended, as the pod's status said.
@@ -214,7 +217,7 @@ func (r *Runner) podObject(name string, spec podSpec) *corev1.Pod {
 				StdinOnce:  true,
 				TTY:        false,
 				WorkingDir: "/tmp",
-				Env:        podEnv,
+				Env:        podEnvOf(spec),
 				SecurityContext: &corev1.SecurityContext{
 					AllowPrivilegeEscalation: ptr(false),
 					ReadOnlyRootFilesystem:   ptr(true),
@@ -261,6 +264,7 @@ func (r *Runner) runSpec(lang string, lim sandbox.Limits, role string, deadline 
 		deadline: deadline,
 		framed:   true,
 		nonce:    runproto.NewNonce(),
+		egress:   r.cfg.Egress != nil,
 	}
 }
 
@@ -352,6 +356,13 @@ func (r *Runner) start(ctx context.Context, spec podSpec) (*podSession, error) {
 		close(s.streamDone)
 	}()
 	go s.follow()
+	if spec.egress {
+		// The relay listens before the program is handed over.
+		if s.egress, err = r.startRelay(ctx, s); err != nil {
+			r.discard(s)
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
@@ -442,6 +453,9 @@ func (r *Runner) deletePod(name string) {
 // blocks until the API server accepted the deletion; release is the
 // asynchronous form.
 func (r *Runner) discard(s *podSession) {
+	if s.egress != nil {
+		s.egress.close()
+	}
 	s.stopStream()
 	_ = s.stdin.CloseWithError(io.ErrClosedPipe)
 	r.deletePod(s.name)

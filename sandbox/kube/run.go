@@ -64,6 +64,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	if s, ok := r.pool.Take(lang, req.Limits); ok {
 		r.observe(s.name, true)
 		res, err, fault := r.exchange(ctx, s, input(), req.Limits, req.Observe, art, true)
+		r.networkReport(s, res)
 		r.release(s)
 		if !fault {
 			return res, err
@@ -78,6 +79,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	r.observe(s.name, false)
 	defer r.release(s)
 	res, err, _ := r.exchange(ctx, s, input(), req.Limits, req.Observe, art, false)
+	r.networkReport(s, res)
 	return res, err
 }
 

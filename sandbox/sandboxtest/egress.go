@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -36,7 +38,7 @@ type Egress struct {
 
 // StartEgress starts an HTTP and an HTTPS listener on ip; t's cleanup
 // closes them.
-func StartEgress(t *testing.T, ip string) *Egress {
+func StartEgress(t testing.TB, ip string) *Egress {
 	t.Helper()
 	background := new(atomic.Int64)
 	h := func(kind string) http.Handler {
@@ -87,7 +89,7 @@ func (e *Egress) Allow() []string {
 // Policy is the test's policy. With allowPrivate off, the names pinned to
 // a loopback or bridge address are refused as private: use it to test that
 // refusal; with it on, allowed.test is reached.
-func (e *Egress) Policy(t *testing.T, allowPrivate bool) egress.Policy {
+func (e *Egress) Policy(t testing.TB, allowPrivate bool) egress.Policy {
 	t.Helper()
 	allow, err := egress.ParseAllowlist(e.Allow())
 	if err != nil {
@@ -325,4 +327,52 @@ func (e *Egress) checkReport(t *testing.T, rep *egress.Report, allowPrivate bool
 	if len(rep.Refused) != len(wantRefused) {
 		t.Errorf("report: refused %+v, want %v", rep.Refused, wantRefused)
 	}
+}
+
+// HostAddress is an IPv4 address of this host's that is not loopback and
+// not docker0's ("" when there is none): where a pod of the test cluster,
+// whose node is this machine, would reach a service of the host if its
+// network were open.
+func HostAddress() string {
+	ifs, _ := net.Interfaces()
+	for _, ifc := range ifs {
+		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 || ifc.Name == "docker0" {
+			continue
+		}
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && !ipn.IP.IsLinkLocalUnicast() {
+				return ipn.IP.String()
+			}
+		}
+	}
+	return ""
+}
+
+// HostListenerIP is where a test's egress listeners go when the sandbox's
+// network is another machine's, as a pod's is: HostAddress, which the
+// proxy (in the test's process) reaches and a sandbox without network must
+// not, or loopback when the host has no other address that the proxy may
+// reach with private addresses allowed (an address of a documentation
+// range, as some test machines have, is refused always).
+func HostListenerIP() string {
+	if ip := HostAddress(); ip != "" {
+		if ok, _ := egress.Permitted(netip.MustParseAddr(ip), true); ok {
+			return ip
+		}
+	}
+	return "127.0.0.1"
+}
+
+// RawTargets are the addresses a program's raw sockets try, bypassing the
+// proxy: the sandbox's own loopback, the listeners' address ip and this
+// host's address.
+func RawTargets(ip string) []string {
+	targets := []string{"127.0.0.1"}
+	for _, a := range []string{ip, HostAddress()} {
+		if a != "" && !slices.Contains(targets, a) {
+			targets = append(targets, a)
+		}
+	}
+	return targets
 }
