@@ -118,7 +118,12 @@ func TestFilesAndArtifacts(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
 			requireMode(t, m)
-			cs, _ := connect(t, stdio, serverEnv(t, m.env), connectOpts{})
+			// pandas and matplotlib take seconds of CPU to load, many times
+			// that on a busy machine: the chart's call may take up to three
+			// minutes (a bound against a hang, not a performance target).
+			env := serverEnv(t, m.env)
+			env["CODE_EXEC_MAX_TIMEOUT"] = "180s"
+			cs, _ := connect(t, stdio, env, connectOpts{})
 
 			t.Run("sandbox_info lists python's packages", func(t *testing.T) {
 				var got []string
@@ -135,7 +140,7 @@ func TestFilesAndArtifacts(t *testing.T) {
 			})
 
 			t.Run("a CSV in, a summary and a chart out", func(t *testing.T) {
-				res, out := execute(t, cs, map[string]any{"language": "python", "code": chartCode, "timeout_seconds": 60,
+				res, out := execute(t, cs, map[string]any{"language": "python", "code": chartCode, "timeout_seconds": 180,
 					"files": []any{map[string]any{"path": "sales.csv", "content": salesCSV}}})
 				if res.IsError || out.ExitCode != 0 || !strings.Contains(out.Stdout, "mean") || !strings.Contains(out.Stdout, "profit") {
 					t.Fatalf("isError=%v exit=%d stdout=%q stderr=%q", res.IsError, out.ExitCode, out.Stdout, out.Stderr)

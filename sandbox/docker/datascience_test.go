@@ -58,7 +58,7 @@ func TestDataScienceImage(t *testing.T) {
 	if strings.Join(listed, " ") != "numpy pandas matplotlib scipy" {
 		t.Errorf("sandbox_info python packages %+v", st.Packages)
 	}
-	req := sandboxtest.Req("python", `
+	req := sandboxtest.HeavyReq("python", `
 import os, sys
 print("plain", "matplotlib" in sys.modules)
 import pandas as pd

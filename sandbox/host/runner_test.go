@@ -130,7 +130,7 @@ func TestSessionEnvironmentIsARuns(t *testing.T) {
 		t.Skip("the host's python has no matplotlib")
 	}
 	py := sandboxtest.StartSession(t, r.Sessions(), "python")
-	req := sandboxtest.Req("python", "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()")
+	req := sandboxtest.HeavyReq("python", "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()")
 	req.Artifacts = &artifacts.Options{}
 	res, err := py.Exec(context.Background(), req)
 	if err != nil || res.ExitCode != 0 {

@@ -58,7 +58,7 @@ func TestPythonPackagesAreListed(t *testing.T) {
 func TestChartsComeBackAsImages(t *testing.T) {
 	r := newRunner(t)
 	requirePackages(t, r)
-	req := sandboxtest.Req("python", `
+	req := sandboxtest.HeavyReq("python", `
 import pandas as pd
 import matplotlib.pyplot as plt
 df = pd.read_csv("temps.csv")
@@ -76,7 +76,7 @@ plt.show()
 		t.Fatal(err)
 	}
 	if res.ExitCode != 0 || !strings.Contains(res.Stdout, "mean     17.0") {
-		t.Fatalf("exit=%d stdout=%q stderr=%q", res.ExitCode, res.Stdout, res.Stderr)
+		t.Fatalf("exit=%d timedOut=%v stdout=%q stderr=%q", res.ExitCode, res.TimedOut, res.Stdout, res.Stderr)
 	}
 	if res.Artifacts == nil || len(res.Artifacts.Artifacts) != 1 {
 		t.Fatalf("artifacts %+v", res.Artifacts)

@@ -65,13 +65,13 @@ func SessionCall(t *testing.T, s sessions.Session, lang, code string) *sandbox.R
 func CheckSessionChart(t *testing.T, b sessions.Backend) {
 	t.Helper()
 	s := StartSession(t, b, "python")
-	req := Req("python", "import pandas as pd\ndf = pd.read_csv('temps.csv')")
+	req := HeavyReq("python", "import pandas as pd\ndf = pd.read_csv('temps.csv')")
 	req.Files = inputs(t, artifacts.File{Path: "temps.csv", Content: "city,temp\nOslo,3\nRome,18\nCairo,30\n"})
 	req.Artifacts = &artifacts.Options{}
 	if res, err := s.Exec(context.Background(), req); err != nil || res.ExitCode != 0 || len(res.Artifacts.Artifacts) != 0 {
 		t.Fatalf("loading: %+v %v", res, err)
 	}
-	req = Req("python", "import matplotlib.pyplot as plt\ndf.plot.bar(x='city', y='temp')\nplt.show()")
+	req = HeavyReq("python", "import matplotlib.pyplot as plt\ndf.plot.bar(x='city', y='temp')\nplt.show()")
 	req.Artifacts = &artifacts.Options{}
 	res, err := s.Exec(context.Background(), req)
 	if err != nil || res.ExitCode != 0 {

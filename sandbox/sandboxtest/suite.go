@@ -53,6 +53,19 @@ func DefaultLimits() sandbox.Limits {
 	}
 }
 
+// HeavyTimeout is the timeout of programs that load large libraries
+// (pandas, matplotlib: seconds of CPU at their first import). On a machine
+// whose cores are all busy they take many times that, so DefaultLimits' 20
+// s is not enough; the bound only keeps a broken run from hanging.
+const HeavyTimeout = 3 * time.Minute
+
+// HeavyReq builds a request with DefaultLimits and HeavyTimeout.
+func HeavyReq(lang, code string) sandbox.Request {
+	req := Req(lang, code)
+	req.Limits.Timeout = HeavyTimeout
+	return req
+}
+
 // Req builds a request with DefaultLimits.
 func Req(lang, code string) sandbox.Request {
 	return sandbox.Request{Language: lang, Code: code, Limits: DefaultLimits()}
