@@ -175,7 +175,7 @@ type Config struct {
 	PythonAllowedImports []string `env:"PYTHON_ALLOWED_IMPORTS" envDefault:"datetime,calendar,re,math,decimal,fractions,statistics,collections,itertools,functools,operator,json" envSeparator:"," accepted:"a comma-separated list of top-level module names, none of which hands out the interpreter (sys, os, builtins, importlib, inspect, types, typing ... are refused)" help:"restricted python: the modules programs may import"`
 	PythonMaxASTNodes    int      `env:"PYTHON_MAX_AST_NODES" envDefault:"20000" accepted:"a whole number from 100 to 1000000" help:"restricted python: the most syntax-tree nodes a program may have"`
 
-	MaxSessions        int           `env:"MAX_SESSIONS" envDefault:"8" accepted:"a whole number from 0 to 1024" help:"most sessions (session_create) at once, all clients together; each holds a container (docker mode) or an interpreter (process mode) while it lives; 0 turns sessions off"`
+	MaxSessions        int           `env:"MAX_SESSIONS" envDefault:"8" accepted:"a whole number from 0 to 1024" help:"most sessions (session_create) at once, all clients together; each holds a container (docker mode), a pod (kubernetes mode) or an interpreter (process mode) while it lives; 0 turns sessions off"`
 	SessionIdleTimeout time.Duration `env:"SESSION_IDLE_TIMEOUT" envDefault:"10m" accepted:"a duration such as 10m (from 1s to 24h)" help:"a session that no call used for this long ends by itself, and its files, processes and container are removed"`
 	SessionMaxLifetime time.Duration `env:"SESSION_MAX_LIFETIME" envDefault:"1h" accepted:"a duration such as 1h (from 1s to 168h)" help:"a session ends this long after it was created, however busy"`
 

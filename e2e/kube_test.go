@@ -69,7 +69,8 @@ func logValue(logs, msg, key string) string {
 }
 
 // TestKubernetesMode runs the documented example through the real binary in
-// kubernetes mode, and checks what sandbox_info and tools/list say.
+// kubernetes mode, and checks what sandbox_info and tools/list say: the
+// session tools are offered.
 func TestKubernetesMode(t *testing.T) {
 	cs, _ := connect(t, stdio, kubeEnv(t, nil), connectOpts{})
 	checkExample(t, cs, "kubernetes")
@@ -87,24 +88,48 @@ func TestKubernetesMode(t *testing.T) {
 	if err := json.Unmarshal(b, &out); err != nil {
 		t.Fatal(err)
 	}
-	if out.Mode != "kubernetes" || !out.Sandboxed || !out.Boundaries.Network || !strings.Contains(strings.Join(out.Warnings, " "), "offers no sessions") {
+	if out.Mode != "kubernetes" || !out.Sandboxed || !out.Boundaries.Network || strings.Contains(strings.Join(out.Warnings, " "), "no sessions") {
 		t.Errorf("sandbox_info: %s", b)
 	}
 	tools, err := cs.ListTools(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var names []string
 	for _, tl := range tools.Tools {
 		if strings.HasPrefix(tl.Name, "session_") {
-			t.Errorf("kubernetes mode lists %s, but offers no sessions", tl.Name)
+			names = append(names, tl.Name)
 		}
+	}
+	if strings.Join(names, ",") != "session_close,session_create,session_list" {
+		t.Errorf("kubernetes mode lists the session tools %v, want session_close, session_create and session_list", names)
+	}
+}
+
+// TestKubernetesSessions runs the session tests of every mode in kubernetes
+// mode: state and files persist, a timeout loses the state, another client
+// cannot use a session, session_close and the idle timeout delete its pod,
+// files in and artifacts out call by call.
+func TestKubernetesSessions(t *testing.T) {
+	kubetest.Kubeconfig(t)
+	for name, check := range map[string]func(t *testing.T, mode string){
+		"sessions":            checkSessions,
+		"idle expiry":         checkSessionIdleExpiry,
+		"files and artifacts": checkSessionFilesAndArtifacts,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			check(t, "kubernetes")
+		})
 	}
 }
 
 // TestKubernetesKilledServer kills a real codeexec with SIGKILL while a run
-// is in flight: its warm pods end by themselves (their stdin closes with
-// the attach stream), and once its Lease is stale, the next server's sweep
-// removes every pod it left, and the Lease.
+// and a session's call are in flight: its warm pods end by themselves (their
+// stdin closes with the attach stream), the call's processes end at once
+// (its exec's stream ends, and the session's supervisor stops the call), and
+// once its Lease is stale, the next server's sweep removes every pod it
+// left, the session's too, and the Lease.
 func TestKubernetesKilledServer(t *testing.T) {
 	cluster := kubetest.Connect(t, runsNamespace)
 	s := startHTTP(t, http_, kubeEnv(t, nil))
@@ -148,10 +173,18 @@ func TestKubernetesKilledServer(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	id := createSession(t, cs, map[string]any{"language": "python"})
+	m := marker()
+	go func() {
+		_, _ = cs.CallTool(ctx, &mcp.CallToolParams{Name: "code_execute", Arguments: map[string]any{
+			"language": "python", "session_id": id, "code": "import subprocess; subprocess.run(['sleep', '" + m + "'])"}})
+	}()
+	waitAlive(t, m)
 	if err := s.cmd.Process.Signal(os.Kill); err != nil {
 		t.Fatal(err)
 	}
 	s.waitExit(t, time.Minute)
+	waitGone(t, m)
 
 	// The warm pods that waited end by themselves: the end of the attach
 	// stream closes their stdin. (The run's pod ends at its deadline; a pod

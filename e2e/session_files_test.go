@@ -18,7 +18,8 @@ import (
 )
 
 // Files in and artifacts out, and the egress proxy, in sessions, in docker
-// and process mode, through the go-sdk client.
+// and process mode, through the go-sdk client (files in and artifacts out in
+// kubernetes mode too, by TestKubernetesSessions).
 
 // pngChartCode draws a 40x30 chart as a PNG with python's standard library
 // only (the default image has no matplotlib), next to a CSV summary.
@@ -42,104 +43,107 @@ print(rows[0])
 // writes nothing brings nothing back; a bad path is refused.
 func TestSessionFilesAndArtifacts(t *testing.T) {
 	t.Parallel()
-	sessionModes(t, func(t *testing.T, mode string) {
-		env, _ := sessionEnv(t, mode, map[string]string{"CODE_EXEC_LANGUAGES": "python,bash"})
-		cs, _ := connect(t, stdio, env, connectOpts{})
-		py := createSession(t, cs, map[string]any{"language": "python"})
+	sessionModes(t, checkSessionFilesAndArtifacts)
+}
 
-		res, out := inSession(t, cs, py, "python", "x = 41")
-		wantStdout(t, res, out, "")
-		if arts := artifactsOf(t, res); len(arts.Artifacts) != 0 {
-			t.Fatalf("a call that wrote nothing: artifacts %+v", arts.Artifacts)
-		}
+// checkSessionFilesAndArtifacts is TestSessionFilesAndArtifacts in mode.
+func checkSessionFilesAndArtifacts(t *testing.T, mode string) {
+	env, _ := sessionEnv(t, mode, map[string]string{"CODE_EXEC_LANGUAGES": "python,bash"})
+	cs, _ := connect(t, stdio, env, connectOpts{})
+	py := createSession(t, cs, map[string]any{"language": "python"})
 
-		// Call 2: a CSV in; a chart, a summary and a large file out.
-		res, out = inSession(t, cs, py, "python", pngChartCode, "files", []any{map[string]any{"path": "sales.csv", "content": salesCSV}})
-		wantStdout(t, res, out, "Jan,120,80\n")
-		byPath := map[string]artifactOut{}
-		for _, a := range artifactsOf(t, res).Artifacts {
-			byPath[a.Path] = a
-		}
-		if len(byPath) != 3 || byPath["chart.png"].MIMEType != "image/png" || byPath["summary.txt"].MIMEType != "text/plain" || byPath["raw.bin"].Size != 102400 {
-			t.Fatalf("call 2's artifacts %+v, want chart.png, summary.txt and raw.bin (not sales.csv)", byPath)
-		}
-		var img *mcp.ImageContent
-		var link *mcp.ResourceLink
-		var summary string
-		for _, c := range res.Content {
-			switch c := c.(type) {
-			case *mcp.ImageContent:
-				img = c
-			case *mcp.ResourceLink:
-				link = c
-			case *mcp.EmbeddedResource:
-				if c.Resource != nil {
-					summary = c.Resource.Text
-				}
+	res, out := inSession(t, cs, py, "python", "x = 41")
+	wantStdout(t, res, out, "")
+	if arts := artifactsOf(t, res); len(arts.Artifacts) != 0 {
+		t.Fatalf("a call that wrote nothing: artifacts %+v", arts.Artifacts)
+	}
+
+	// Call 2: a CSV in; a chart, a summary and a large file out.
+	res, out = inSession(t, cs, py, "python", pngChartCode, "files", []any{map[string]any{"path": "sales.csv", "content": salesCSV}})
+	wantStdout(t, res, out, "Jan,120,80\n")
+	byPath := map[string]artifactOut{}
+	for _, a := range artifactsOf(t, res).Artifacts {
+		byPath[a.Path] = a
+	}
+	if len(byPath) != 3 || byPath["chart.png"].MIMEType != "image/png" || byPath["summary.txt"].MIMEType != "text/plain" || byPath["raw.bin"].Size != 102400 {
+		t.Fatalf("call 2's artifacts %+v, want chart.png, summary.txt and raw.bin (not sales.csv)", byPath)
+	}
+	var img *mcp.ImageContent
+	var link *mcp.ResourceLink
+	var summary string
+	for _, c := range res.Content {
+		switch c := c.(type) {
+		case *mcp.ImageContent:
+			img = c
+		case *mcp.ResourceLink:
+			link = c
+		case *mcp.EmbeddedResource:
+			if c.Resource != nil {
+				summary = c.Resource.Text
 			}
 		}
-		if img == nil || img.MIMEType != "image/png" {
-			t.Fatalf("no image/png content: %+v", res.Content)
-		}
-		pic, format, err := image.Decode(bytes.NewReader(img.Data))
-		if err != nil || format != "png" || pic.Bounds().Dx() != 40 || pic.Bounds().Dy() != 30 {
-			t.Fatalf("the chart: %v, format %q; want a 40x30 PNG", err, format)
-		}
-		if sum := sha256.Sum256(img.Data); byPath["chart.png"].SHA256 != hex.EncodeToString(sum[:]) {
-			t.Errorf("chart.png's sha256 %s does not match the image", byPath["chart.png"].SHA256)
-		}
-		if summary != "6 months\n" {
-			t.Errorf("summary.txt embedded as %q", summary)
-		}
-		if link == nil || link.URI != byPath["raw.bin"].URI {
-			t.Fatalf("raw.bin is not a resource link: %+v", res.Content)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if rr, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: link.URI}); err != nil || len(rr.Contents) != 1 || len(rr.Contents[0].Blob) != 102400 {
-			t.Fatalf("resources/read %s: %v", link.URI, err)
-		}
+	}
+	if img == nil || img.MIMEType != "image/png" {
+		t.Fatalf("no image/png content: %+v", res.Content)
+	}
+	pic, format, err := image.Decode(bytes.NewReader(img.Data))
+	if err != nil || format != "png" || pic.Bounds().Dx() != 40 || pic.Bounds().Dy() != 30 {
+		t.Fatalf("the chart: %v, format %q; want a 40x30 PNG", err, format)
+	}
+	if sum := sha256.Sum256(img.Data); byPath["chart.png"].SHA256 != hex.EncodeToString(sum[:]) {
+		t.Errorf("chart.png's sha256 %s does not match the image", byPath["chart.png"].SHA256)
+	}
+	if summary != "6 months\n" {
+		t.Errorf("summary.txt embedded as %q", summary)
+	}
+	if link == nil || link.URI != byPath["raw.bin"].URI {
+		t.Fatalf("raw.bin is not a resource link: %+v", res.Content)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if rr, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: link.URI}); err != nil || len(rr.Contents) != 1 || len(rr.Contents[0].Blob) != 102400 {
+		t.Fatalf("resources/read %s: %v", link.URI, err)
+	}
 
-		// Call 3 reads what call 2 brought and made, and writes nothing:
-		// nothing comes back.
-		res, out = inSession(t, cs, py, "python", "print(open('sales.csv').read().split()[-1], open('summary.txt').read().strip(), x + 1)")
-		wantStdout(t, res, out, "Jun,210,104 6 months 42\n")
-		if arts := artifactsOf(t, res); len(arts.Artifacts) != 0 || arts.Note != "" {
-			t.Fatalf("a call that wrote nothing: artifacts %+v, note %q", arts.Artifacts, arts.Note)
-		}
-		if strings.Contains(text(res), "Files the run made") {
-			t.Errorf("the text of a call that wrote nothing lists files: %q", text(res))
-		}
+	// Call 3 reads what call 2 brought and made, and writes nothing:
+	// nothing comes back.
+	res, out = inSession(t, cs, py, "python", "print(open('sales.csv').read().split()[-1], open('summary.txt').read().strip(), x + 1)")
+	wantStdout(t, res, out, "Jun,210,104 6 months 42\n")
+	if arts := artifactsOf(t, res); len(arts.Artifacts) != 0 || arts.Note != "" {
+		t.Fatalf("a call that wrote nothing: artifacts %+v, note %q", arts.Artifacts, arts.Note)
+	}
+	if strings.Contains(text(res), "Files the run made") {
+		t.Errorf("the text of a call that wrote nothing lists files: %q", text(res))
+	}
 
-		// Call 4 changes one file: only that one comes back.
-		res, out = inSession(t, cs, py, "python", "open('summary.txt', 'a').write('and more\\n')")
-		wantStdout(t, res, out, "")
-		if arts := artifactsOf(t, res); len(arts.Artifacts) != 1 || arts.Artifacts[0].Path != "summary.txt" {
-			t.Fatalf("call 4's artifacts %+v, want summary.txt alone", arts.Artifacts)
-		}
+	// Call 4 changes one file: only that one comes back.
+	res, out = inSession(t, cs, py, "python", "open('summary.txt', 'a').write('and more\\n')")
+	wantStdout(t, res, out, "")
+	if arts := artifactsOf(t, res); len(arts.Artifacts) != 1 || arts.Artifacts[0].Path != "summary.txt" {
+		t.Fatalf("call 4's artifacts %+v, want summary.txt alone", arts.Artifacts)
+	}
 
-		// A bad path is refused, in a sentence that names it, and the code
-		// does not run; so is a folder that the session made a link.
-		res, _ = inSession(t, cs, py, "python", "print('ran')", "files", []any{map[string]any{"path": "../escape.txt", "content": "x"}})
-		wantToolError(t, res, "files[0]")
-		res, out = inSession(t, cs, py, "python", "import os; os.symlink('/etc', 'etc')")
-		wantStdout(t, res, out, "")
-		res, _ = inSession(t, cs, py, "python", "print('ran')", "files", []any{map[string]any{"path": "etc/planted", "content": "x"}})
-		wantToolError(t, res, "files[0]", "symbolic link")
+	// A bad path is refused, in a sentence that names it, and the code
+	// does not run; so is a folder that the session made a link.
+	res, _ = inSession(t, cs, py, "python", "print('ran')", "files", []any{map[string]any{"path": "../escape.txt", "content": "x"}})
+	wantToolError(t, res, "files[0]")
+	res, out = inSession(t, cs, py, "python", "import os; os.symlink('/etc', 'etc')")
+	wantStdout(t, res, out, "")
+	res, _ = inSession(t, cs, py, "python", "print('ran')", "files", []any{map[string]any{"path": "etc/planted", "content": "x"}})
+	wantToolError(t, res, "files[0]", "symbolic link")
 
-		// bash sessions too.
-		sh := createSession(t, cs, map[string]any{"language": "bash"})
-		res, out = inSession(t, cs, sh, "bash", "wc -l < in.txt; echo done > out.txt", "files", []any{map[string]any{"path": "in.txt", "content": "a\nb\n"}})
-		wantStdout(t, res, out, "2\n")
-		if arts := artifactsOf(t, res); len(arts.Artifacts) != 1 || arts.Artifacts[0].Path != "out.txt" {
-			t.Fatalf("bash call's artifacts %+v, want out.txt", arts.Artifacts)
-		}
-		res, out = inSession(t, cs, sh, "bash", "cat out.txt")
-		wantStdout(t, res, out, "done\n")
-		if arts := artifactsOf(t, res); len(arts.Artifacts) != 0 {
-			t.Fatalf("a bash call that wrote nothing: artifacts %+v", arts.Artifacts)
-		}
-	})
+	// bash sessions too.
+	sh := createSession(t, cs, map[string]any{"language": "bash"})
+	res, out = inSession(t, cs, sh, "bash", "wc -l < in.txt; echo done > out.txt", "files", []any{map[string]any{"path": "in.txt", "content": "a\nb\n"}})
+	wantStdout(t, res, out, "2\n")
+	if arts := artifactsOf(t, res); len(arts.Artifacts) != 1 || arts.Artifacts[0].Path != "out.txt" {
+		t.Fatalf("bash call's artifacts %+v, want out.txt", arts.Artifacts)
+	}
+	res, out = inSession(t, cs, sh, "bash", "cat out.txt")
+	wantStdout(t, res, out, "done\n")
+	if arts := artifactsOf(t, res); len(arts.Artifacts) != 0 {
+		t.Fatalf("a bash call that wrote nothing: artifacts %+v", arts.Artifacts)
+	}
 }
 
 // TestSessionNetworkAllowlist: under CODE_EXEC_NETWORK=allowlist a

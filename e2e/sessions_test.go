@@ -12,27 +12,50 @@ import (
 
 	"github.com/moby/moby/client"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/codeexec/codeexec/sandbox/kube/kubetest"
 )
 
 // Sessions (session_create, code_execute with session_id, session_close,
-// session_list), in docker and process mode, through the go-sdk client.
+// session_list), in docker and process mode, through the go-sdk client; in
+// kubernetes mode too, by TestKubernetesSessions (kube_test.go).
 
 // sessionEnv is the environment of a server of mode with sessions; in
 // docker mode it also returns the engine's client (the test skips without
-// an engine, or fails with CODE_EXEC_REQUIRE_DOCKER=1).
+// an engine, or fails with CODE_EXEC_REQUIRE_DOCKER=1; kubernetes mode's
+// skips without a cluster, or fails with CODE_EXEC_REQUIRE_K8S=1).
 func sessionEnv(t *testing.T, mode string, extra map[string]string) (map[string]string, *client.Client) {
 	t.Helper()
 	env := map[string]string{"CODE_EXEC_SANDBOX": mode, "CODE_EXEC_LOG_LEVEL": "info"}
 	var cli *client.Client
-	if mode == "docker" {
+	// No warm pool: these tests are about session containers and pods only.
+	switch mode {
+	case "docker":
 		cli = dockerEngine(t)
-		// No warm pool: these tests are about session containers only.
 		env["CODE_EXEC_DOCKER_POOL_SIZE"] = "0"
+	case "kubernetes":
+		env["CODE_EXEC_K8S_POOL_SIZE"] = "0"
 	}
 	for k, v := range extra {
 		env[k] = v
 	}
+	if mode == "kubernetes" {
+		return kubeEnv(t, env), nil
+	}
 	return serverEnv(t, env), cli
+}
+
+// sessionsOwner is what names the sessions' sandboxes of server s: its
+// instance (docker mode), its replica (kubernetes mode).
+func sessionsOwner(s *server, mode string) string {
+	switch mode {
+	case "docker":
+		return logField(s.stderr.String(), "docker sandbox ready", "instance")
+	case "kubernetes":
+		return logField(s.stderr.String(), "kubernetes sandbox ready", "replica")
+	}
+	return ""
 }
 
 // createSession calls session_create and returns the session id.
@@ -93,9 +116,19 @@ func wantToolError(t *testing.T, res *mcp.CallToolResult, words ...string) {
 }
 
 // sessionsGone waits until the server of instance (docker) has no session
-// container left, or (process) the session directories are gone from dir.
+// container left, the replica instance (kubernetes) no session pod, or
+// (process) the session directories are gone from dir.
 func sessionsGone(t *testing.T, mode string, cli *client.Client, instance, dir string) {
 	t.Helper()
+	if mode == "kubernetes" {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		sel := "codeexec.io/replica=" + instance + ",codeexec.io/role=session"
+		if err := kubetest.Connect(t, runsNamespace).WaitPods(ctx, sel, func(pods map[string]*corev1.Pod) bool { return len(pods) == 0 }); err != nil {
+			t.Fatalf("session pods left: %v", err)
+		}
+		return
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var left []string
@@ -132,126 +165,132 @@ func sessionModes(t *testing.T, f func(t *testing.T, mode string)) {
 // the limit gives a clear error.
 func TestSessions(t *testing.T) {
 	t.Parallel()
-	sessionModes(t, func(t *testing.T, mode string) {
-		env, cli := sessionEnv(t, mode, map[string]string{"CODE_EXEC_MAX_SESSIONS": "2"})
-		s := startHTTP(t, http_, env)
-		instance := logField(s.stderr.String(), "docker sandbox ready", "instance")
-		// A session belongs to the client's MCP session (protocol versions
-		// before 2026-07-28 have one; later requests are identified by
-		// their credentials only, see docs/tools.md).
-		alice := dial(t, s, connectOpts{clientName: "alice", protocolVersion: "2025-11-25"})
-		bob := dial(t, s, connectOpts{clientName: "bob", protocolVersion: "2025-11-25"})
+	sessionModes(t, checkSessions)
+}
 
-		py := createSession(t, alice, map[string]any{"language": "python"})
-		_, out := inSession(t, alice, py, "python", "x = 41")
-		if out.SessionID != py || out.Sandbox != mode {
-			t.Fatalf("structuredContent names session %q in %q, want %q in %q", out.SessionID, out.Sandbox, py, mode)
-		}
-		res, out := inSession(t, alice, py, "python", "print(x + 1)")
-		wantStdout(t, res, out, "42\n")
+// checkSessions is TestSessions in mode.
+func checkSessions(t *testing.T, mode string) {
+	env, cli := sessionEnv(t, mode, map[string]string{"CODE_EXEC_MAX_SESSIONS": "2"})
+	s := startHTTP(t, http_, env)
+	instance := sessionsOwner(s, mode)
+	// A session belongs to the client's MCP session (protocol versions
+	// before 2026-07-28 have one; later requests are identified by
+	// their credentials only, see docs/tools.md).
+	alice := dial(t, s, connectOpts{clientName: "alice", protocolVersion: "2025-11-25"})
+	bob := dial(t, s, connectOpts{clientName: "bob", protocolVersion: "2025-11-25"})
 
-		res, out = inSession(t, alice, py, "python", "open('data.txt', 'w').write('written earlier')")
-		wantStdout(t, res, out, "")
-		res, out = inSession(t, alice, py, "python", "print(open('data.txt').read())")
-		wantStdout(t, res, out, "written earlier\n")
+	py := createSession(t, alice, map[string]any{"language": "python"})
+	_, out := inSession(t, alice, py, "python", "x = 41")
+	if out.SessionID != py || out.Sandbox != mode {
+		t.Fatalf("structuredContent names session %q in %q, want %q in %q", out.SessionID, out.Sandbox, py, mode)
+	}
+	res, out := inSession(t, alice, py, "python", "print(x + 1)")
+	wantStdout(t, res, out, "42\n")
 
-		// A timeout stops the interpreter: the result says the state is
-		// lost; the files stay and the next call works.
-		res, out = inSession(t, alice, py, "python", "while True: pass", "timeout_seconds", 1)
-		if !res.IsError || !out.TimedOut || !out.StateLost || !strings.Contains(text(res), "variables of earlier calls are lost") {
-			t.Fatalf("timeout in a session: isError=%v timed_out=%v state_lost=%v text=%q", res.IsError, out.TimedOut, out.StateLost, text(res))
-		}
-		res, out = inSession(t, alice, py, "python", "print(open('data.txt').read())\nprint('x' in globals())")
-		wantStdout(t, res, out, "written earlier\nFalse\n")
+	res, out = inSession(t, alice, py, "python", "open('data.txt', 'w').write('written earlier')")
+	wantStdout(t, res, out, "")
+	res, out = inSession(t, alice, py, "python", "print(open('data.txt').read())")
+	wantStdout(t, res, out, "written earlier\n")
 
-		// Another client cannot use, list or close the session.
-		res, _ = inSession(t, bob, py, "python", "print(x)")
-		wantToolError(t, res, "nknown session", "session_create")
-		wantToolError(t, call(t, bob, "session_close", map[string]any{"session_id": py}), "nknown session")
-		var list struct {
-			Sessions []struct {
-				SessionID   string  `json:"session_id"`
-				AgeSeconds  float64 `json:"age_seconds"`
-				IdleSeconds float64 `json:"idle_seconds"`
-			} `json:"sessions"`
-		}
-		remarshal(t, call(t, bob, "session_list", map[string]any{}).StructuredContent, &list)
-		if len(list.Sessions) != 0 {
-			t.Fatalf("bob lists alice's sessions: %+v", list.Sessions)
-		}
+	// A timeout stops the interpreter: the result says the state is
+	// lost; the files stay and the next call works.
+	res, out = inSession(t, alice, py, "python", "while True: pass", "timeout_seconds", 1)
+	if !res.IsError || !out.TimedOut || !out.StateLost || !strings.Contains(text(res), "variables of earlier calls are lost") {
+		t.Fatalf("timeout in a session: isError=%v timed_out=%v state_lost=%v text=%q", res.IsError, out.TimedOut, out.StateLost, text(res))
+	}
+	res, out = inSession(t, alice, py, "python", "print(open('data.txt').read())\nprint('x' in globals())")
+	wantStdout(t, res, out, "written earlier\nFalse\n")
 
-		// The limit: two sessions at once.
-		sh := createSession(t, alice, map[string]any{"language": "bash"})
-		wantToolError(t, call(t, bob, "session_create", map[string]any{}), "Too many sessions", "at most 2", "CODE_EXEC_MAX_SESSIONS", "session_close")
-		res, out = inSession(t, alice, sh, "bash", "echo kept > notes; cd /; v=1")
-		wantStdout(t, res, out, "")
-		res, out = inSession(t, alice, sh, "bash", "cat notes; echo \"v=$v\"")
-		wantStdout(t, res, out, "kept\nv=\n")
-		res, _ = inSession(t, alice, sh, "python", "print(1)")
-		wantToolError(t, res, "runs bash, not python")
+	// Another client cannot use, list or close the session.
+	res, _ = inSession(t, bob, py, "python", "print(x)")
+	wantToolError(t, res, "nknown session", "session_create")
+	wantToolError(t, call(t, bob, "session_close", map[string]any{"session_id": py}), "nknown session")
+	var list struct {
+		Sessions []struct {
+			SessionID   string  `json:"session_id"`
+			AgeSeconds  float64 `json:"age_seconds"`
+			IdleSeconds float64 `json:"idle_seconds"`
+		} `json:"sessions"`
+	}
+	remarshal(t, call(t, bob, "session_list", map[string]any{}).StructuredContent, &list)
+	if len(list.Sessions) != 0 {
+		t.Fatalf("bob lists alice's sessions: %+v", list.Sessions)
+	}
 
-		remarshal(t, call(t, alice, "session_list", map[string]any{}).StructuredContent, &list)
-		if len(list.Sessions) != 2 || list.Sessions[0].SessionID != py || list.Sessions[0].AgeSeconds <= 0 {
-			t.Fatalf("alice's session_list: %+v, want her two sessions, oldest first, with their age", list.Sessions)
-		}
-		var info struct {
-			Sessions struct {
-				MaxSessions int `json:"max_sessions"`
-				Open        int `json:"open"`
-			} `json:"sessions"`
-		}
-		remarshal(t, call(t, alice, "sandbox_info", map[string]any{}).StructuredContent, &info)
-		if info.Sessions.MaxSessions != 2 || info.Sessions.Open != 2 {
-			t.Errorf("sandbox_info's sessions: %+v, want at most 2 and alice's 2 open", info.Sessions)
-		}
+	// The limit: two sessions at once.
+	sh := createSession(t, alice, map[string]any{"language": "bash"})
+	wantToolError(t, call(t, bob, "session_create", map[string]any{}), "Too many sessions", "at most 2", "CODE_EXEC_MAX_SESSIONS", "session_close")
+	res, out = inSession(t, alice, sh, "bash", "echo kept > notes; cd /; v=1")
+	wantStdout(t, res, out, "")
+	res, out = inSession(t, alice, sh, "bash", "cat notes; echo \"v=$v\"")
+	wantStdout(t, res, out, "kept\nv=\n")
+	res, _ = inSession(t, alice, sh, "python", "print(1)")
+	wantToolError(t, res, "runs bash, not python")
 
-		// Nothing a call starts outlives it: the process it left is gone
-		// by the time its result comes. (Popen returns once the child has
-		// exec'd sleep, so the marked process did exist.)
-		m := marker()
-		res, out = inSession(t, alice, py, "python", "import subprocess; p = subprocess.Popen(['sleep', '"+m+"'], start_new_session=True)")
-		wantStdout(t, res, out, "")
-		if alive(m) {
-			t.Errorf("a process that a call started outlived the call")
+	remarshal(t, call(t, alice, "session_list", map[string]any{}).StructuredContent, &list)
+	if len(list.Sessions) != 2 || list.Sessions[0].SessionID != py || list.Sessions[0].AgeSeconds <= 0 {
+		t.Fatalf("alice's session_list: %+v, want her two sessions, oldest first, with their age", list.Sessions)
+	}
+	var info struct {
+		Sessions struct {
+			MaxSessions int `json:"max_sessions"`
+			Open        int `json:"open"`
+		} `json:"sessions"`
+	}
+	remarshal(t, call(t, alice, "sandbox_info", map[string]any{}).StructuredContent, &info)
+	if info.Sessions.MaxSessions != 2 || info.Sessions.Open != 2 {
+		t.Errorf("sandbox_info's sessions: %+v, want at most 2 and alice's 2 open", info.Sessions)
+	}
+
+	// Nothing a call starts outlives it: the process it left is gone
+	// by the time its result comes. (Popen returns once the child has
+	// exec'd sleep, so the marked process did exist.)
+	m := marker()
+	res, out = inSession(t, alice, py, "python", "import subprocess; p = subprocess.Popen(['sleep', '"+m+"'], start_new_session=True)")
+	wantStdout(t, res, out, "")
+	if alive(m) {
+		t.Errorf("a process that a call started outlived the call")
+	}
+	// session_close removes the session: its interpreter, processes,
+	// files and container.
+	for _, id := range []string{py, sh} {
+		if res := call(t, alice, "session_close", map[string]any{"session_id": id}); res.IsError {
+			t.Fatalf("session_close: %s", text(res))
 		}
-		// session_close removes the session: its interpreter, processes,
-		// files and container.
-		for _, id := range []string{py, sh} {
-			if res := call(t, alice, "session_close", map[string]any{"session_id": id}); res.IsError {
-				t.Fatalf("session_close: %s", text(res))
-			}
-		}
-		sessionsGone(t, mode, cli, instance, env["CODE_EXEC_WORK_DIR"])
-		res, _ = inSession(t, alice, py, "python", "print(1)")
-		wantToolError(t, res, "nknown session")
-		// With the two closed there is room again.
-		createSession(t, bob, map[string]any{"language": "javascript"})
-	})
+	}
+	sessionsGone(t, mode, cli, instance, env["CODE_EXEC_WORK_DIR"])
+	res, _ = inSession(t, alice, py, "python", "print(1)")
+	wantToolError(t, res, "nknown session")
+	// With the two closed there is room again.
+	createSession(t, bob, map[string]any{"language": "javascript"})
 }
 
 // TestSessionIdleExpiry: a session no call uses ends by itself, with its
 // processes and container.
 func TestSessionIdleExpiry(t *testing.T) {
 	t.Parallel()
-	sessionModes(t, func(t *testing.T, mode string) {
-		env, cli := sessionEnv(t, mode, map[string]string{"CODE_EXEC_SESSION_IDLE_TIMEOUT": "2s"})
-		s := startHTTP(t, http_, env)
-		instance := logField(s.stderr.String(), "docker sandbox ready", "instance")
-		cs := dial(t, s, connectOpts{})
-		id := createSession(t, cs, map[string]any{"language": "javascript"})
-		m := marker()
-		res, out := inSession(t, cs, id, "javascript", "globalThis.child = require('child_process').spawn('sleep', ['"+m+"'])")
-		wantStdout(t, res, out, "")
-		if alive(m) {
-			t.Errorf("a process that a call started outlived the call")
-		}
-		if !s.waitLog("it was idle for 2s", time.Minute) {
-			t.Fatalf("the server did not log the idle session's end")
-		}
-		sessionsGone(t, mode, cli, instance, env["CODE_EXEC_WORK_DIR"])
-		res, _ = inSession(t, cs, id, "javascript", "console.log(1)")
-		wantToolError(t, res, "nknown session")
-	})
+	sessionModes(t, checkSessionIdleExpiry)
+}
+
+// checkSessionIdleExpiry is TestSessionIdleExpiry in mode.
+func checkSessionIdleExpiry(t *testing.T, mode string) {
+	env, cli := sessionEnv(t, mode, map[string]string{"CODE_EXEC_SESSION_IDLE_TIMEOUT": "2s"})
+	s := startHTTP(t, http_, env)
+	instance := sessionsOwner(s, mode)
+	cs := dial(t, s, connectOpts{})
+	id := createSession(t, cs, map[string]any{"language": "javascript"})
+	m := marker()
+	res, out := inSession(t, cs, id, "javascript", "globalThis.child = require('child_process').spawn('sleep', ['"+m+"'])")
+	wantStdout(t, res, out, "")
+	if alive(m) {
+		t.Errorf("a process that a call started outlived the call")
+	}
+	if !s.waitLog("it was idle for 2s", time.Minute) {
+		t.Fatalf("the server did not log the idle session's end")
+	}
+	sessionsGone(t, mode, cli, instance, env["CODE_EXEC_WORK_DIR"])
+	res, _ = inSession(t, cs, id, "javascript", "console.log(1)")
+	wantToolError(t, res, "nknown session")
 }
 
 // TestSessionsAfterACrash: the sessions of a server killed with SIGKILL are

@@ -13,10 +13,10 @@ import (
 	"github.com/codeexec/codeexec/server/metrics"
 )
 
-// newKubernetes starts kubernetes mode (CODE_EXEC_SANDBOX=kubernetes): no
-// sessions (not offered in this mode yet), and its warm pool's statistics;
-// egressProxy (nil without CODE_EXEC_NETWORK=allowlist) serves the runs'
-// network. client-go's own messages (klog) go to the server's log.
+// newKubernetes starts kubernetes mode (CODE_EXEC_SANDBOX=kubernetes), with
+// its sessions (a pod each) and its warm pool's statistics; egressProxy
+// (nil without CODE_EXEC_NETWORK=allowlist) serves the runs' network.
+// client-go's own messages (klog) go to the server's log.
 func newKubernetes(ctx context.Context, cfg *configs.Config, log *slog.Logger, egressProxy *proxy.Proxy) (mode, error) {
 	klog.SetLogger(logr.FromSlogHandler(log.With("component", "client-go").Handler()))
 	r, err := kube.New(ctx, kube.Config{
@@ -39,7 +39,7 @@ func newKubernetes(ctx context.Context, cfg *configs.Config, log *slog.Logger, e
 		st := r.PoolStats()
 		return metrics.PoolStats{Ready: st.Ready, Hits: st.Hits, Misses: st.Misses}
 	}
-	return mode{runner: r, pool: pool}, nil
+	return mode{runner: r, sessions: r.Sessions(), pool: pool}, nil
 }
 
 // kubernetesImage is the sandbox image of kubernetes mode:

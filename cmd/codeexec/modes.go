@@ -16,9 +16,8 @@ import (
 )
 
 // mode is the sandbox of CODE_EXEC_SANDBOX: the Runner at the end of the
-// runner chain, the backend of its sessions (nil in kubernetes mode, which
-// offers none yet), and, in docker and kubernetes mode, its warm pool's
-// statistics (nil in the other modes).
+// runner chain, the backend of its sessions, and, in docker and kubernetes
+// mode, its warm pool's statistics (nil in the other modes).
 type mode struct {
 	runner   sandbox.Runner
 	sessions sessions.Backend

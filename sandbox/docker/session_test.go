@@ -124,14 +124,7 @@ func TestSessionOOM(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	sandboxtest.SessionCall(t, s, "python", "x = 1; open('f', 'w').write('kept')")
-	res := sandboxtest.SessionCall(t, s, "python", "b = bytearray(512 << 20); b[::4096] = b'x' * len(b[::4096])")
-	if !res.OOMKilled || !res.StateLost {
-		t.Fatalf("oom killed %v, state lost %v (exit %d, stderr %q); want both", res.OOMKilled, res.StateLost, res.ExitCode, res.Stderr)
-	}
-	if res := sandboxtest.SessionCall(t, s, "python", "print(open('f').read())"); res.Stdout != "kept\n" {
-		t.Fatalf("after the OOM kill: stdout %q, want the file", res.Stdout)
-	}
+	sandboxtest.CheckSessionOOM(t, s)
 }
 
 func sessionSpec(lang string, lim sandbox.Limits) sessions.Spec {
@@ -196,44 +189,5 @@ func TestSessionArtifactsAfterAKill(t *testing.T) {
 // out, the next calls have their pids back.
 func TestSessionReaps(t *testing.T) {
 	r, _ := newRunner(t, Config{Languages: []string{"python", "bash"}})
-	lim := sandboxtest.DefaultLimits()
-	// Few enough pythons to fit the memory limit: under gVisor the OOM
-	// killer takes its whole kernel (see gvisorGaps).
-	lim.Processes = 32
-	zombies := "n=0; for f in /proc/[0-9]*/stat; do read -r s < \"$f\" 2>/dev/null && case \"${s##*) }\" in Z*) n=$((n+1));; esac; done; echo \"zombies $n\""
-	for lang, bomb := range map[string]string{
-		"bash":   "b() { b & b & wait; }; b",
-		"python": "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
-	} {
-		t.Run(lang, func(t *testing.T) {
-			s, err := r.Sessions().Start(context.Background(), sessionSpec(lang, lim))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			run := func(code string) string {
-				t.Helper()
-				if lang == "python" {
-					code = "import subprocess; print(subprocess.run(['sh', '-c', " + fmt.Sprintf("%q", code) + "], capture_output=True, text=True).stdout, end='')"
-				}
-				return sandboxtest.SessionCall(t, s, lang, code).Stdout
-			}
-			// Forty orphans that end at once: their parents exit first.
-			run("for i in $(seq 40); do ( sh -c 'exit 0' & ); done")
-			if got := run(zombies); got != "zombies 0\n" {
-				t.Fatalf("after orphans ended: %q, want none", got)
-			}
-			req := sandboxtest.Req(lang, bomb)
-			req.Limits.Timeout = 2 * time.Second
-			res, err := s.Exec(context.Background(), req)
-			if err != nil || !res.TimedOut {
-				t.Fatalf("the fork bomb: %+v %v", res, err)
-			}
-			for range 3 {
-				if got := run("for i in $(seq 20); do sleep 0.01 & done; wait; echo done; " + zombies); got != "done\nzombies 0\n" {
-					t.Fatalf("after the fork bomb, a call that starts 20 processes: %q", got)
-				}
-			}
-		})
-	}
+	sandboxtest.CheckSessionReaps(t, r.Sessions())
 }

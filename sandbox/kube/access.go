@@ -42,8 +42,8 @@ var permissions = []permission{
 	// Kubernetes 1.35, as create too; SPDY's are POST (create).
 	{"", "pods", "attach", "create", "to feed a run and read its output"},
 	{"", "pods", "attach", "get", "to attach over WebSocket"},
-	{"", "pods", "exec", "create", "to kill a run's processes at once when it ends early (timeout, output cap, cancel), and to run its egress relay (CODE_EXEC_NETWORK=allowlist)"},
-	{"", "pods", "exec", "get", "to do both over WebSocket"},
+	{"", "pods", "exec", "create", "to kill a run's processes at once when it ends early (timeout, output cap, cancel), to run each call of a session, and to run the egress relay (CODE_EXEC_NETWORK=allowlist)"},
+	{"", "pods", "exec", "get", "to do so over WebSocket"},
 	{"coordination.k8s.io", "leases", "", "create", "to make the replica's Lease, the owner of its pods"},
 	{"coordination.k8s.io", "leases", "", "get", "to renew the replica's Lease"},
 	{"coordination.k8s.io", "leases", "", "update", "to renew the replica's Lease"},

@@ -10,7 +10,7 @@ import (
 
 // unavailable is what kubernetes mode does not offer yet; sandbox_info says
 // so among the warnings, and the server refuses these settings at start.
-const unavailable = "kubernetes mode offers no sessions (the session tools are not listed), and refuses CODE_EXEC_PACKAGES=true and CODE_EXEC_WORKSPACE at start: runs have no packages beyond the image's and no workspace"
+const unavailable = "kubernetes mode refuses CODE_EXEC_PACKAGES=true and CODE_EXEC_WORKSPACE at start: runs and sessions have no packages beyond the image's and no workspace"
 
 // capabilities describes the protections in force, as the probe pod saw
 // them: each is checked, not assumed.
@@ -23,7 +23,7 @@ func (r *Runner) capabilities() sandbox.Capabilities {
 	userns := f.uidMap != "" && !strings.HasPrefix(f.uidMap, " 0 0 4294967295") && !strings.HasPrefix(f.uidMap, "0 0 4294967295")
 	netOK := len(f.reached) == 0
 	ps := []sandbox.Protection{
-		{Name: "fresh pod per run", Active: true, Detail: "each run gets a new pod of " + r.cfg.Image + " in namespace " + r.cfg.Namespace + " that has run nothing before, deleted after the run; Kubernetes places it, codeexec never chooses a node"},
+		{Name: "fresh pod per run", Active: true, Detail: "each run gets a new pod of " + r.cfg.Image + " in namespace " + r.cfg.Namespace + " that has run nothing before, deleted after the run; each session a pod of its own, locked down the same way (role " + roleSession + "), whose calls reach its supervisor over pods/exec, deleted when the session ends; Kubernetes places them, codeexec never chooses a node"},
 		{Name: "warm pool", Active: r.cfg.PoolSize > 0, Detail: poolDetail(r.cfg.PoolSize)},
 		{Name: "network", Active: netOK, Detail: r.networkDetail()},
 		{Name: "read-only root filesystem", Active: !f.rootRW, Detail: checked(!f.rootRW, "the probe pod could not write to /", "the probe pod wrote to /")},

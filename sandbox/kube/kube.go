@@ -25,6 +25,10 @@
 // language started and attached ahead of demand (see pool.go); each serves
 // one run.
 //
+// A session (Sessions) is a pod of its own, locked down the same way, whose
+// PID 1 is the session supervisor; each call reaches it over pods/exec (see
+// session.go).
+//
 // Nothing is orphaned. Every pod carries the labels LabelManagedBy and
 // LabelReplica, and an owner reference to the Lease that its replica (this
 // Runner) holds and renews (lease.go). A sweeper, at start and every minute,
@@ -71,7 +75,7 @@ const (
 	// also the name of that replica's Lease.
 	LabelReplica = "codeexec.io/replica"
 	// LabelRole says what a pod is for: "run" (made for a request), "pool"
-	// (made ahead of demand) or "probe".
+	// (made ahead of demand), "session" (a session's) or "probe".
 	LabelRole = "codeexec.io/role"
 	// LabelLanguage is the language a run pod runs.
 	LabelLanguage = "codeexec.io/language"

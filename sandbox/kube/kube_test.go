@@ -60,7 +60,7 @@ func newRunner(t testing.TB, cfg Config) *Runner {
 		if err := r.Close(); err != nil {
 			t.Errorf("Close: %v", err)
 		}
-		if left := replicaPods(t, c, replica); len(left) > 0 {
+		if left := podNames(t, c, LabelReplica+"="+replica); len(left) > 0 {
 			t.Errorf("pods of replica %s are left on the cluster: %v", replica, left)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -72,12 +72,13 @@ func newRunner(t testing.TB, cfg Config) *Runner {
 	return r
 }
 
-// replicaPods lists the pods of one replica that the API server still has.
-func replicaPods(t testing.TB, c *kubeapi.Clients, replica string) []string {
+// podNames lists the pods that carry selector (of one replica, say) that
+// the API server still has.
+func podNames(t testing.TB, c *kubeapi.Clients, selector string) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	list, err := c.Pods.List(ctx, metav1.ListOptions{LabelSelector: LabelReplica + "=" + replica})
+	list, err := c.Pods.List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
 		t.Fatalf("listing pods: %v", err)
 	}

@@ -41,8 +41,9 @@ type replicaLease struct {
 	mu  sync.Mutex
 	uid types.UID
 
-	stopC chan struct{}
-	done  chan struct{}
+	stopC    chan struct{}
+	stopOnce sync.Once
+	done     chan struct{}
 }
 
 // holderIdentity names the process that holds the lease, for people.
@@ -135,11 +136,16 @@ func newLeaseObject(ctx context.Context, c *kubeapi.Clients, name string) (*coor
 	}, metav1.CreateOptions{})
 }
 
+// stop stops renewing the Lease; it is safe to call twice.
+func (rl *replicaLease) stop() {
+	rl.stopOnce.Do(func() { close(rl.stopC) })
+	<-rl.done
+}
+
 // close stops renewing and deletes the Lease (and with it, through the
 // garbage collector, any pod of the replica that is still there).
 func (rl *replicaLease) close() error {
-	close(rl.stopC)
-	<-rl.done
+	rl.stop()
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	err := rl.c.Leases.Delete(ctx, rl.name, metav1.DeleteOptions{PropagationPolicy: ptr(metav1.DeletePropagationBackground)})

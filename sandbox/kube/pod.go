@@ -281,43 +281,15 @@ func runDeadline(now time.Time, timeout time.Duration) time.Time {
 // only; the session lives until release. On error nothing is left on the
 // cluster.
 func (r *Runner) start(ctx context.Context, spec podSpec) (*podSession, error) {
-	name := newPodName(spec.role)
-	st := r.watch.follow(name)
-	pod := r.podObject(name, spec)
-	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), apiTimeout)
-	defer cancel()
-	if err := r.track(name); err != nil {
-		r.watch.forget(name, st)
-		return nil, fmt.Errorf("kubernetes: %w", err)
-	}
-	if _, err := r.c.Pods.Create(opCtx, pod, metav1.CreateOptions{}); err != nil {
-		r.untrack(name)
-		r.watch.forget(name, st)
-		return nil, apiErr("creating a pod", err)
+	name, st, err := r.createPod(ctx, spec)
+	if err != nil {
+		return nil, err
 	}
 	fail := func(err error) (*podSession, error) {
 		r.deletePod(name)
 		r.watch.forget(name, st)
 		return nil, err
 	}
-	// The caller's ctx ends the wait too (a cancelled run must not wait
-	// for its pod to be scheduled).
-	waitCtx, waitCancel := context.WithCancel(ctx)
-	stopWait := context.AfterFunc(r.doneCtx, waitCancel)
-	err := st.wait(waitCtx, podStartTimeout, running, describePending)
-	stopWait()
-	waitCancel()
-	switch {
-	case errors.Is(err, errGone):
-		return fail(fmt.Errorf("kubernetes: %w: the pod %s was deleted from outside before its container started", sandbox.ErrSandboxUnavailable, name))
-	case err != nil && ctx.Err() != nil:
-		return fail(fmt.Errorf("kubernetes: cancelled while the pod %s started: %w", name, ctx.Err()))
-	case err != nil && isClosed(r.done):
-		return fail(fmt.Errorf("kubernetes: %w while the pod %s started", sandbox.ErrClosed, name))
-	case err != nil:
-		return fail(fmt.Errorf("kubernetes: %w: the pod %s in namespace %s did not start: %v", sandbox.ErrSandboxUnavailable, name, r.cfg.Namespace, err))
-	}
-
 	s := &podSession{
 		name: name, lang: spec.lang, limits: spec.limits, deadline: spec.deadline,
 		out:        runproto.NewStreams(spec.framed, spec.nonce),
@@ -364,6 +336,50 @@ func (r *Runner) start(ctx context.Context, spec podSpec) (*podSession, error) {
 		}
 	}
 	return s, nil
+}
+
+// createPod creates the locked-down pod of spec, tracked as live and
+// followed (st; the caller forgets it), and waits until its container runs.
+// ctx bounds the wait (and so does Close). On error nothing is left on the
+// cluster.
+func (r *Runner) createPod(ctx context.Context, spec podSpec) (name string, st *podState, err error) {
+	name = newPodName(spec.role)
+	st = r.watch.follow(name)
+	pod := r.podObject(name, spec)
+	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), apiTimeout)
+	defer cancel()
+	if err := r.track(name); err != nil {
+		r.watch.forget(name, st)
+		return "", nil, fmt.Errorf("kubernetes: %w", err)
+	}
+	if _, err := r.c.Pods.Create(opCtx, pod, metav1.CreateOptions{}); err != nil {
+		r.untrack(name)
+		r.watch.forget(name, st)
+		return "", nil, apiErr("creating a pod", err)
+	}
+	fail := func(err error) (string, *podState, error) {
+		r.deletePod(name)
+		r.watch.forget(name, st)
+		return "", nil, err
+	}
+	// The caller's ctx ends the wait too (a cancelled run must not wait
+	// for its pod to be scheduled).
+	waitCtx, waitCancel := context.WithCancel(ctx)
+	stopWait := context.AfterFunc(r.doneCtx, waitCancel)
+	err = st.wait(waitCtx, podStartTimeout, running, describePending)
+	stopWait()
+	waitCancel()
+	switch {
+	case errors.Is(err, errGone):
+		return fail(fmt.Errorf("kubernetes: %w: the pod %s was deleted from outside before its container started", sandbox.ErrSandboxUnavailable, name))
+	case err != nil && ctx.Err() != nil:
+		return fail(fmt.Errorf("kubernetes: cancelled while the pod %s started: %w", name, ctx.Err()))
+	case err != nil && isClosed(r.done):
+		return fail(fmt.Errorf("kubernetes: %w while the pod %s started", sandbox.ErrClosed, name))
+	case err != nil:
+		return fail(fmt.Errorf("kubernetes: %w: the pod %s in namespace %s did not start: %v", sandbox.ErrSandboxUnavailable, name, r.cfg.Namespace, err))
+	}
+	return name, st, nil
 }
 
 // follow closes exitedC once the pod's status says its container ended, or

@@ -3,6 +3,7 @@ package sandboxtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -79,6 +80,70 @@ func CheckSessionChart(t *testing.T, b sessions.Backend) {
 	}
 	if got := artifactPaths(res); len(got) != 1 || got[0] != "figure_1.png" || res.Artifacts.Artifacts[0].Kind != artifacts.KindImage {
 		t.Fatalf("artifacts %+v (stderr %q), want figure_1.png as an image", res.Artifacts, res.Stderr)
+	}
+}
+
+// CheckSessionOOM checks, in the python session s, whose memory limit is
+// well below 512 MiB: a call that fills 512 MiB is killed by the limit,
+// reported as oom_killed with the state lost, and the files of the calls
+// before it stay.
+func CheckSessionOOM(t *testing.T, s sessions.Session) {
+	t.Helper()
+	SessionCall(t, s, "python", "x = 1; open('f', 'w').write('kept')")
+	res := SessionCall(t, s, "python", "b = bytearray(512 << 20); b[::4096] = b'x' * len(b[::4096])")
+	if !res.OOMKilled || !res.StateLost {
+		t.Fatalf("oom killed %v, state lost %v (exit %d, stderr %q); want both", res.OOMKilled, res.StateLost, res.ExitCode, res.Stderr)
+	}
+	if res := SessionCall(t, s, "python", "print(open('f').read())"); res.Stdout != "kept\n" {
+		t.Fatalf("after the OOM kill: stdout %q, want the file", res.Stdout)
+	}
+}
+
+// CheckSessionReaps checks, in python and bash sessions of b, that the
+// session's supervisor reaps: the orphans of a call leave no zombie behind,
+// and after a fork bomb that filled the processes limit and timed out, the
+// next calls have their processes back.
+func CheckSessionReaps(t *testing.T, b sessions.Backend) {
+	t.Helper()
+	lim := DefaultLimits()
+	// Few enough pythons to fit the memory limit: under gVisor the OOM
+	// killer takes its whole kernel (see docker mode's gvisorGaps).
+	lim.Processes = 32
+	zombies := "n=0; for f in /proc/[0-9]*/stat; do read -r s < \"$f\" 2>/dev/null && case \"${s##*) }\" in Z*) n=$((n+1));; esac; done; echo \"zombies $n\""
+	for lang, bomb := range map[string]string{
+		"bash":   "b() { b & b & wait; }; b",
+		"python": "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
+	} {
+		t.Run(lang, func(t *testing.T) {
+			s, err := b.Start(context.Background(), sessions.Spec{ID: "ses_test", Language: lang, Limits: lim, Deadline: time.Now().Add(time.Hour)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			run := func(code string) string {
+				t.Helper()
+				if lang == "python" {
+					code = "import subprocess; print(subprocess.run(['sh', '-c', " + fmt.Sprintf("%q", code) + "], capture_output=True, text=True).stdout, end='')"
+				}
+				return SessionCall(t, s, lang, code).Stdout
+			}
+			// Forty orphans that end at once: their parents exit first.
+			run("for i in $(seq 40); do ( sh -c 'exit 0' & ); done")
+			if got := run(zombies); got != "zombies 0\n" {
+				t.Fatalf("after orphans ended: %q, want none", got)
+			}
+			req := Req(lang, bomb)
+			req.Limits.Timeout = 2 * time.Second
+			res, err := s.Exec(context.Background(), req)
+			if err != nil || !res.TimedOut {
+				t.Fatalf("the fork bomb: %+v %v", res, err)
+			}
+			for range 3 {
+				if got := run("for i in $(seq 20); do sleep 0.01 & done; wait; echo done; " + zombies); got != "done\nzombies 0\n" {
+					t.Fatalf("after the fork bomb, a call that starts 20 processes: %q", got)
+				}
+			}
+		})
 	}
 }
 

@@ -22,8 +22,19 @@ type CallHooks struct {
 	// Reset kills every process of the session but its supervisor and
 	// waits for a fresh interpreter, after a call that timed out, went
 	// past the output cap or was cancelled. An error leaves the sandbox
-	// broken.
+	// broken (unless Reconnect mends it).
 	Reset func() error
+	// Reconnect, if set, is for a mode whose calls each reach the
+	// supervisor over a channel of their own, which can end while the
+	// supervisor lives on (kubernetes mode: an exec into the pod, whose
+	// client the call's code can kill, or whose stream the cluster can
+	// cut). When the call's channel ended before the call did, or Reset
+	// failed on it, Reconnect returns a new channel on which the session
+	// was reset (every process of it but the supervisor killed, a fresh
+	// interpreter waiting): the call is reported as killed with its state
+	// lost, and Call goes on with the new channel. An error means the
+	// session's sandbox is gone.
+	Reconnect func() (*Conn, error)
 	// OOM, if set, says whether the memory limit ended the call, from the
 	// supervisor's count of OOM kills (-1: it could not tell).
 	OOM func(res *sandbox.Result, ooms int)
@@ -57,18 +68,26 @@ func Call(ctx context.Context, conn *Conn, req sandbox.Request, h CallHooks) (*s
 	}
 	res, outcome, ooms := conn.Exec(ctx, req.Code, req.Stdin, req.Limits)
 	res.Sandbox = h.Mode
-	switch outcome {
-	case Completed:
-	case Died:
-		return nil, fmt.Errorf("%w: the session's supervisor ended during the call (%v): its variables and files are gone; close the session and create another", sandbox.ErrSandboxUnavailable, conn.Err())
-	default:
+	if outcome != Completed {
 		// The call must end now: every process of it goes.
 		res.StateLost = true
 		res.ExitCode, res.Signal = 137, "killed"
-		if rerr := h.Reset(); rerr != nil {
-			return nil, fmt.Errorf("%w: the session could not be reset after the call: %v", sandbox.ErrSandboxUnavailable, rerr)
+		var rerr error
+		if outcome != Died {
+			rerr = h.Reset()
 		}
-		if outcome == Cancelled {
+		if (outcome == Died || rerr != nil) && h.Reconnect != nil {
+			var nc *Conn
+			if nc, rerr = h.Reconnect(); rerr == nil {
+				conn = nc
+			}
+		}
+		switch {
+		case outcome == Died && (h.Reconnect == nil || rerr != nil):
+			return nil, fmt.Errorf("%w: the session's supervisor ended during the call (%v): its variables and files are gone; close the session and create another", sandbox.ErrSandboxUnavailable, errors.Join(conn.Err(), rerr))
+		case rerr != nil:
+			return nil, fmt.Errorf("%w: the session could not be reset after the call: %v", sandbox.ErrSandboxUnavailable, rerr)
+		case outcome == Cancelled:
 			err = fmt.Errorf("call cancelled: %w", ctx.Err())
 		}
 	}

@@ -25,11 +25,16 @@ import (
 // code. The server talks only to it, over a control channel of its own: the
 // attached stdin and stdout of the session's container in docker mode, where
 // it is PID 1; two FIFOs in process mode and mode none, where it is the
-// session's one long run. It makes itself non-dumpable first, so that no
-// process of the session can read its memory or descriptors or trace it (the
-// channel is out of their reach), ignores every signal it can, and is a child
-// subreaper (or the container's init), so that every process of the session
-// is its descendant. It starts the session's interpreter: for python a fork
+// session's one long run; in kubernetes mode, where it is the session pod's
+// PID 1, each connection that a call's exec into the pod makes to an abstract
+// unix socket that the supervisor binds before anything of the session runs
+// and holds for the session's life (one connection at a time, served only
+// between calls and only for a process started from outside the pod; see
+// the supervisor's "Listening", and sandbox/kube). It makes itself
+// non-dumpable first, so that no process of the session can read its memory
+// or descriptors or trace it (the channel is out of their reach), ignores
+// every signal it can, and is a child subreaper (or the container's init),
+// so that every process of the session is its descendant. It starts the session's interpreter: for python a fork
 // of itself that runs the python driver (drivers/python.py), for javascript
 // node with the javascript driver (drivers/javascript.js); a bash session
 // has none, and each call is a fresh bash. An interpreter speaks the same
@@ -104,7 +109,9 @@ func Interpreted(lang string) bool { return lang == "python" || lang == "javascr
 
 // SupervisorArgs returns the arguments of python3 that run a session's
 // supervisor for lang with its control channel on in and out (each a path
-// or "fd:N"). interp is the command line that the mode would run lang's
+// or "fd:N"; or both "listen:NAME", the abstract unix socket NAME, on which
+// each connection accepted in turn is the channel, greeted with an R frame
+// as the supervisor's start is, or refused with an F frame). interp is the command line that the mode would run lang's
 // programs with (interpreter and its arguments): for python, the python
 // that runs the supervisor itself (its arguments are not used: the
 // supervisor starts isolated and the driver adds the site directories and

@@ -20,6 +20,7 @@ import (
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/kube/internal/kubeapi"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
+	"github.com/codeexec/codeexec/sandbox/sessions"
 )
 
 // RequireVariable makes a test that finds no cluster fail instead of skip.
@@ -96,6 +97,17 @@ type Scaled struct{ sandbox.Runner }
 func (s Scaled) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
 	req.Limits = Limits(req.Limits)
 	return s.Runner.Run(ctx, req)
+}
+
+// Sessions is a session backend that starts each session with the tests'
+// CPU limit (see CPUs), so that the shared session suite fits the test
+// cluster.
+type Sessions struct{ sessions.Backend }
+
+// Start starts a session with CPUs.
+func (b Sessions) Start(ctx context.Context, spec sessions.Spec) (sessions.Session, error) {
+	spec.Limits = Limits(spec.Limits)
+	return b.Backend.Start(ctx, spec)
 }
 
 // Cluster is the test cluster's API, as its admin (KUBECONFIG).

@@ -2,7 +2,9 @@
 # the session's code. See sandbox/sessions (protocol.go) for the protocol and
 # what it guarantees. argv: <language> <control in> <control out> [--relay
 # <socket> <port> <relay program>] -- <interpreter...>; each control end is a
-# path (a FIFO, unlinked once open) or fd:N. For python the interpreter is
+# path (a FIFO, unlinked once open) or fd:N, or both are listen:NAME (the
+# control channel is then each connection accepted, one at a time, on the
+# abstract unix socket NAME; see "Listening" below). For python the interpreter is
 # the python driver's source, which runs in a fork of this process; for
 # javascript, the command line of node with the javascript driver; for bash,
 # bash's.
@@ -48,11 +50,28 @@ def _codeexec_supervisor(argv):
             pass
         return fd
 
-    cin = ctl(cin_spec, os.O_RDONLY)
-    cout = ctl(cout_spec, os.O_WRONLY)
+    # Listening (kubernetes mode, where each call reaches the pod over an
+    # exec of its own): the name is bound now, before anything of the
+    # session runs, and held for the session's life, so that no process of
+    # the session can take it; a connection is served only while no call
+    # runs, and only when it comes from a process started from outside the
+    # pod (see accept).
+    ctl_listener = None
+    if cin_spec.startswith("listen:"):
+        ctl_listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        ctl_listener.bind("\0" + cin_spec[len("listen:"):])
+        ctl_listener.listen(16)
+        ctl_listener.setblocking(False)
+        cin = cout = -1
+    else:
+        cin = ctl(cin_spec, os.O_RDONLY)
+        cout = ctl(cout_spec, os.O_WRONLY)
+    conn = None  # the connection served (listening), its client's pid
+    conn_pid = 0
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (cin, cout, null):
-        os.set_inheritable(fd, False)
+        if fd >= 0:
+            os.set_inheritable(fd, False)
     if not pid1:
         os.dup2(null, 0)
         os.dup2(null, 1)
@@ -79,7 +98,16 @@ def _codeexec_supervisor(argv):
                     return
         return frame
 
-    send = framer(cout)
+    def send(kind, data=b""):
+        # Listening, with no connection (or one whose client went away: its
+        # end shows on the read side too), the frame is dropped.
+        if cout < 0:
+            return
+        try:
+            framer(cout)(kind, data)
+        except OSError:
+            if ctl_listener is None:
+                raise
 
     def fail(msg):
         send(b"F", msg.encode(errors="replace"))
@@ -90,7 +118,8 @@ def _codeexec_supervisor(argv):
         os.set_blocking(fd, False)
     signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    os.set_blocking(cin, False)
+    if cin >= 0:
+        os.set_blocking(cin, False)
     sel = selectors.DefaultSelector()
 
     # Where the kernel shows what a thread waits in (/proc/PID/syscall; gVisor
@@ -249,6 +278,8 @@ def _codeexec_supervisor(argv):
                 for fd in (cin, cout, wake_r, wake_w):
                     if fd > 2:
                         os.close(fd)
+                if ctl_listener is not None:
+                    ctl_listener.close()
                 sys.argv[:] = ["", relay[0], str(relay[1]), str(listener.fileno())]
                 exec(compile(relay[2], "<codeexec-relay>", "exec"), {"__name__": "__main__"})
             finally:
@@ -256,7 +287,9 @@ def _codeexec_supervisor(argv):
         relay_pid = pid
 
     def keep(*pids):
-        return tuple(p for p in pids + (relay_pid,) if p)
+        # The relay, and the client of the connection served (listening),
+        # live on.
+        return tuple(p for p in pids + (relay_pid, conn_pid) if p)
 
     # The interpreter: python, a fork of this process (each call's end
     # forks it again); javascript, node. Its control input and frames are
@@ -551,7 +584,7 @@ def _codeexec_supervisor(argv):
         # A private folder for a bash call's program, outside the working
         # directory: the control channel's folder (which the sandbox lets
         # the session write), or /dev/shm, or the temporary folder.
-        places = [os.path.dirname(cin_spec)] if not cin_spec.startswith("fd:") else []
+        places = [os.path.dirname(cin_spec)] if not cin_spec.startswith(("fd:", "listen:")) else []
         for place in places + ["/dev/shm", None]:
             try:
                 return tempfile.mkdtemp(prefix="codeexec-call-", dir=place)
@@ -745,16 +778,109 @@ def _codeexec_supervisor(argv):
                 start_interp()
                 finish()
 
-    def reset():
-        # Every process of the session but this one (and the relay) is
-        # killed, and a fresh interpreter waits.
+    def stop_all():
+        # Every process of the session but this one (and the relay, and the
+        # client of the connection served) is killed, and a fresh
+        # interpreter waits.
         nonlocal call
         if call is not None and call["bash"] is not None:
             bash_done(call["bash"])
         call = None
         sweep(keep())
         start_interp()
+
+    def reset():
+        stop_all()
         send(b"Z", st8["version"].encode())
+
+    # Listening: one connection at a time is the control channel. It is
+    # accepted only while no call runs (nothing of the session runs then),
+    # and only from a live process whose parent is outside the pod's PID
+    # namespace (PPid 0: started by an exec into the pod, never by the
+    # session, whose every process descends from this one); the process is
+    # named by a descriptor of its own where the kernel gives one
+    # (SO_PEERPIDFD), so that a process of the session that connected
+    # during a call and was killed at its end cannot pass for another that
+    # has its pid. Every process of the session that was alive while the
+    # session's code ran is killed at the call's end (sweep), but the
+    # stopped interpreter and the connection's own client, which was
+    # accepted before the call began; so a client that is accepted was
+    # started while nothing of the session ran. The greeting is an R frame
+    # (the interpreter's version); a refusal is an F frame, and the
+    # connection is closed. When the connection ends during a call (its
+    # client was killed, or its stream cut), the call is stopped as by reset,
+    # and the next connection is awaited.
+    class Dropped(Exception):
+        pass
+
+    def peer_refused(c):
+        # Why the process that made connection c may not use it, or "".
+        pid = struct.unpack("3i", c.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+        try:
+            pidfd = c.getsockopt(socket.SOL_SOCKET, 77)  # SO_PEERPIDFD
+        except OSError:
+            pidfd = -1
+
+        def alive_peer():
+            if pidfd < 0:
+                return alive(pid)
+            return libc.syscall(424, pidfd, 0, None, 0) == 0  # pidfd_send_signal
+        try:
+            if pid <= 0 or not alive_peer():
+                return "the connecting process has ended"
+            try:
+                with open("/proc/%d/status" % pid) as f:
+                    ppid = [l.split()[1] for l in f if l.startswith("PPid:")]
+            except OSError:
+                ppid = []
+            if not alive_peer():
+                return "the connecting process has ended"
+            if ppid != ["0"]:
+                return "the connecting process (pid %d) is one of the session's" % pid
+            return ""
+        finally:
+            if pidfd >= 0:
+                os.close(pidfd)
+
+    def accept():
+        nonlocal conn, conn_pid, cin, cout
+        try:
+            c, _ = ctl_listener.accept()
+        except OSError:
+            return
+        c.setblocking(True)
+        try:
+            why = peer_refused(c)
+        except OSError as e:
+            why = "its process could not be checked (%s)" % e
+        if why:
+            try:
+                framer(c.fileno())(b"F", ("refused: " + why).encode())
+                # What it sent is read and dropped first, so that the
+                # refusal reaches it (not a reset).
+                c.setblocking(False)
+                for _ in range(64):
+                    if not c.recv(1 << 16):
+                        break
+            except OSError:
+                pass
+            c.close()
+            return
+        sel.unregister(ctl_listener)
+        conn, cin, cout = c, c.fileno(), c.fileno()
+        conn_pid = struct.unpack("3i", c.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+        sel.register(cin, selectors.EVENT_READ, "cin")
+        send(b"R", st8["version"].encode())
+
+    def dropped():
+        nonlocal conn, conn_pid, cin, cout
+        sel.unregister(cin)
+        conn.close()
+        conn, conn_pid, cin, cout = None, 0, -1, -1
+        inbuf.clear()
+        if call is not None:
+            stop_all()
+        sel.register(ctl_listener, selectors.EVENT_READ, "accept")
 
     # The server's commands: "call <code bytes> <stdin bytes>" and the
     # bytes, "files <count>" and the records, "changes", "reset".
@@ -770,6 +896,12 @@ def _codeexec_supervisor(argv):
                 s.select()
                 s.close()
                 continue
+            except OSError:
+                if ctl_listener is None:
+                    raise
+                d = b""
+            if not d and ctl_listener is not None:
+                raise Dropped()
             if not d:
                 # The server is gone (or closed the session): so is the
                 # session.
@@ -812,9 +944,16 @@ def _codeexec_supervisor(argv):
             for key, _ in sel.select(0.0002 if polling else None):
                 what = key.data
                 if what == "cin":
-                    fill()
-                    while b"\n" in inbuf:
-                        command()
+                    try:
+                        fill()
+                        while b"\n" in inbuf:
+                            command()
+                    except Dropped:
+                        dropped()
+                        break  # what else this round saw is seen again
+                elif what == "accept":
+                    accept()
+                    break
                 elif what == "wake":
                     try:
                         os.read(wake_r, 512)
@@ -836,9 +975,12 @@ def _codeexec_supervisor(argv):
         start_interp()
     except OSError as e:
         fail("the %s interpreter did not start: %s" % (lang, e))
-    sel.register(cin, selectors.EVENT_READ, "cin")
     sel.register(wake_r, selectors.EVENT_READ, "wake")
-    send(b"R", st8["version"].encode())
+    if ctl_listener is not None:
+        sel.register(ctl_listener, selectors.EVENT_READ, "accept")
+    else:
+        sel.register(cin, selectors.EVENT_READ, "cin")
+        send(b"R", st8["version"].encode())
     try:
         serve()
     except Exception as e:
