@@ -166,9 +166,11 @@ func (s *containerSession) Exec(ctx context.Context, req sandbox.Request) (*sand
 				// The container's own count, as the supervisor read it.
 				res.OOMKilled = ooms > s.ooms && res.ExitCode != 0
 				s.ooms = max(s.ooms, ooms)
-			} else if res.StateLost {
-				// Nothing in the container but the program can SIGKILL the
-				// interpreter, except the kernel's OOM killer.
+			} else if res.StateLost && !res.TimedOut && !res.Truncated && ctx.Err() == nil {
+				// An interpreter SIGKILLed while its call ran on: nothing
+				// in the container but the program can do that, except the
+				// kernel's OOM killer. (A call that timed out, overflowed
+				// the cap or was cancelled was killed by the server.)
 				res.OOMKilled = res.Signal == "killed"
 			}
 		},

@@ -409,8 +409,8 @@ func sessionATimeoutLosesTheStateNotTheFiles(t *testing.T, ss *sessionSuite) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !res.TimedOut || !res.StateLost {
-				t.Fatalf("timed out %v, state lost %v; want both", res.TimedOut, res.StateLost)
+			if !res.TimedOut || !res.StateLost || res.OOMKilled {
+				t.Fatalf("timed out %v, state lost %v, oom killed %v; want a timeout that lost the state, not an OOM kill", res.TimedOut, res.StateLost, res.OOMKilled)
 			}
 			res = SessionCall(t, s, lang, calls[2])
 			if !strings.HasPrefix(res.Stdout, "still here\n") || res.ExitCode != 1 || res.StateLost {
@@ -431,8 +431,8 @@ func sessionTheOutputCapLosesTheState(t *testing.T, ss *sessionSuite) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.Truncated || !res.StateLost {
-		t.Fatalf("truncated %v, state lost %v; want both", res.Truncated, res.StateLost)
+	if !res.Truncated || !res.StateLost || res.OOMKilled {
+		t.Fatalf("truncated %v, state lost %v, oom killed %v; want a cut that lost the state, not an OOM kill", res.Truncated, res.StateLost, res.OOMKilled)
 	}
 	ss.expect(t, SessionCall(t, s, "python", "print('fresh')"), 0, "fresh\n")
 }
@@ -447,8 +447,8 @@ func sessionBashTimeout(t *testing.T, ss *sessionSuite) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.TimedOut {
-		t.Fatalf("timed out %v, want true", res.TimedOut)
+	if !res.TimedOut || res.OOMKilled {
+		t.Fatalf("timed out %v, oom killed %v; want a timeout, not an OOM kill", res.TimedOut, res.OOMKilled)
 	}
 	ss.expect(t, SessionCall(t, s, "bash", "echo next"), 0, "next\n")
 }
