@@ -24,6 +24,12 @@
 // that they run the same interpreters), none, process, docker with
 // CODE_EXEC_DOCKER_POOL_SIZE=0 (a container created per run) and docker with
 // the pool (-pool, default 2). Docker configurations are skipped with -docker=false.
+//
+// The cost of docker and kubernetes mode side by side (-cost-rounds, see
+// cost.go): a cold sandbox, a warm one and a session call in each mode,
+// back to back and with -cost-think between calls:
+//
+//	KUBECONFIG=... go run ./cmd/codeexec-bench -rounds 0 -sustained 0 -cost-rounds 5
 package main
 
 import (
@@ -76,14 +82,20 @@ func main() {
 	flag.StringVar(&sus.concurrency, "concurrency", "1,4", "numbers of clients calling at once in the sustained-rate measurements")
 	flag.DurationVar(&sus.think, "think", 250*time.Millisecond, "pause of each client between an answer and its next call, measured apart from the back-to-back figures (0 skips it)")
 	flag.StringVar(&sus.baseline, "baseline", "", "a second codeexec binary whose sustained rate is measured in the same run, alternating with this one")
+	var cst cost
+	flag.IntVar(&cst.rounds, "cost-rounds", 0, "rounds of the cost measurement, docker and kubernetes mode side by side: cold, warm and session calls (0 skips it)")
+	flag.IntVar(&cst.block, "cost-block", 10, "back-to-back calls per configuration and think time in each round of the cost measurement")
+	flag.DurationVar(&cst.think, "cost-think", time.Second, "pause of the client between an answer and its next call in the cost measurement's second pass (0 skips it)")
+	flag.BoolVar(&cst.kubernetes, "kubernetes", os.Getenv("KUBECONFIG") != "", "include kubernetes mode in the cost measurement (the cluster KUBECONFIG names)")
+	flag.StringVar(&cst.cpus, "cost-cpus", "0.5", "CODE_EXEC_CPUS of every configuration of the cost measurement")
 	flag.Parse()
-	if err := run(*rounds, *warmup, *pool, *bin, *withDocker, sus, *settle); err != nil {
+	if err := run(*rounds, *warmup, *pool, *bin, *withDocker, sus, *settle, cst); err != nil {
 		fmt.Fprintln(os.Stderr, "codeexec-bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(rounds, warmup, pool int, bin string, withDocker bool, sus sustained, settle time.Duration) (err error) {
+func run(rounds, warmup, pool int, bin string, withDocker bool, sus sustained, settle time.Duration, cst cost) (err error) {
 	ctx := context.Background()
 	if bin == "" {
 		dir, err := os.MkdirTemp("", "codeexec-bench-")
@@ -96,6 +108,14 @@ func run(rounds, warmup, pool int, bin string, withDocker bool, sus sustained, s
 		}
 	}
 
+	if withDocker && cst.rounds > 0 {
+		// Last, after the latency rounds and the sustained rate.
+		defer func() {
+			if err == nil {
+				err = cst.measure(ctx, bin)
+			}
+		}()
+	}
 	if withDocker && sus.calls > 0 {
 		// After the latency rounds, whose servers are closed by then.
 		defer func() {
