@@ -304,7 +304,7 @@ def _codeexec_supervisor(argv):
                 pass
             os.close(fd)
 
-    def start_interp():
+    def start_interp(attempt=1):
         nonlocal can_look
         close_fd(st8["to"])
         close_fd(st8["frm"])
@@ -336,6 +336,12 @@ def _codeexec_supervisor(argv):
                 break
             if ended or not alive(pid):
                 reap()
+                if ctl_listener is not None and attempt < 3:
+                    # Listening (kubernetes mode), a kill -9 -1 of the
+                    # server's (over pods/exec, once a call's connection
+                    # ended) may land as the interpreter starts after
+                    # the drop: it is started again.
+                    return start_interp(attempt + 1)
                 fail("the %s interpreter ended as it started" % lang)
             s = selectors.DefaultSelector()
             s.register(r2, selectors.EVENT_READ)
