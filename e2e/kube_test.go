@@ -109,13 +109,15 @@ func TestKubernetesMode(t *testing.T) {
 // TestKubernetesSessions runs the session tests of every mode in kubernetes
 // mode: state and files persist, a timeout loses the state, another client
 // cannot use a session, session_close and the idle timeout delete its pod,
-// files in and artifacts out call by call.
+// files in and artifacts out call by call, and the egress allowlist with a
+// network report per call.
 func TestKubernetesSessions(t *testing.T) {
 	kubetest.Kubeconfig(t)
 	for name, check := range map[string]func(t *testing.T, mode string){
 		"sessions":            checkSessions,
 		"idle expiry":         checkSessionIdleExpiry,
 		"files and artifacts": checkSessionFilesAndArtifacts,
+		"network allowlist":   checkSessionNetworkAllowlist,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -18,8 +18,8 @@ import (
 )
 
 // Files in and artifacts out, and the egress proxy, in sessions, in docker
-// and process mode, through the go-sdk client (files in and artifacts out in
-// kubernetes mode too, by TestKubernetesSessions).
+// and process mode, through the go-sdk client (in kubernetes mode too, by
+// TestKubernetesSessions).
 
 // pngChartCode draws a 40x30 chart as a PNG with python's standard library
 // only (the default image has no matplotlib), next to a CSV summary.
@@ -152,78 +152,85 @@ func checkSessionFilesAndArtifacts(t *testing.T, mode string) {
 // listeners this test starts on this machine, every name pinned.
 func TestSessionNetworkAllowlist(t *testing.T) {
 	t.Parallel()
-	sessionModes(t, func(t *testing.T, mode string) {
-		if mode == "process" && os.Getenv("CODE_EXEC_TEST_NO_USERNS") == "1" && os.Geteuid() != 0 {
-			t.Skip("without user namespaces an ordinary user's server refuses CODE_EXEC_NETWORK=allowlist (no network namespace to hold runs to it); TestNetworkAllowlist checks that refusal")
+	sessionModes(t, checkSessionNetworkAllowlist)
+}
+
+// checkSessionNetworkAllowlist is TestSessionNetworkAllowlist in mode.
+func checkSessionNetworkAllowlist(t *testing.T, mode string) {
+	if mode == "process" && os.Getenv("CODE_EXEC_TEST_NO_USERNS") == "1" && os.Geteuid() != 0 {
+		t.Skip("without user namespaces an ordinary user's server refuses CODE_EXEC_NETWORK=allowlist (no network namespace to hold runs to it); TestNetworkAllowlist checks that refusal")
+	}
+	// The listeners' address, and those that the program's raw sockets
+	// try and must not reach: loopback (the sandbox's own); in docker mode
+	// the bridge's address; in kubernetes mode this host's (as
+	// TestKubernetesNetworkAllowlist).
+	ip, raws := "127.0.0.1", []string{"127.0.0.1"}
+	switch mode {
+	case "docker":
+		dockerEngine(t)
+		if b := bridgeAddr(); b != "" {
+			ip, raws = b, append(raws, b)
 		}
-		ip := "127.0.0.1"
-		if mode == "docker" {
-			dockerEngine(t)
-			if b := bridgeAddr(); b != "" {
-				ip = b
-			}
-		}
-		e := sandboxtest.StartEgress(t, ip)
-		env, _ := sessionEnv(t, mode, map[string]string{
-			"CODE_EXEC_LANGUAGES":             "python",
-			"CODE_EXEC_NETWORK":               "allowlist",
-			"CODE_EXEC_NETWORK_ALLOW":         strings.Join(e.Allow(), ","),
-			"CODE_EXEC_NETWORK_RESOLVE":       e.Resolve(),
-			"CODE_EXEC_NETWORK_ALLOW_PRIVATE": "true",
-			"CODE_EXEC_TIMEOUT":               "30s",
-		})
-		cs, _ := connect(t, stdio, env, connectOpts{})
-		py := createSession(t, cs, map[string]any{"language": "python"})
-		raws := []string{"127.0.0.1"}
-		if ip != "127.0.0.1" {
-			raws = append(raws, ip)
-		}
-		type netExec struct {
-			ExitCode int            `json:"exit_code"`
-			Stdout   string         `json:"stdout"`
-			Stderr   string         `json:"stderr"`
-			Network  *egress.Report `json:"network"`
-		}
-		run := func(code string) (*mcp.CallToolResult, netExec) {
-			t.Helper()
-			res := call(t, cs, "code_execute", map[string]any{"language": "python", "code": code, "session_id": py})
-			var out netExec
-			remarshal(t, res.StructuredContent, &out)
-			if res.IsError || out.ExitCode != 0 {
-				t.Fatalf("isError=%v exit=%d\nstdout:\n%s\nstderr:\n%s", res.IsError, out.ExitCode, out.Stdout, out.Stderr)
-			}
-			return res, out
-		}
-		for i := range 2 {
-			res, out := run(e.Program(raws...))
-			for name, want := range map[string]string{"http": "200 plain-ok", "connect": "200 tls-ok", "notlisted": "HTTP 403", "port": "refused"} {
-				if got := sandboxtest.Line(out.Stdout, name); !strings.HasPrefix(got, want) {
-					t.Errorf("call %d: %s: %q, want %q", i, name, got, want)
-				}
-			}
-			for _, ip := range raws {
-				if got := sandboxtest.Line(out.Stdout, "raw "+ip); !strings.HasPrefix(got, "refused") {
-					t.Errorf("call %d: raw socket to %s: %q, want refused", i, ip, got)
-				}
-			}
-			if out.Network == nil || len(out.Network.Reached) != 3 {
-				t.Fatalf("call %d: network %+v, want allowed.test on both ports and private.test", i, out.Network)
-			}
-			for _, r := range out.Network.Reached {
-				if r.Connections != 1 {
-					t.Errorf("call %d: %d connections to %s:%d, want 1: each call reports its own", i, r.Connections, r.Host, r.Port)
-				}
-			}
-			if !strings.Contains(text(res), "reached allowed.test:") {
-				t.Errorf("call %d: the text does not list the network:\n%s", i, text(res))
-			}
-			if i == 0 {
-				// A call in between that reaches nothing reports nothing.
-				res, out := run("x = 1")
-				if !out.Network.Empty() || strings.Contains(text(res), "reached ") {
-					t.Errorf("a call that reached nothing: network %+v, text %q", out.Network, text(res))
-				}
-			}
-		}
+	case "kubernetes":
+		ip = sandboxtest.HostListenerIP()
+		raws = sandboxtest.RawTargets(ip)
+	}
+	e := sandboxtest.StartEgress(t, ip)
+	env, _ := sessionEnv(t, mode, map[string]string{
+		"CODE_EXEC_LANGUAGES":             "python",
+		"CODE_EXEC_NETWORK":               "allowlist",
+		"CODE_EXEC_NETWORK_ALLOW":         strings.Join(e.Allow(), ","),
+		"CODE_EXEC_NETWORK_RESOLVE":       e.Resolve(),
+		"CODE_EXEC_NETWORK_ALLOW_PRIVATE": "true",
+		"CODE_EXEC_TIMEOUT":               "30s",
 	})
+	cs, _ := connect(t, stdio, env, connectOpts{})
+	py := createSession(t, cs, map[string]any{"language": "python"})
+	type netExec struct {
+		ExitCode int            `json:"exit_code"`
+		Stdout   string         `json:"stdout"`
+		Stderr   string         `json:"stderr"`
+		Network  *egress.Report `json:"network"`
+	}
+	run := func(code string) (*mcp.CallToolResult, netExec) {
+		t.Helper()
+		res := call(t, cs, "code_execute", map[string]any{"language": "python", "code": code, "session_id": py})
+		var out netExec
+		remarshal(t, res.StructuredContent, &out)
+		if res.IsError || out.ExitCode != 0 {
+			t.Fatalf("isError=%v exit=%d\nstdout:\n%s\nstderr:\n%s", res.IsError, out.ExitCode, out.Stdout, out.Stderr)
+		}
+		return res, out
+	}
+	for i := range 2 {
+		res, out := run(e.Program(raws...))
+		for name, want := range map[string]string{"http": "200 plain-ok", "connect": "200 tls-ok", "notlisted": "HTTP 403", "port": "refused"} {
+			if got := sandboxtest.Line(out.Stdout, name); !strings.HasPrefix(got, want) {
+				t.Errorf("call %d: %s: %q, want %q", i, name, got, want)
+			}
+		}
+		for _, ip := range raws {
+			if got := sandboxtest.Line(out.Stdout, "raw "+ip); !strings.HasPrefix(got, "refused") {
+				t.Errorf("call %d: raw socket to %s: %q, want refused", i, ip, got)
+			}
+		}
+		if out.Network == nil || len(out.Network.Reached) != 3 {
+			t.Fatalf("call %d: network %+v, want allowed.test on both ports and private.test", i, out.Network)
+		}
+		for _, r := range out.Network.Reached {
+			if r.Connections != 1 {
+				t.Errorf("call %d: %d connections to %s:%d, want 1: each call reports its own", i, r.Connections, r.Host, r.Port)
+			}
+		}
+		if !strings.Contains(text(res), "reached allowed.test:") {
+			t.Errorf("call %d: the text does not list the network:\n%s", i, text(res))
+		}
+		if i == 0 {
+			// A call in between that reaches nothing reports nothing.
+			res, out := run("x = 1")
+			if !out.Network.Empty() || strings.Contains(text(res), "reached ") {
+				t.Errorf("a call that reached nothing: network %+v, text %q", out.Network, text(res))
+			}
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -16,23 +17,33 @@ import (
 	"github.com/codeexec/codeexec/sandbox/egress"
 	"github.com/codeexec/codeexec/sandbox/egress/proxy"
 	"github.com/codeexec/codeexec/sandbox/internal/runproto"
+	"github.com/codeexec/codeexec/sandbox/sessions"
 )
 
 // Egress in kubernetes mode (CODE_EXEC_NETWORK=allowlist): each run pod
 // that has egress gets the relay of relay.go, started over pods/exec by
 // start before the pod is handed a program (warm pods at fill time), and a
 // session of codeexec's egress proxy served on the relay's connections.
-// The run's result carries the session's report.
+// The run's result carries the session's report. A session's pod gets the
+// same relay before any code of the session runs, kept across calls by the
+// session's supervisor and started again before a call once it ended, and
+// one proxy session for the pod's life, cut after each call
+// (sessionEgress).
 
 // relayStartTimeout bounds the relay's way to listening, once its pod runs.
 const relayStartTimeout = time.Minute
 
-// podEgress is one pod's relay and proxy session.
+// relayExec is one relay exec'd into a pod: the server's end of its stream.
+type relayExec struct {
+	mux    *relayMux
+	stream chan struct{} // closed once the exec stream ended
+	stderr boundedBuffer
+}
+
+// podEgress is one run pod's relay and proxy session.
 type podEgress struct {
-	mux     *relayMux
+	*relayExec
 	session *proxy.Session
-	stream  chan struct{} // closed once the exec stream ended
-	stderr  boundedBuffer
 
 	closeOnce sync.Once
 	report    *egress.Report
@@ -42,60 +53,70 @@ type podEgress struct {
 // listens and serves the pod's proxy session on its connections. On error
 // nothing of it is left running (the caller discards the pod).
 func (r *Runner) startRelay(ctx context.Context, s *podSession) (*podEgress, error) {
-	exec, err := r.executor(s.name, "exec", &corev1.PodExecOptions{Container: containerName, Command: relayCommand(r.python, relayPort), Stdin: true, Stdout: true, Stderr: true})
+	x, err := r.execRelay(ctx, s.name)
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes: %w: the egress relay of the pod %s: %v", sandbox.ErrSandboxUnavailable, s.name, err)
+		return nil, err
+	}
+	e := &podEgress{relayExec: x, session: r.cfg.Egress.Serve(s.name, x.mux)}
+	go func() {
+		select {
+		case <-x.mux.done:
+			// A warm pod whose relay ended is of no use: the pool
+			// replaces it. (A run's relay ends with its program.)
+			s.markBroken()
+		case <-s.stop:
+		}
+	}()
+	return e, nil
+}
+
+// execRelay execs the relay in the run container of the pod name and waits
+// until it listens. On error nothing of it is left running.
+func (r *Runner) execRelay(ctx context.Context, name string) (*relayExec, error) {
+	exec, err := r.executor(name, "exec", &corev1.PodExecOptions{Container: containerName, Command: relayCommand(r.python, relayPort), Stdin: true, Stdout: true, Stderr: true})
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: %w: the egress relay of the pod %s: %v", sandbox.ErrSandboxUnavailable, name, err)
 	}
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	streamCtx, stopStream := context.WithCancel(context.Background())
-	e := &podEgress{mux: newRelayMux(inW), stream: make(chan struct{})}
-	e.mux.onEnd = func() {
+	x := &relayExec{mux: newRelayMux(inW), stream: make(chan struct{})}
+	x.mux.onEnd = func() {
 		// The relay reads the end of its stdin and exits; the stream ends.
 		_ = inW.CloseWithError(io.EOF)
 		_ = outR.CloseWithError(errRelayEnded)
 		stopStream()
 	}
 	go func() {
-		defer close(e.stream)
-		err := exec.StreamWithContext(streamCtx, remotecommand.StreamOptions{Stdin: inR, Stdout: outW, Stderr: &e.stderr})
+		defer close(x.stream)
+		err := exec.StreamWithContext(streamCtx, remotecommand.StreamOptions{Stdin: inR, Stdout: outW, Stderr: &x.stderr})
 		if err != nil {
-			r.log.Debug("the egress relay's stream ended with an error", "pod", s.name, "err", err)
+			r.log.Debug("the egress relay's stream ended with an error", "pod", name, "err", err)
 		}
 		_ = outW.CloseWithError(io.EOF)
 	}()
-	go e.mux.serve(outR)
+	go x.mux.serve(outR)
 
 	t := time.NewTimer(relayStartTimeout)
 	defer t.Stop()
 	select {
-	case <-e.mux.ready:
-		e.session = r.cfg.Egress.Serve(s.name, e.mux)
-		go func() {
-			select {
-			case <-e.mux.done:
-				// A warm pod whose relay ended is of no use: the pool
-				// replaces it. (A run's relay ends with its program.)
-				s.markBroken()
-			case <-s.stop:
-			}
-		}()
-		return e, nil
-	case <-e.mux.done:
+	case <-x.mux.ready:
+		return x, nil
+	case <-x.mux.done:
 		// What the relay said, once its stream has ended.
 		select {
-		case <-e.stream:
+		case <-x.stream:
 		case <-t.C:
 		}
-		err = fmt.Errorf("kubernetes: %w: the egress relay of the pod %s did not start: %v%s", sandbox.ErrSandboxUnavailable, s.name, e.mux.Err(), e.stderr.detail())
+		err = fmt.Errorf("kubernetes: %w: the egress relay of the pod %s did not start: %v%s", sandbox.ErrSandboxUnavailable, name, x.mux.Err(), x.stderr.detail())
 	case <-t.C:
-		err = fmt.Errorf("kubernetes: %w: the egress relay of the pod %s did not listen within %s%s", sandbox.ErrSandboxUnavailable, s.name, relayStartTimeout, e.stderr.detail())
+		err = fmt.Errorf("kubernetes: %w: the egress relay of the pod %s did not listen within %s%s", sandbox.ErrSandboxUnavailable, name, relayStartTimeout, x.stderr.detail())
 	case <-ctx.Done():
-		err = fmt.Errorf("kubernetes: cancelled while the egress relay of the pod %s started: %w", s.name, ctx.Err())
+		err = fmt.Errorf("kubernetes: cancelled while the egress relay of the pod %s started: %w", name, ctx.Err())
 	case <-r.done:
-		err = fmt.Errorf("kubernetes: %w while the egress relay of the pod %s started", sandbox.ErrClosed, s.name)
+		err = fmt.Errorf("kubernetes: %w while the egress relay of the pod %s started", sandbox.ErrClosed, name)
 	}
-	e.mux.end(errors.New("the relay did not start"))
+	x.mux.end(errors.New("the relay did not start"))
 	return nil, err
 }
 
@@ -111,6 +132,160 @@ func (e *podEgress) close() *egress.Report {
 	})
 	return e.report
 }
+
+// sessionEgress is a session pod's egress: one proxy session for the pod's
+// life, cut after each call, served on the connections of the relay that
+// runs in the pod, whichever it is: the one started with the session, or
+// one started again before a call once the one before ended (the session's
+// code killed it, a recovery's kill -9 -1 did, or the cluster cut its
+// stream). Its methods are called with the session's lock held.
+type sessionEgress struct {
+	r       *Runner
+	pod     string
+	l       *relayListener
+	session *proxy.Session
+	relay   *relayExec // the relay the supervisor keeps; nil when none runs
+
+	closeOnce sync.Once
+}
+
+func (r *Runner) newSessionEgress(pod string) *sessionEgress {
+	l := newRelayListener()
+	return &sessionEgress{r: r, pod: pod, l: l, session: r.cfg.Egress.Serve(pod, l)}
+}
+
+// errNoRelay is what ensure returns when no relay could be started in the
+// pod: the call runs without network.
+var errNoRelay = errors.New("no egress relay runs in the session's pod")
+
+// ensure makes sure, on c (a connection to the session's supervisor, no
+// call running, so nothing of the session runs), that a relay runs in the
+// pod and that the supervisor keeps it: the relay kept is asked after (and
+// continued, should the session's code have stopped it); when it ended, the
+// supervisor ends it for good (its stream may have been cut while it ran)
+// and another is started and kept. Errors: one wrapping errNoRelay when no
+// relay could be started; any other is c's (the supervisor failed, or ctx
+// ended).
+func (e *sessionEgress) ensure(ctx context.Context, c *sessions.Conn) error {
+	if e.relay != nil && e.relay.mux.Err() == nil {
+		kept, err := c.KeepRelay(ctx, e.relay.mux.Pid())
+		if err != nil || kept {
+			return err
+		}
+	}
+	e.drop()
+	if _, err := c.KeepRelay(ctx, 0); err != nil {
+		return err
+	}
+	x, err := e.r.execRelay(ctx, e.pod)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errNoRelay, err)
+	}
+	kept, err := c.KeepRelay(ctx, x.mux.Pid())
+	if err != nil || !kept {
+		x.mux.Close()
+		if err == nil {
+			err = fmt.Errorf("%w: the relay of the pod %s ended as it started%s", errNoRelay, e.pod, x.stderr.detail())
+		}
+		return err
+	}
+	e.relay = x
+	e.l.attach(x.mux)
+	return nil
+}
+
+// drop ends the relay's stream, once the relay is known to be gone (a kill
+// -9 -1 in the pod): the next ensure starts another.
+func (e *sessionEgress) drop() {
+	if e.relay != nil {
+		e.relay.mux.Close()
+		e.relay = nil
+	}
+}
+
+// cut returns what the call that just ended reached, and closes every
+// connection it left (see proxy.Session.Cut).
+func (e *sessionEgress) cut() *egress.Report { return e.session.Cut() }
+
+// close ends the proxy session and the relay's stream (the relay reads the
+// end of its stdin and exits). It is safe to call more than once.
+func (e *sessionEgress) close() {
+	e.closeOnce.Do(func() {
+		e.session.Close()
+		e.l.Close()
+	})
+}
+
+// relayListener is the net.Listener of a session's proxy session: the
+// connections of each relay attached in turn, as long as it runs.
+type relayListener struct {
+	conns chan net.Conn
+	done  chan struct{}
+
+	mu     sync.Mutex
+	cur    *relayMux
+	closed bool
+}
+
+var _ net.Listener = (*relayListener)(nil)
+
+func newRelayListener() *relayListener {
+	return &relayListener{conns: make(chan net.Conn), done: make(chan struct{})}
+}
+
+// attach hands the connections of m to Accept until m ends; after Close it
+// ends m.
+func (l *relayListener) attach(m *relayMux) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		m.Close()
+		return
+	}
+	l.cur = m
+	go func() {
+		for {
+			c, err := m.Accept()
+			if err != nil {
+				return
+			}
+			select {
+			case l.conns <- c:
+			case <-l.done:
+				_ = c.Close()
+				return
+			}
+		}
+	}()
+}
+
+// Accept returns the next connection of a relay.
+func (l *relayListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+// Close ends the listener and the relay attached last. It is safe to call
+// more than once.
+func (l *relayListener) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.closed {
+		l.closed = true
+		close(l.done)
+		if l.cur != nil {
+			l.cur.Close()
+		}
+	}
+	return nil
+}
+
+// Addr is where programs connect, in the pod.
+func (l *relayListener) Addr() net.Addr { return relayNetAddr(relayAddr) }
 
 // networkReport ends the egress of s, once its program has ended, and puts
 // its report in res.
@@ -183,7 +358,7 @@ func (r *Runner) egressDetail() string {
 		return ""
 	}
 	return "; the one way out is codeexec's egress proxy (CODE_EXEC_NETWORK=allowlist), reached at " + relayAddr +
-		" in the pod through a relay (python3, one process of the run's user, not dumpable) that carries each connection over a pods/exec stream of the pod's own: no network path from the pod to the server"
+		" in the pod through a relay (python3, one process of the run's user, not dumpable) that carries each connection over a pods/exec stream of the pod's own: no network path from the pod to the server; a session's pod keeps its relay across calls and gets another before a call once it ended, never a way around the proxy"
 }
 
 // egressInfo is sandbox_info's network policy: nil without egress.

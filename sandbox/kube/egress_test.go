@@ -7,7 +7,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/egress/proxy"
 	"github.com/codeexec/codeexec/sandbox/kube/kubetest"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
@@ -202,4 +204,178 @@ print((time.perf_counter() - t) / %d * 1000)`, e.HTTPPort, n, n))
 		}
 		b.ReportMetric(total/float64(b.N), "ms/request")
 	})
+}
+
+// TestSessionEgress runs the shared session egress check in kubernetes
+// mode: a session's pod reaches the allowed listeners only through its
+// relay and the proxy, call after call, is refused the rest, and each
+// call's result reports that call's alone; what a call leaves running makes
+// no request after it.
+func TestSessionEgress(t *testing.T) {
+	ip := sandboxtest.HostListenerIP()
+	e := sandboxtest.StartEgress(t, ip)
+	for _, allowPrivate := range []bool{true, false} {
+		t.Run(fmt.Sprintf("private allowed %v", allowPrivate), func(t *testing.T) {
+			r := newRunner(t, Config{Languages: []string{"python", "bash"}, Egress: proxy.New(e.Policy(t, allowPrivate), nil)})
+			e.CheckSessionEgress(t, kubetest.Sessions{Backend: r.Sessions()}, allowPrivate, sandboxtest.RawTargets(ip)...)
+		})
+	}
+}
+
+// pyRelay is pyClients and relay(), the pid of the session pod's relay:
+// the process whose parent is outside the pod and whose last argument is
+// the relay's port; and get(), a request to allowed.test through the proxy.
+const pyRelay = pyClients + `import urllib.request
+def relay():
+    for p in clients():
+        try:
+            if open('/proc/%d/cmdline' % p, 'rb').read().rstrip(b'\0').split(b'\0')[-1] == b'3128':
+                return p
+        except OSError:
+            pass
+    return 0
+def gone(p):
+    try:
+        return open('/proc/%d/stat' % p).read().split(') ')[1][0] in 'ZX'
+    except OSError:
+        return True
+def get(timeout=15):
+    try:
+        return urllib.request.urlopen("http://allowed.test:%d/" % PORT, timeout=timeout).read().decode()
+    except Exception as e:
+        return "refused %s" % e
+`
+
+// TestSessionEgressRelay: a session pod's relay is started before its code
+// runs and kept across calls (a timeout's reset spares it); the session's
+// code can neither write into its stream nor trace it; when the code kills
+// it, the rest of that call has no network (never more), and the next call
+// has a new relay; one that the code stopped is continued before the next
+// call; a call after a killed client (its state lost, every process of the
+// pod killed) has a new relay too; while the code holds the relay's port, a
+// call has no network and its stderr says so. Each call's report is its
+// own. Close ends the relay's stream and the proxy session.
+func TestSessionEgressRelay(t *testing.T) {
+	e := sandboxtest.StartEgress(t, sandboxtest.HostListenerIP())
+	r := newRunner(t, Config{Languages: []string{"python"}, Egress: proxy.New(e.Policy(t, true), nil)})
+	s := startSession(t, r, "python", sandboxtest.DefaultLimits())
+	prelude := fmt.Sprintf("PORT = %d\n", e.HTTPPort) + pyRelay
+	call := func(code string, timeout time.Duration) *sandbox.Result {
+		t.Helper()
+		return sessionCall(t, s, "python", prelude+code, timeout)
+	}
+	// reached checks what the call printed and that its report has
+	// allowed.test reached n times (once, or not at all).
+	reached := func(what string, res *sandbox.Result, want map[string]string, n int) {
+		t.Helper()
+		for name, w := range want {
+			if got := sandboxtest.Line(res.Stdout, name); !strings.HasPrefix(got, w) {
+				t.Fatalf("%s: %s: %q, want %q\nstdout:\n%s\nstderr:\n%s", what, name, got, w, res.Stdout, res.Stderr)
+			}
+		}
+		switch {
+		case res.Network == nil:
+			t.Fatalf("%s: no network report", what)
+		case n == 0 && len(res.Network.Reached) != 0:
+			t.Fatalf("%s: reached %+v, want nothing", what, res.Network.Reached)
+		case n > 0 && (len(res.Network.Reached) != 1 || res.Network.Reached[0].Connections != n):
+			t.Fatalf("%s: reached %+v, want allowed.test %d time(s): the call's own", what, res.Network.Reached, n)
+		}
+	}
+	const getRelay = `print("get:", get())
+print("relay:", relay())
+`
+	res := call(getRelay+`p = relay()
+try:
+    open('/proc/%d/fd/1' % p, 'wb').write(b'L\0\0\0\0\0\0\0\x04 1 1')
+    print('forge: written')
+except OSError:
+    print('forge: denied')
+print('trace:', 'traced' if ctypes.CDLL(None).ptrace(16, p, 0, 0) == 0 else 'denied')
+`, 0)
+	reached("the first call", res, map[string]string{"get": "plain-ok", "forge": "denied", "trace": "denied"}, 1)
+	first := sandboxtest.Line(res.Stdout, "relay")
+
+	// A timeout resets the session: every process of the pod but the
+	// supervisor and its relay is killed.
+	res = call(`print("started", flush=True)
+time.sleep(600)`, 3*time.Second)
+	if !res.TimedOut || !res.StateLost {
+		t.Fatalf("timed out %v, state lost %v: want both", res.TimedOut, res.StateLost)
+	}
+	res = call(getRelay, 0)
+	reached("the call after a timeout", res, map[string]string{"get": "plain-ok", "relay": first}, 1)
+
+	// A killed client: the server kills every process of the pod but the
+	// supervisor, the relay with them.
+	res = call(`print("get:", get())
+for p in clients():
+    if p != relay():
+        os.kill(p, signal.SIGKILL)
+time.sleep(60)`, 0)
+	if !res.StateLost || res.Signal != "killed" {
+		t.Fatalf("the call that kills its client: state lost %v, signal %q", res.StateLost, res.Signal)
+	}
+	res = call(getRelay, 0)
+	reached("the call after a killed client", res, map[string]string{"get": "plain-ok"}, 1)
+	if second := sandboxtest.Line(res.Stdout, "relay"); second == first || second == "0" {
+		t.Fatalf("the relay after a killed client: %s, want a new one (the first was %s)", second, first)
+	}
+
+	// The code kills the relay: no network for the rest of the call.
+	res = call(`print("before:", get())
+p = relay()
+os.kill(p, signal.SIGKILL)
+while not gone(p):
+    time.sleep(0.01)
+print("after:", get())`, 0)
+	reached("the call that kills the relay", res, map[string]string{"before": "plain-ok", "after": "refused"}, 1)
+	res = call(getRelay, 0)
+	reached("the call after the relay was killed", res, map[string]string{"get": "plain-ok"}, 1)
+	third := sandboxtest.Line(res.Stdout, "relay")
+
+	// The code stops the relay: the next call has it continued.
+	res = call(`os.kill(relay(), signal.SIGSTOP)
+print("stopped:", relay())`, 0)
+	reached("the call that stops the relay", res, map[string]string{"stopped": third}, 0)
+	res = call(getRelay, 0)
+	reached("the call after the relay was stopped", res, map[string]string{"get": "plain-ok", "relay": third}, 1)
+
+	// The code kills the relay and holds its port in the interpreter: the
+	// next call has no network, and says so; once the port is free, the
+	// call after it has a relay again.
+	res = call(`p = relay()
+os.kill(p, signal.SIGKILL)
+while not gone(p):
+    time.sleep(0.01)
+taken = socket.socket()
+taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+taken.bind(("127.0.0.1", 3128))
+taken.listen()
+print("taken: yes")`, 0)
+	reached("the call that takes the relay's port", res, map[string]string{"taken": "yes"}, 0)
+	res = call(`print("get:", get(timeout=3))
+taken.close()`, 0)
+	reached("the call while the port is taken", res, map[string]string{"get": "refused"}, 0)
+	if !strings.HasPrefix(res.Stderr, "codeexec: the egress relay could not be started again") {
+		t.Fatalf("the call without relay: stderr %q, want it to say that it has no network", res.Stderr)
+	}
+	res = call(getRelay, 0)
+	reached("the call after the port was freed", res, map[string]string{"get": "plain-ok"}, 1)
+
+	// Close ends the relay's stream and the proxy session's listener.
+	x := s.egress.relay
+	if x == nil {
+		t.Fatal("no relay kept after a call that reached the network")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for what, c := range map[string]<-chan struct{}{"the relay's stream": x.stream, "the relay's end of it": x.mux.done, "the proxy session's listener": s.egress.l.done} {
+		select {
+		case <-c:
+		case <-time.After(time.Minute):
+			t.Fatalf("%s did not end with the session", what)
+		}
+	}
 }

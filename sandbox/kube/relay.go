@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -29,7 +30,8 @@ import (
 // connection's id (four bytes, big-endian) and the length of its payload
 // (four bytes), at most relayMaxData; then the payload. The types:
 //
-//	L  relay → server, id 0: the relay listens (payload: its port, decimal)
+//	L  relay → server, id 0: the relay listens (payload: its port and its
+//	   pid in the pod, decimal, separated by a space)
 //	O  relay → server: a new connection, with the next id (1, 2, ...)
 //	D  either way: bytes of the connection
 //	E  either way: the sender sends no more bytes (a half-close)
@@ -55,7 +57,9 @@ import (
 // proxy checks every destination. The relay ends with the run: the run's
 // supervisor kills every process of the pod but itself once the program
 // ended (the relay with the rest), a kill of the run kills it too, and the
-// server ends the stream when it releases the pod.
+// server ends the stream when it releases the pod. A session's pod keeps
+// its relay across calls (its supervisor spares it) and ends it with the
+// session (see sessionEgress).
 
 const (
 	// relayHost and relayPort are where the relay listens in the pod.
@@ -204,7 +208,7 @@ l.listen(128)
 l.setblocking(False)
 sel.register(l, R, "listener")
 sel.register(0, R, "stdin")
-send(b"L", 0, str(l.getsockname()[1]).encode())
+send(b"L", 0, b"%%d %%d" %% (l.getsockname()[1], os.getpid()))
 nid = 0
 buf = bytearray()
 while True:
@@ -269,6 +273,7 @@ type relayMux struct {
 	conns  map[uint32]*relayConn // open here
 	lastID uint32                // the last id the relay opened
 	port   int                   // the port the relay said it listens on
+	pid    int                   // the relay's pid in the pod, as it said
 
 	accept    chan *relayConn
 	ready     chan struct{} // closed by the relay's L frame
@@ -328,13 +333,13 @@ func (m *relayMux) handle(t byte, id uint32, p []byte) error {
 	}
 	switch t {
 	case frameListening:
-		port, err := strconv.Atoi(string(p))
-		if id != 0 || err != nil || port <= 0 || port > 65535 {
+		port, pid, ok := parseListening(string(p))
+		if id != 0 || !ok {
 			return bad("a bad L frame")
 		}
 		m.readyOnce.Do(func() {
 			m.mu.Lock()
-			m.port = port
+			m.port, m.pid = port, pid
 			m.mu.Unlock()
 			close(m.ready)
 		})
@@ -386,6 +391,22 @@ func (m *relayMux) handle(t byte, id uint32, p []byte) error {
 		return c.credit(binary.BigEndian.Uint32(p))
 	}
 	return nil
+}
+
+// parseListening reads an L frame's payload: "<port> <pid>".
+func parseListening(p string) (port, pid int, ok bool) {
+	a, b, found := strings.Cut(p, " ")
+	port, err1 := strconv.Atoi(a)
+	pid, err2 := strconv.Atoi(b)
+	return port, pid, found && err1 == nil && err2 == nil && port > 0 && port <= 65535 && pid > 0
+}
+
+// Pid is the relay's pid in its pod, as it said once it listened (0
+// before).
+func (m *relayMux) Pid() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.pid
 }
 
 // errRelayClosed is a connection's error once the relay closed it (its

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -57,10 +58,11 @@ import (
 //     pod's PID namespace (an exec; every process of the session descends
 //     from the supervisor), named by a pidfd where the kernel gives one;
 //   - at each call's end every process of the pod but the supervisor, the
-//     stopped interpreter and the call's own client is killed, so a client
-//     is always started while nothing of the session runs, and it makes
-//     itself not dumpable before it reads anything: the session's code can
-//     neither trace it, nor open its descriptors, nor write into its output;
+//     stopped interpreter, the call's own client (and, under the allowlist,
+//     the pod's egress relay, below) is killed, so a client is always
+//     started while nothing of the session runs, and it makes itself not
+//     dumpable before it reads anything: the session's code can neither
+//     trace it, nor open its descriptors, nor write into its output;
 //   - the session's code can kill the client (it runs as the same user): the
 //     supervisor then stops the call as a reset does, and the server, seeing
 //     the stream end before the call did, kills every process of the pod but
@@ -72,6 +74,25 @@ import (
 // server sends reset on the call's connection, and the supervisor kills
 // every process of the pod but itself and starts a fresh interpreter; the
 // files in /tmp stay.
+//
+// Under CODE_EXEC_NETWORK=allowlist the pod has the proxy variables of a
+// run's, and the relay of run pods (relay.go), exec'd by the server over a
+// stream of its own once the supervisor greeted the session's first
+// connection, before any code of the session runs. The server names it to
+// the supervisor (sessions.Conn.KeepRelay), which spares it, as it spares
+// the interpreter, whenever it kills the session's processes, but only
+// while its parent is outside the pod (a pid that the session's code
+// reuses once the relay ended is never spared). Before each call the server
+// asks the supervisor again, which continues the relay (the code may have
+// stopped it); a relay that ended (the code killed it, the recovery's kill
+// -9 -1 did, the cluster cut its stream) is ended for good and another one
+// started before the call. The code can kill the relay, as it runs as the
+// same user: the rest of that call has no network, never more; while the
+// code holds the relay's port, no relay can start, and a call then runs
+// without network and its stderr says so. One proxy session serves the
+// pod's relays in turn and is cut after each call, so that each call's
+// result reports its own destinations; it ends, with the relay's stream,
+// when the session is closed, or once a call finds its pod ended.
 
 const (
 	roleSession = "session"
@@ -112,6 +133,8 @@ type sessionPod struct {
 	// find the next call's against.
 	known artifacts.Snapshot
 	ooms  int // the pod's OOM kills seen so far
+	// egress is the pod's relay and proxy session, under the allowlist.
+	egress *sessionEgress
 }
 
 // Start creates the session's pod and waits until its supervisor greets a
@@ -142,12 +165,17 @@ func (b sessionBackend) Start(ctx context.Context, spec sessions.Spec) (sessions
 	listen := "listen:" + controlSocket
 	cmd := append([]string{"/bin/sh", "-c", ulimits(lim) + `exec "$@"`, "codeexec-session", python},
 		sessions.SupervisorArgs(lang, listen, listen, interp)...)
-	name, st, err := r.createPod(ctx, podSpec{role: roleSession, lang: lang, cmd: cmd, limits: lim, deadline: spec.Deadline.Add(leftoverGrace)})
+	name, st, err := r.createPod(ctx, podSpec{role: roleSession, lang: lang, cmd: cmd, limits: lim, deadline: spec.Deadline.Add(leftoverGrace), egress: r.cfg.Egress != nil})
 	if err != nil {
 		return nil, err
 	}
 	s := &sessionPod{r: r, name: name, lang: lang, state: st}
-	c, err := s.connect(ctx)
+	if r.cfg.Egress != nil {
+		s.egress = r.newSessionEgress(name)
+	}
+	// Under the allowlist, the relay runs and the supervisor keeps it
+	// before anything of the session runs.
+	c, _, err := s.open(ctx, true)
 	if err != nil {
 		s.remove()
 		if cerr := ctx.Err(); cerr != nil {
@@ -178,7 +206,7 @@ func (s *sessionPod) Exec(ctx context.Context, req sandbox.Request) (*sandbox.Re
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(s.r.doneCtx, cancel)()
-	c, err := s.connect(ctx)
+	c, noNetwork, err := s.open(ctx, false)
 	switch {
 	case err != nil && isClosed(s.r.done):
 		return nil, fmt.Errorf("kubernetes: %w before the call started", sandbox.ErrClosed)
@@ -212,6 +240,16 @@ func (s *sessionPod) Exec(ctx context.Context, req sandbox.Request) (*sandbox.Re
 				s.ooms = max(s.ooms, ooms)
 			}
 		},
+		Network: func(res *sandbox.Result) {
+			if s.egress == nil {
+				return
+			}
+			// What this call reached, and no connection of it beyond it.
+			res.Network = s.egress.cut()
+			if noNetwork != "" {
+				res.Stderr = noNetwork + res.Stderr
+			}
+		},
 		Known: &s.known,
 	})
 	if err != nil && ctx.Err() != nil && isClosed(s.r.done) {
@@ -221,6 +259,31 @@ func (s *sessionPod) Exec(ctx context.Context, req sandbox.Request) (*sandbox.Re
 		return res, fmt.Errorf("kubernetes: %w", err)
 	}
 	return res, nil
+}
+
+// open connects to the session's supervisor (connect) and, under the
+// allowlist, makes sure that the pod's relay runs and is kept
+// (sessionEgress.ensure) before the call. A relay that cannot be started
+// fails the session's start (starting); for a call, it leaves the call
+// without network, never with more: noNetwork then says so, as the start of
+// the call's stderr.
+func (s *sessionPod) open(ctx context.Context, starting bool) (c *control, noNetwork string, err error) {
+	if c, err = s.connect(ctx); err != nil || s.egress == nil {
+		return c, "", err
+	}
+	err = s.egress.ensure(ctx, c.Conn)
+	switch {
+	case err == nil:
+		return c, "", nil
+	case errors.Is(err, errNoRelay) && !starting && ctx.Err() == nil:
+		s.r.log.Warn("the egress relay of a session's pod could not be started again: the call has no network", "pod", s.name, "err", err)
+		return c, "codeexec: the egress relay could not be started again in the session's pod: this call has no network\n", nil
+	}
+	c.close()
+	if !errors.Is(err, errNoRelay) && ctx.Err() == nil {
+		err = fmt.Errorf("kubernetes: %w: the supervisor of the session's pod %s did not answer about its egress relay (%v)", sandbox.ErrSandboxUnavailable, s.name, err)
+	}
+	return nil, "", err
 }
 
 // recover mends a session whose call lost its connection old, or could not
@@ -236,6 +299,10 @@ func (s *sessionPod) recover(old *control) (*control, error) {
 	}
 	if err := s.r.execKill(ctx, s.name); err != nil {
 		s.r.log.Debug("kill -9 -1 in a session's pod failed", "pod", s.name, "err", err)
+	}
+	if s.egress != nil {
+		// The relay went with the rest: the next call starts another.
+		s.egress.drop()
 	}
 	old.close()
 	c, err := s.connect(ctx)
@@ -259,6 +326,10 @@ func (s *sessionPod) Close() error {
 		return nil
 	}
 	s.closed = true
+	if s.egress != nil {
+		// First, so that the relay ends with its stream.
+		s.egress.close()
+	}
 	if s.ended() == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		if err := s.r.execKill(ctx, s.name); err != nil {
@@ -270,15 +341,24 @@ func (s *sessionPod) Close() error {
 	return nil
 }
 
-// remove deletes the pod and stops following it.
+// remove deletes the pod and stops following it; its egress ends.
 func (s *sessionPod) remove() {
+	if s.egress != nil {
+		s.egress.close()
+	}
 	s.r.deletePod(s.name)
 	s.r.watch.forget(s.name, s.state)
 }
 
 // ended says, as an error for the caller, that the session's pod is gone or
-// its container has ended; nil while it runs.
-func (s *sessionPod) ended() error {
+// its container has ended; nil while it runs. Once it has, the pod's egress
+// is ended too.
+func (s *sessionPod) ended() (err error) {
+	defer func() {
+		if err != nil && s.egress != nil {
+			s.egress.close()
+		}
+	}()
 	pod, gone, _ := s.state.now()
 	if gone {
 		return fmt.Errorf("kubernetes: %w: the session's pod %s was deleted from outside; close the session and create another", sandbox.ErrSandboxUnavailable, s.name)

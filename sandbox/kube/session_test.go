@@ -226,6 +226,23 @@ func TestSessionReaps(t *testing.T) {
 	sandboxtest.CheckSessionReaps(t, kubetest.Sessions{Backend: r.Sessions()})
 }
 
+// sessionCall runs code in s with the tests' limits, its timeout timeout
+// (0: theirs), and fails the test on an error.
+func sessionCall(t *testing.T, s *sessionPod, lang, code string, timeout time.Duration) *sandbox.Result {
+	t.Helper()
+	req := sandboxtest.Req(lang, code)
+	if timeout > 0 {
+		req.Limits.Timeout = timeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	res, err := s.Exec(ctx, req)
+	if err != nil {
+		t.Fatalf("call %q: %v", code, err)
+	}
+	return res
+}
+
 // pyClients lists the processes of the pod whose parent is outside it (its
 // PPid is 0): the session client of the call in flight, which the server
 // runs over pods/exec.
@@ -261,32 +278,18 @@ while True:
 // reported as killed with its state lost, never as a result of its making.
 func TestSessionControlChannel(t *testing.T) {
 	r := newRunner(t, Config{Languages: []string{"python", "javascript"}})
-	call := func(t *testing.T, s *sessionPod, lang, code string, timeout time.Duration) *sandbox.Result {
-		t.Helper()
-		req := sandboxtest.Req(lang, code)
-		if timeout > 0 {
-			req.Limits.Timeout = timeout
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		res, err := s.Exec(ctx, req)
-		if err != nil {
-			t.Fatalf("call %q: %v", code, err)
-		}
-		return res
-	}
 	lostThenFresh := func(t *testing.T, s *sessionPod, res *sandbox.Result) {
 		t.Helper()
 		if !res.StateLost || res.ExitCode != 137 || res.Signal != "killed" || strings.Contains(res.Stdout, "FORGED") {
 			t.Fatalf("exit %d signal %q state lost %v stdout %q; want a call killed with its state lost", res.ExitCode, res.Signal, res.StateLost, res.Stdout)
 		}
-		if got := call(t, s, "python", "print(open('kept').read(), 'y' in globals())", 0); got.Stdout != "yes False\n" || got.StateLost {
+		if got := sessionCall(t, s, "python", "print(open('kept').read(), 'y' in globals())", 0); got.Stdout != "yes False\n" || got.StateLost {
 			t.Fatalf("the next call: stdout %q stderr %q; want the file, and the variable gone", got.Stdout, got.Stderr)
 		}
 	}
 	t.Run("the client cannot be traced or written into", func(t *testing.T) {
 		s := startSession(t, r, "python", sandboxtest.DefaultLimits())
-		res := call(t, s, "python", pyClients+`res = []
+		res := sessionCall(t, s, "python", pyClients+`res = []
 for p in clients():
     try:
         open('/proc/%d/fd/1' % p, 'wb').write(b'O\0\0\0\x07FORGED\n')
@@ -331,11 +334,11 @@ print('taken')`, pyAnswer + `print(d[:1], b"refused: the connecting process (pid
 		} {
 			t.Run(name, func(t *testing.T) {
 				s := startSession(t, r, "python", sandboxtest.DefaultLimits())
-				if res := call(t, s, "python", c[0], 0); res.Stdout != "taken\n" {
+				if res := sessionCall(t, s, "python", c[0], 0); res.Stdout != "taken\n" {
 					t.Fatalf("the connecting call: stdout %q stderr %q", res.Stdout, res.Stderr)
 				}
 				const want = "b'F' True False\n"
-				if res := call(t, s, "python", c[1], 0); res.Stdout != want {
+				if res := sessionCall(t, s, "python", c[1], 0); res.Stdout != want {
 					t.Fatalf("stdout %q (stderr %q), want %q: the connection refused, its command never run", res.Stdout, res.Stderr, want)
 				}
 			})
@@ -343,16 +346,53 @@ print('taken')`, pyAnswer + `print(d[:1], b"refused: the connecting process (pid
 	})
 	t.Run("a killed client ends the call", func(t *testing.T) {
 		s := startSession(t, r, "python", sandboxtest.DefaultLimits())
-		call(t, s, "python", "y = 41; open('kept', 'w').write('yes')", 0)
-		lostThenFresh(t, s, call(t, s, "python", pyClients+"print('FORGED')\nfor p in clients():\n    os.kill(p, signal.SIGKILL)\ntime.sleep(60)", 0))
+		sessionCall(t, s, "python", "y = 41; open('kept', 'w').write('yes')", 0)
+		lostThenFresh(t, s, sessionCall(t, s, "python", pyClients+"print('FORGED')\nfor p in clients():\n    os.kill(p, signal.SIGKILL)\ntime.sleep(60)", 0))
 	})
 	t.Run("a stopped client ends the call at its timeout", func(t *testing.T) {
 		s := startSession(t, r, "python", sandboxtest.DefaultLimits())
-		call(t, s, "python", "y = 41; open('kept', 'w').write('yes')", 0)
-		res := call(t, s, "python", pyClients+"for p in clients():\n    os.kill(p, signal.SIGSTOP)\nprint('FORGED')\ntime.sleep(60)", 2*time.Second)
+		sessionCall(t, s, "python", "y = 41; open('kept', 'w').write('yes')", 0)
+		res := sessionCall(t, s, "python", pyClients+"for p in clients():\n    os.kill(p, signal.SIGSTOP)\nprint('FORGED')\ntime.sleep(60)", 2*time.Second)
 		if !res.TimedOut {
 			t.Fatalf("timed out %v, want true", res.TimedOut)
 		}
 		lostThenFresh(t, s, res)
 	})
+}
+
+// A call whose code kills the exec'd client of its channel ends killed,
+// with its state lost, again and again, and the session goes on with its
+// files: the kill -9 -1 of the server's recovery may land while the
+// supervisor, which saw the connection end, starts the next interpreter
+// (node takes long enough that it often does); the supervisor then starts
+// it again rather than end the session.
+func TestSessionClientKilledAgainAndAgain(t *testing.T) {
+	r := newRunner(t, Config{Languages: []string{"python", "javascript"}})
+	for _, tc := range []struct{ lang, write, kill, read string }{
+		{"python", "open('kept', 'w').write('yes')",
+			pyClients + "for p in clients():\n    os.kill(p, signal.SIGKILL)\ntime.sleep(60)",
+			"print(open('kept').read())"},
+		{"javascript", "require('fs').writeFileSync('kept', 'yes')", `const fs = require('fs')
+for (const p of fs.readdirSync('/proc')) {
+  if (!/^\d+$/.test(p) || p === '1') continue
+  let st = ''
+  try { st = fs.readFileSync('/proc/' + p + '/status', 'utf8') } catch (e) { continue }
+  if (st.includes('\nPPid:\t0\n')) process.kill(+p, 'SIGKILL')
+}
+setTimeout(() => {}, 60000)`, "console.log(require('fs').readFileSync('kept', 'utf8'))"},
+	} {
+		t.Run(tc.lang, func(t *testing.T) {
+			s := startSession(t, r, tc.lang, sandboxtest.DefaultLimits())
+			sandboxtest.SessionCall(t, s, tc.lang, tc.write)
+			for i := range 5 {
+				res := sessionCall(t, s, tc.lang, tc.kill, 0)
+				if !res.StateLost || res.Signal != "killed" {
+					t.Fatalf("call %d that kills its client: state lost %v, signal %q, stderr %q", i+1, res.StateLost, res.Signal, res.Stderr)
+				}
+			}
+			if res := sandboxtest.SessionCall(t, s, tc.lang, tc.read); res.Stdout != "yes\n" {
+				t.Fatalf("after the kills: stdout %q stderr %q, want the file kept", res.Stdout, res.Stderr)
+			}
+		})
+	}
 }

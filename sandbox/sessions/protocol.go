@@ -65,6 +65,7 @@ import (
 //	call <code bytes> <stdin bytes>\n<code><stdin>   run a call
 //	files <count>\n and that many "<length> <path>\n<bytes>" records
 //	changes\n                                         the files changed since the last time
+//	relay <pid>\n                                     keep the egress relay pid across calls (see KeepRelay)
 //	reset\n                                           kill everything and start a fresh interpreter
 //
 // Supervisor to server, frames: one kind byte, the payload length as 4
@@ -76,7 +77,7 @@ import (
 //	X  the call ended: "<exit status>[ lost][ signal:<name>][ oom:<count>]"
 //	   (lost: the interpreter ended during the call and a fresh one waits;
 //	   oom: the OOM kills of the sandbox's memory cgroup, where it can tell)
-//	K  the answer to files: "ok", or "refused <index> <why>"
+//	K  the answer to files: "ok", or "refused <index> <why>"; to relay: "ok" or "gone"
 //	T  a piece of the tar stream of the changes; t ends it (payload: an error, if any)
 //	Z  reset done: a fresh interpreter waits (payload as R)
 //	F  the supervisor failed and exits (payload: why)
@@ -145,7 +146,7 @@ const (
 	kindStdout  = 'O'
 	kindStderr  = 'E'
 	kindExit    = 'X'
-	kindFiles   = 'K'
+	kindAnswer  = 'K' // to files and relay
 	kindTar     = 'T'
 	kindTarEnd  = 't'
 	kindResetOK = 'Z'
@@ -258,7 +259,7 @@ func (c *Conn) dispatch(kind byte, p []byte) error {
 			c.sink.exitC <- string(p)
 			c.sink = nil
 		}
-	case kindFiles, kindResetOK, kindTarEnd:
+	case kindAnswer, kindResetOK, kindTarEnd:
 		if c.awaiting != kind {
 			return fmt.Errorf("%w: it answered what was not asked", ErrDriverDied)
 		}
@@ -500,7 +501,7 @@ func (c *Conn) WriteFiles(ctx context.Context, files []artifacts.Input) error {
 		fmt.Fprintf(&b, "%d %s\n", len(f.Data), f.Path)
 		b.Write(f.Data)
 	}
-	reply, err := c.ask(ctx, kindFiles, b.Bytes())
+	reply, err := c.ask(ctx, kindAnswer, b.Bytes())
 	if err != nil {
 		return err
 	}
@@ -557,6 +558,29 @@ func (c *Conn) Changes(ctx context.Context, read func(io.Reader) error) error {
 		a.err = errors.New(truncate(a.s, 200))
 	}
 	return errors.Join(rerr, a.err)
+}
+
+// KeepRelay tells the supervisor (listening: kubernetes mode) that the
+// process pid of its sandbox is an egress relay that the server started
+// there from outside the session (an exec into the pod), while nothing of
+// the session ran: the supervisor then spares it, as it spares the
+// interpreter, when it kills the session's processes (at each call's end,
+// on reset), and continues it (SIGCONT) in case the session's code stopped
+// it; only one is kept. pid 0 ends the relay kept, if it still runs, and
+// forgets it: call it before another relay starts. kept is false when pid
+// is no live process started from outside the session (the relay ended).
+// Other errors mean the supervisor failed, or ctx ended.
+func (c *Conn) KeepRelay(ctx context.Context, pid int) (kept bool, err error) {
+	reply, err := c.ask(ctx, kindAnswer, fmt.Appendf(nil, "relay %d\n", pid))
+	switch {
+	case err != nil:
+		return false, err
+	case reply == "ok":
+		return true, nil
+	case reply == "gone":
+		return false, nil
+	}
+	return false, fmt.Errorf("%w: it answered %q", ErrDriverDied, truncate(reply, 100))
 }
 
 // Reset asks the supervisor to kill every process of the session but

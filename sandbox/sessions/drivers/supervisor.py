@@ -199,7 +199,15 @@ def _codeexec_supervisor(argv):
                         if pp == parent and p not in mine:
                             mine.add(p)
                             todo.append(p)
-        return [p for p in mine if p != me and p not in keep and alive(p)]
+        out = [p for p in mine if p != me and p not in keep and alive(p)]
+        # A process started from outside (the connection's client, the
+        # relay of kubernetes mode) is spared only while it still is one,
+        # looked at after the list above was made: once it has ended, its
+        # pid may be a process of the session's, which is not spared.
+        ended = [p for p in (conn_pid, exec_relay) if p and p in keep and not from_outside(p)]
+        if ended:
+            return others(tuple(p for p in keep if p not in ended))
+        return out
 
     def sweep(keep=()):
         # Stopped first, so that nothing forks while it is killed.
@@ -286,10 +294,48 @@ def _codeexec_supervisor(argv):
                 os._exit(0)
         relay_pid = pid
 
+    # The egress relay of kubernetes mode: a process that the server execs
+    # into the pod while nothing of the session runs (sandbox/kube), and
+    # names with "relay <pid>" once it listens. It is kept across calls as
+    # the interpreter is, and continued before each call (the session's code
+    # may stop it, or kill it: the server then starts another); "relay 0"
+    # ends the one kept, before the server starts another.
+    exec_relay = 0
+
+    def from_outside(pid):
+        # Whether pid is a live process started by an exec into the pod: its
+        # parent is outside the pod's PID namespace. No process of the
+        # session is one (every one descends from this process).
+        st = stat(pid)
+        return st is not None and st[0] not in "ZXx" and st[1] == 0
+
+    def set_relay(pid):
+        nonlocal exec_relay
+        old, exec_relay = exec_relay, 0
+        if old and old != pid and old != conn_pid and from_outside(old):
+            try:
+                os.kill(old, signal.SIGKILL)
+            except OSError:
+                pass
+            end = time.monotonic() + 10
+            while alive(old) and time.monotonic() < end:
+                time.sleep(0.001)
+        if pid == 0:
+            send(b"K", b"ok")
+        elif not from_outside(pid):
+            send(b"K", b"gone")
+        else:
+            exec_relay = pid
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except OSError:
+                pass
+            send(b"K", b"ok")
+
     def keep(*pids):
         # The relay, and the client of the connection served (listening),
         # live on.
-        return tuple(p for p in pids + (relay_pid, conn_pid) if p)
+        return tuple(p for p in pids + (relay_pid, exec_relay, conn_pid) if p)
 
     # The interpreter: python, a fork of this process (each call's end
     # forks it again); javascript, node. Its control input and frames are
@@ -304,7 +350,7 @@ def _codeexec_supervisor(argv):
                 pass
             os.close(fd)
 
-    def start_interp():
+    def start_interp(attempt=1):
         nonlocal can_look
         close_fd(st8["to"])
         close_fd(st8["frm"])
@@ -336,6 +382,12 @@ def _codeexec_supervisor(argv):
                 break
             if ended or not alive(pid):
                 reap()
+                if ctl_listener is not None and attempt < 3:
+                    # Listening (kubernetes mode), a kill -9 -1 of the
+                    # server's (over pods/exec, once a call's connection
+                    # ended) may land as the interpreter starts after
+                    # the drop: it is started again.
+                    return start_interp(attempt + 1)
                 fail("the %s interpreter ended as it started" % lang)
             s = selectors.DefaultSelector()
             s.register(r2, selectors.EVENT_READ)
@@ -883,7 +935,8 @@ def _codeexec_supervisor(argv):
         sel.register(ctl_listener, selectors.EVENT_READ, "accept")
 
     # The server's commands: "call <code bytes> <stdin bytes>" and the
-    # bytes, "files <count>" and the records, "changes", "reset".
+    # bytes, "files <count>" and the records, "changes", "relay <pid>",
+    # "reset".
     inbuf = bytearray()
 
     def fill():
@@ -933,6 +986,8 @@ def _codeexec_supervisor(argv):
             write_files(int(f[1]))
         elif f == [b"changes"] and call is None:
             changes()
+        elif f[:1] == [b"relay"] and len(f) == 2 and call is None:
+            set_relay(int(f[1]))
         elif f == [b"reset"]:
             reset()
         else:
