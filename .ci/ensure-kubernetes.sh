@@ -15,6 +15,10 @@
 #   .ci/ensure-kubernetes.sh stop     stop everything it started and restore every
 #                                     host setting it changed (sysctls, cgroups,
 #                                     mounts, links, iptables chains, host paths)
+#   .ci/ensure-kubernetes.sh import   import the images (K8S_TEST_IMAGES) into the
+#                                     running, healthy cluster, and nothing else: never
+#                                     a restart, even when the cluster was started from
+#                                     other inputs (for tests, on a cluster others share)
 #
 # Idempotent and non-interactive (CI=true, no stdin); needs root. What it
 # needs comes from Debian: etcd-server, containerd, runc and
@@ -734,10 +738,20 @@ smoke_check() {
     say "smoke check passed in $(elapsed $((SECONDS - t0)))"
 }
 
-check() {
+# running: dies unless a cluster runs and is healthy.
+running() {
     [[ -e $k8s_root/inputs ]] || die "no cluster in $k8s_root: start one with .ci/ensure-kubernetes.sh"
     healthy || die "the cluster in $k8s_root is not healthy: $REPLY"
+}
+
+check() {
+    running
     smoke_check
+}
+
+import_only() {
+    running
+    import_images
 }
 
 # ------------------------------------------------------------------- stop
@@ -878,8 +892,9 @@ case $cmd in
     exit 0
     ;;
 start | check | stop) ;;
+import) cmd=import_only ;;
 *)
-    die "unknown command '$cmd': use start, check or stop (--help says more)"
+    die "unknown command '$cmd': use start, check, stop or import (--help says more)"
     ;;
 esac
 need_root

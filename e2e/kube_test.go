@@ -237,7 +237,9 @@ func TestKubernetesDeployment(t *testing.T) {
 	if sandboxImage == "" {
 		sandboxImage = "codeexec-sandbox:latest"
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(root, ".ci/ensure-kubernetes.sh"))
+	// import: never a restart of the cluster, which other tests may be using
+	// (start would restart one started from other inputs).
+	cmd := exec.CommandContext(ctx, filepath.Join(root, ".ci/ensure-kubernetes.sh"), "import")
 	cmd.Env = append(os.Environ(), "K8S_TEST_IMAGES="+sandboxImage+" "+image)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("importing %s into the test cluster: %v\n%s", image, err, out)

@@ -5,7 +5,8 @@
 #      every component listens on 127.0.0.1 only; the host's sysctls are as
 #      before (kubelet's are put back once it has started); codeexec-runs
 #      enforces Pod Security "restricted" (a pod running as root is refused);
-#      an image whose id changed in Docker is imported again by the next start;
+#      an image whose id changed in Docker is imported again by the next start,
+#      and by import;
 #   2. check (the smoke check: a locked-down pod, kubectl exec and attach,
 #      under runc and under gVisor); a gVisor pod is left running;
 #   3. stop, then compare the host with a snapshot taken before the start:
@@ -137,20 +138,23 @@ imported_id() {
 }
 ctr() { "$k8s_root/bin/ctr" --address "$k8s_root/containerd/containerd.sock" --namespace k8s.io "$@"; }
 
-# 1c. an image whose id changes in Docker is imported again by the next start
-# (one the test makes from the sandbox image, removed from Docker and from the
-# cluster at the end).
+# 1c. an image whose id changes in Docker is imported again by the next start,
+# or import (one the test makes from the sandbox image, removed from Docker and
+# from the cluster at the end).
 reimport() {
     local tag="codeexec-k8s-lifecycle:$$" ref="docker.io/library/codeexec-k8s-lifecycle:$$" n id
     trap 'docker rmi "'"$tag"'" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+    local cmd
     for n in 1 2; do
         printf 'FROM codeexec-sandbox:latest\nLABEL io.codeexec.k8s-lifecycle=%s-%s\n' "$$" "$n" |
             docker build -q -t "$tag" - >/dev/null 2>&1 || fail "docker build of $tag failed"
         id=$(docker image inspect --format '{{.Id}}' "$tag")
-        K8S_TEST_IMAGES="codeexec-sandbox:latest $tag" timed "$script" start
+        cmd=start
+        ((n == 2)) && cmd=import
+        K8S_TEST_IMAGES="codeexec-sandbox:latest $tag" timed "$script" "$cmd"
         [[ "$(imported_id "$ref")" == "$id" ]] ||
-            fail "after start, containerd's $ref is '$(imported_id "$ref")', not Docker's $id"
-        say "start imported $tag ($id) into the cluster's containerd"
+            fail "after $cmd, containerd's $ref is '$(imported_id "$ref")', not Docker's $id"
+        say "$cmd imported $tag ($id) into the cluster's containerd"
     done
     docker rmi "$tag" >/dev/null
     ctr images rm "$ref" >/dev/null
