@@ -10,10 +10,15 @@
 #                                     to stderr
 #   .ci/ensure-kubernetes.sh check    smoke check of the running cluster: a locked-down
 #                                     pod of the sandbox image runs print(2**64);
-#                                     kubectl exec and kubectl attach into another
+#                                     kubectl exec and kubectl attach into another;
+#                                     the same again under gVisor (RuntimeClass gvisor)
 #   .ci/ensure-kubernetes.sh stop     stop everything it started and restore every
 #                                     host setting it changed (sysctls, cgroups,
 #                                     mounts, links, iptables chains, host paths)
+#   .ci/ensure-kubernetes.sh import   import the images (K8S_TEST_IMAGES) into the
+#                                     running, healthy cluster, and nothing else: never
+#                                     a restart, even when the cluster was started from
+#                                     other inputs (for tests, on a cluster others share)
 #
 # Idempotent and non-interactive (CI=true, no stdin); needs root. What it
 # needs comes from Debian: etcd-server, containerd, runc and
@@ -23,7 +28,10 @@
 # when missing. Kubernetes itself (kube-apiserver, kube-controller-manager,
 # kube-scheduler, kubelet, kubectl) is built from the Go module proxy
 # (.ci/kubernetes/wrap) and cached by the hash of its inputs, with the pause
-# image and crireset, under $K8S_TEST_CACHE/<hash>. The sandbox image
+# image and crireset, under $K8S_TEST_CACHE/<hash>. gVisor's runsc and its
+# containerd shim are docker mode's build (docker/install-gvisor.sh
+# --build-only, cached by the hash of its inputs); the RuntimeClass gvisor
+# runs pods under them (containerd's runtime handler runsc). The sandbox image
 # (codeexec-sandbox:latest) is imported from the Docker Engine into the
 # private containerd as docker.io/library/codeexec-sandbox:latest (pods use
 # imagePullPolicy: Never), again whenever its image id changes. The namespace
@@ -32,6 +40,7 @@
 # Settings (environment):
 #   K8S_TEST_ROOT          the cluster's state, removed by stop (/var/lib/codeexec-k8s)
 #   K8S_TEST_CACHE         built binaries and unpacked Debian packages, kept (/var/cache/codeexec/k8s)
+#   RUNSC_CACHE_DIR        gVisor's builds, kept (docker/install-gvisor.sh's: /var/cache/codeexec/gvisor)
 #   K8S_TEST_IMAGES        Docker images to import (${CODE_EXEC_DOCKER_IMAGE:-codeexec-sandbox:latest});
 #                          the first one is the smoke check's
 #   K8S_TEST_WAIT_SECONDS  bound on each wait for a component, node or pod (180)
@@ -48,6 +57,10 @@ wait_seconds="${K8S_TEST_WAIT_SECONDS:-180}"
 step_seconds="${K8S_TEST_STEP_SECONDS:-3600}"
 
 k8s_version=v1.37.2
+# The configuration files in .ci/kubernetes/ the cluster is made from.
+config_files=(containerd.toml runsc.toml containerd-shim-runsc-v1 cni.conflist kubelet.yaml namespace.yaml)
+# The RuntimeClass gvisor: the optional one of deploy/kubernetes/.
+runtimeclass="$repo/deploy/kubernetes/runtimeclass-gvisor.yaml"
 node=localhost
 namespace=codeexec-runs
 apiserver_port=26443
@@ -304,13 +317,26 @@ ensure_binaries() {
     mv "$tmp" "$bin_dir"
 }
 
+# gVisor: runsc and containerd-shim-runsc-v1 as docker mode builds them, at
+# the same version with the same patches (one of them for the shim, which
+# cannot lower its OOM score here); built once, then taken from the cache.
+gvisor_dir=
+ensure_gvisor() {
+    gvisor_dir=$(timeout "$step_seconds" bash "$repo/docker/install-gvisor.sh" --build-only </dev/null | tail -n 1) ||
+        die "building gVisor (docker/install-gvisor.sh --build-only) failed or took more than ${step_seconds}s"
+    [[ -x $gvisor_dir/runsc && -x $gvisor_dir/containerd-shim-runsc-v1 ]] ||
+        die "docker/install-gvisor.sh --build-only named '$gvisor_dir', which lacks runsc or containerd-shim-runsc-v1"
+    say "gVisor: runsc and containerd-shim-runsc-v1 from $gvisor_dir"
+}
+
 # The inputs of a running cluster: the binaries, this script and the
 # configuration files. A cluster started from other inputs is restarted.
 state_hash() {
     {
-        printf '%s\n' "$bin_dir" "$etcd_dir" "$containerd_dir" "$runc_dir" "$cni_dir"
+        printf '%s\n' "$bin_dir" "$etcd_dir" "$containerd_dir" "$runc_dir" "$cni_dir" "$gvisor_dir"
         sha256sum <"${BASH_SOURCE[0]}"
-        (cd "$kdir" && sha256sum containerd.toml cni.conflist kubelet.yaml namespace.yaml)
+        (cd "$kdir" && sha256sum "${config_files[@]}")
+        sha256sum <"$runtimeclass"
     } | sha256sum | cut -c1-16
 }
 
@@ -371,13 +397,15 @@ kubepods_cgroups() {
     done
 }
 # containerd's shims left running: their command line names our socket and
-# their executable is the shim in the cache.
+# their executable is a shim in the cache (runc's, or gVisor's); and gVisor's
+# processes (sandbox, gofer) that name our runsc root.
 our_shims() {
     local pid exe
     for pid in $(pgrep -f -- " -address $socket" || true); do
         exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || continue
-        [[ $exe == */containerd-shim-runc-v2 ]] && printf '%s\n' "$pid"
+        [[ $exe == */containerd-shim-runc-v2 || $exe == */containerd-shim-runsc-v1 ]] && printf '%s\n' "$pid"
     done
+    pgrep -f -- "--root=$k8s_root/containerd/runsc-root/" || true
 }
 pod_processes() {
     local d
@@ -391,7 +419,7 @@ describe_pid() { printf 'pid %s: %s' "$1" "$(tr '\0' ' ' <"/proc/$1/cmdline" 2>/
 
 render() { # template → stdout, with @K8S_ROOT@ and friends filled in
     sed -e "s|@K8S_ROOT@|$k8s_root|g" -e "s|@RUNC@|$k8s_root/bin/runc|g" \
-        -e "s|@CNI_BIN@|$cni_dir/usr/lib/cni|g" "$1"
+        -e "s|@CNI_BIN@|$cni_dir/usr/lib/cni|g" -e "s|@SHIM@|$gvisor_dir/containerd-shim-runsc-v1|g" "$1"
 }
 
 gen_certs() {
@@ -493,7 +521,8 @@ start_control_plane() {
 
 start_node() {
     local k="$k8s_root"
-    # PATH: containerd finds containerd-shim-runc-v2 there, the shim runc.
+    # PATH: containerd finds containerd-shim-runc-v2 and
+    # containerd-shim-runsc-v1 there, the shim runc.
     launch containerd env PATH="$k/bin:$PATH" "$k/bin/containerd" --config "$k/containerd/config.toml"
     wait_for "containerd to answer on $socket" containerd containerd_up
     ctr_k8s images import "$bin_dir/pause.tar" >/dev/null || die "importing the pause image failed"
@@ -553,8 +582,10 @@ import_images() {
     done
 }
 
-apply_namespace() {
+# The namespace of the runs, and the RuntimeClass gvisor.
+apply_manifests() {
     kc apply -f "$kdir/namespace.yaml" >/dev/null || die "creating namespace $namespace failed"
+    kc apply -f "$runtimeclass" >/dev/null || die "creating the RuntimeClass gvisor failed"
     wait_for "the controller manager to make the default ServiceAccount of $namespace" kube-controller-manager default_sa
 }
 
@@ -563,7 +594,7 @@ fresh_start() {
     check_host_free
     mkdir -p "$k"
     chmod 700 "$k"
-    mkdir -p "$k"/{bin,pki,logs,pids,images,etcd,containerd,cni/net.d,cni/ipam,kubelet/root,kubelet/pod-logs}
+    mkdir -p "$k"/{bin,pki,logs,pids,images,etcd,containerd/runsc-root,cni/net.d,cni/ipam,kubelet/root,kubelet/pod-logs}
     save_host_state
     for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl crireset; do
         ln -sfn "$bin_dir/$b" "$k/bin/$b"
@@ -573,13 +604,17 @@ fresh_start() {
         ln -sfn "$containerd_dir/usr/bin/$b" "$k/bin/$b"
     done
     ln -sfn "$runc_dir/usr/sbin/runc" "$k/bin/runc"
+    ln -sfn "$gvisor_dir/runsc" "$k/bin/runsc"
+    render "$kdir/containerd-shim-runsc-v1" >"$k/bin/containerd-shim-runsc-v1"
+    chmod 755 "$k/bin/containerd-shim-runsc-v1"
     render "$kdir/containerd.toml" >"$k/containerd/config.toml"
+    render "$kdir/runsc.toml" >"$k/containerd/runsc.toml"
     render "$kdir/cni.conflist" >"$k/cni/net.d/10-codeexec-k8s.conflist"
     render "$kdir/kubelet.yaml" >"$k/kubelet/config.yaml"
     gen_certs
     start_control_plane
     start_node
-    apply_namespace
+    apply_manifests
     state_hash >"$k/inputs"
 }
 
@@ -599,6 +634,7 @@ start() {
     ensure_host_tools
     ensure_debs
     ensure_binaries
+    ensure_gvisor
     inputs=$(state_hash)
     if [[ -e $k8s_root/inputs ]]; then
         if [[ "$(cat "$k8s_root/inputs")" != "$inputs" ]]; then
@@ -607,7 +643,7 @@ start() {
         elif healthy; then
             say "the cluster in $k8s_root runs and is healthy"
             import_images
-            apply_namespace
+            apply_manifests
             printf '%s\n' "$kubeconfig" >&3
             return 0
         else
@@ -628,12 +664,13 @@ start() {
 
 # ------------------------------------------------------------ smoke check
 
-smoke_pod() { # name program stdin(true|false) → applied
+smoke_pod() { # name program stdin(true|false) runtime-class(null: the default) → applied
     local image
     normalize_ref "${images%% *}"
     image=$REPLY
     sed -e "s|@NAME@|$1|" -e "s|@IMAGE@|$image|" -e "s|@PROGRAM@|$2|" -e "s|@STDIN@|$3|g" \
-        "$kdir/smoke-pod.yaml" | kc apply -f - >/dev/null || die "creating pod $namespace/$1 failed"
+        -e "s|@RUNTIME_CLASS@|$4|" "$kdir/smoke-pod.yaml" | kc apply -f - >/dev/null ||
+        die "creating pod $namespace/$1 failed"
 }
 pod_diagnostics() { # pod
     kc -n "$namespace" describe pod "$1" >&2 || true
@@ -660,36 +697,61 @@ wait_terminated() {
     [[ $reason == Completed ]] || smoke_fail "$1" "pod $1 ended with $reason, not Completed"
 }
 
-smoke_check() {
-    local t0=$SECONDS out
-    delete_smoke_pods
-    # 1. a one-shot run, as a cold run of codeexec's kubernetes mode
-    smoke_pod smoke-run 'print(2**64)' false
-    wait_terminated smoke-run
-    out=$(kc -n "$namespace" logs smoke-run) || smoke_fail smoke-run "kubectl logs failed"
-    [[ $out == 18446744073709551616 ]] || smoke_fail smoke-run "the pod printed '$out', not 18446744073709551616"
-    say "smoke check: a locked-down pod printed 2**64 = $out"
+# smoke_round RUNTIME RUNTIME_CLASS (null: the cluster's default): pods of
+# that runtime, named smoke-*-RUNTIME, as kubernetes mode uses them.
+smoke_round() {
+    local rc=$2 out kernel want
+    local run=smoke-run-${1,,} attach=smoke-attach-${1,,} under="under $1"
+    # 1. a one-shot run, as a cold run of codeexec's kubernetes mode; its
+    # kernel tells which runtime ran it (gVisor's release ends in -gvisor)
+    smoke_pod "$run" 'import os; print(2**64); print(os.uname().release)' false "$rc"
+    wait_terminated "$run"
+    out=$(kc -n "$namespace" logs "$run") || smoke_fail "$run" "kubectl logs failed"
+    kernel=${out#*$'\n'}
+    [[ ${out%%$'\n'*} == 18446744073709551616 ]] ||
+        smoke_fail "$run" "the pod printed '$out', not 18446744073709551616 and its kernel's release"
+    if [[ $rc == null ]]; then want=$(uname -r); else want='*-gvisor'; fi
+    # shellcheck disable=SC2053 # $want is a pattern under gVisor
+    [[ $kernel == $want ]] || smoke_fail "$run" "the pod ran $under on a kernel '$kernel', not '$want'"
+    say "smoke check: a locked-down pod $under (kernel $kernel) printed 2**64 = ${out%%$'\n'*}"
     # 2. exec and attach (pods/exec, pods/attach), as the product uses them
-    smoke_pod smoke-attach 'import sys; print(sys.stdin.read().upper(), flush=True)' true
-    kc -n "$namespace" wait pod/smoke-attach --for=condition=Ready --timeout="${wait_seconds}s" >/dev/null ||
-        smoke_fail smoke-attach "gave up after ${wait_seconds}s waiting for pod smoke-attach to be Ready"
-    out=$(kc_stream -n "$namespace" exec smoke-attach -c run -- python3 -c 'print(6*7)') ||
-        smoke_fail smoke-attach "kubectl exec failed"
-    [[ $out == 42 ]] || smoke_fail smoke-attach "kubectl exec printed '$out', not 42"
-    say "smoke check: kubectl exec printed $out"
-    out=$(printf 'attached\n' | kc_stream -n "$namespace" attach -i -q smoke-attach -c run) ||
-        smoke_fail smoke-attach "kubectl attach failed"
-    [[ $out == ATTACHED* ]] || smoke_fail smoke-attach "kubectl attach printed '$out', not ATTACHED"
-    wait_terminated smoke-attach
-    say "smoke check: kubectl attach sent stdin and got back $out"
+    smoke_pod "$attach" 'import sys; print(sys.stdin.read().upper(), flush=True)' true "$rc"
+    kc -n "$namespace" wait "pod/$attach" --for=condition=Ready --timeout="${wait_seconds}s" >/dev/null ||
+        smoke_fail "$attach" "gave up after ${wait_seconds}s waiting for pod $attach to be Ready"
+    out=$(kc_stream -n "$namespace" exec "$attach" -c run -- python3 -c 'print(6*7)') ||
+        smoke_fail "$attach" "kubectl exec failed"
+    [[ $out == 42 ]] || smoke_fail "$attach" "kubectl exec printed '$out', not 42"
+    say "smoke check: kubectl exec $under printed $out"
+    out=$(printf 'attached\n' | kc_stream -n "$namespace" attach -i -q "$attach" -c run) ||
+        smoke_fail "$attach" "kubectl attach failed"
+    [[ $out == ATTACHED* ]] || smoke_fail "$attach" "kubectl attach printed '$out', not ATTACHED"
+    wait_terminated "$attach"
+    say "smoke check: kubectl attach $under sent stdin and got back $out"
+}
+
+smoke_check() {
+    local t0=$SECONDS
+    delete_smoke_pods
+    smoke_round runc null
+    smoke_round gVisor gvisor
     delete_smoke_pods
     say "smoke check passed in $(elapsed $((SECONDS - t0)))"
 }
 
-check() {
+# running: dies unless a cluster runs and is healthy.
+running() {
     [[ -e $k8s_root/inputs ]] || die "no cluster in $k8s_root: start one with .ci/ensure-kubernetes.sh"
     healthy || die "the cluster in $k8s_root is not healthy: $REPLY"
+}
+
+check() {
+    running
     smoke_check
+}
+
+import_only() {
+    running
+    import_images
 }
 
 # ------------------------------------------------------------------- stop
@@ -830,8 +892,9 @@ case $cmd in
     exit 0
     ;;
 start | check | stop) ;;
+import) cmd=import_only ;;
 *)
-    die "unknown command '$cmd': use start, check or stop (--help says more)"
+    die "unknown command '$cmd': use start, check, stop or import (--help says more)"
     ;;
 esac
 need_root

@@ -6,12 +6,19 @@
 # (--oci-seccomp), so that docker mode can run with
 # CODE_EXEC_DOCKER_RUNTIME=runsc.
 #
+#   docker/install-gvisor.sh               build (or reuse the build), install, register
+#   docker/install-gvisor.sh --build-only  build (or reuse the build) and print its folder,
+#                                          which holds runsc and containerd-shim-runsc-v1, on
+#                                          stdout; installs and registers nothing and needs
+#                                          no Docker Engine (.ci/ensure-kubernetes.sh takes
+#                                          the test cluster's gVisor from there)
+#
 # Idempotent and non-interactive; needs root, python3, Go 1.26.3 or newer and,
 # to build, patch (installed with apt-get when missing). Downloads nothing
 # but gVisor's module and its dependencies, through the Go module proxy. The
 # build is kept in $RUNSC_CACHE_DIR under the hash of its inputs (the pinned
-# version, the patch, the build flags, the Go version and architecture), so a
-# second run builds nothing. Debian's runsc package, if installed, is left
+# version, the patches, the build flags, the Go version and architecture), so
+# a second run builds nothing. Debian's runsc package, if installed, is left
 # alone and no longer used. The engine is not restarted: the runtime is
 # written to /etc/docker/daemon.json (other settings are kept) and dockerd is
 # sent SIGHUP, which reloads its runtimes without touching running containers.
@@ -34,8 +41,9 @@ gvisor_version=v0.0.0-20260905035102-160fafc42237
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # runsc's OCI seccomp converter ignores errnoRet (google/gvisor#14688), which
-# breaks every thread under Docker's profile; see the file's header.
-patch_file="$here/gvisor-oci-seccomp-errnoret.patch"
+# breaks every thread under Docker's profile; the shim gives up where root
+# cannot lower its OOM score (no CAP_SYS_RESOURCE). See each file's header.
+patch_files=("$here/gvisor-oci-seccomp-errnoret.patch" "$here/gvisor-shim-oom-score.patch")
 platform="${RUNSC_PLATFORM:-systrap}"
 conf="${DOCKER_DAEMON_JSON:-/etc/docker/daemon.json}"
 cache="${RUNSC_CACHE_DIR:-/var/cache/codeexec/gvisor}"
@@ -46,11 +54,25 @@ runsc_path="$bindir/runsc"
 say() { printf 'install-gvisor: %s\n' "$*" >&2; }
 die() { say "error: $*"; exit 1; }
 
-[[ "$(id -u)" == 0 ]] || die "needs root (installs into $bindir and edits $conf)"
-command -v docker >/dev/null 2>&1 || die "the docker CLI is missing (run .ci/ensure-docker.sh)"
-docker info >/dev/null 2>&1 || die "no Docker Engine answers (run .ci/ensure-docker.sh)"
-command -v python3 >/dev/null 2>&1 || die "python3 is needed to edit $conf"
-[[ -f "$patch_file" ]] || die "$patch_file is missing"
+build_only=0
+case "${1:-}" in
+"") ;;
+--build-only) build_only=1 ;;
+*) die "unknown argument '$1': the only one is --build-only" ;;
+esac
+# Only the build's folder goes to stdout (with --build-only); everything
+# else, go's and patch's output included, goes to stderr.
+exec 3>&1 1>&2
+
+[[ "$(id -u)" == 0 ]] || die "needs root (installs into $bindir and edits $conf, or builds into $cache)"
+if ((!build_only)); then
+    command -v docker >/dev/null 2>&1 || die "the docker CLI is missing (run .ci/ensure-docker.sh)"
+    docker info >/dev/null 2>&1 || die "no Docker Engine answers (run .ci/ensure-docker.sh)"
+fi
+command -v python3 >/dev/null 2>&1 || die "python3 is needed to read go's output and edit $conf"
+for p in "${patch_files[@]}"; do
+    [[ -f "$p" ]] || die "$p is missing"
+done
 if ! command -v go >/dev/null 2>&1; then
     [[ -x /usr/local/go/bin/go ]] || die "Go is needed to build runsc (1.26.3 or newer; put it on PATH)"
     PATH="/usr/local/go/bin:$PATH"
@@ -66,7 +88,7 @@ key="$(
         echo "$gvisor_version"
         declare -f build
         echo "$ldflags"
-        sha256sum <"$patch_file"
+        cat "${patch_files[@]}" | sha256sum
         go env GOVERSION GOHOSTARCH
     } | sha256sum | cut -c1-16
 )"
@@ -93,14 +115,20 @@ else
         die "could not download gvisor.dev/gvisor@$gvisor_version through the Go module proxy ($(go env GOPROXY))"
     cp -r "$src" "$work/src"
     chmod -R u+w "$work/src"
-    patch -d "$work/src" -p1 --forward --batch --quiet <"$patch_file" ||
-        die "$(basename "$patch_file") does not apply to gVisor $gvisor_version: has the fix landed upstream? (see the patch's header)"
+    for p in "${patch_files[@]}"; do
+        patch -d "$work/src" -p1 --forward --batch --quiet <"$p" ||
+            die "$(basename "$p") does not apply to gVisor $gvisor_version: has the fix landed upstream? (see the patch's header)"
+    done
     mkdir "$work/bin"
     (cd "$work/src" && build -o "$work/bin/runsc" ./runsc && build -o "$work/bin/containerd-shim-runsc-v1" ./shim) ||
         die "building runsc failed (see above)"
     rm -rf "$out"
     mv "$work/bin" "$out"
     say "built in $((SECONDS - start)) s"
+fi
+if ((build_only)); then
+    printf '%s\n' "$out" >&3
+    exit 0
 fi
 
 # Install the binaries, replacing them (by rename: running sandboxes keep

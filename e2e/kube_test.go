@@ -46,6 +46,9 @@ func kubeEnv(t *testing.T, extra map[string]string) map[string]string {
 	if img := kubetest.Image(); img != "" {
 		env["CODE_EXEC_K8S_IMAGE"] = img
 	}
+	if rc := kubetest.RuntimeClass(); rc != "" {
+		env["CODE_EXEC_K8S_RUNTIME_CLASS"] = rc
+	}
 	for k, v := range extra {
 		env[k] = v
 	}
@@ -233,8 +236,9 @@ func TestKubernetesKilledServer(t *testing.T) {
 // the codeexec-auth Secret. The test cluster has no kube-proxy and its API
 // server listens on the host's loopback only, so the server pod runs on
 // the host's network (which the codeexec namespace then allows), with the
-// API server's address in KUBERNETES_SERVICE_HOST; everything else is the
-// manifests' own.
+// API server's address in KUBERNETES_SERVICE_HOST, and its runs' pods get
+// the tests' RuntimeClass (CODE_EXEC_K8S_RUNTIME_CLASS); everything else is
+// the manifests' own.
 func TestKubernetesDeployment(t *testing.T) {
 	kc := kubetest.Kubeconfig(t)
 	if os.Geteuid() != 0 {
@@ -268,7 +272,9 @@ func TestKubernetesDeployment(t *testing.T) {
 	if sandboxImage == "" {
 		sandboxImage = "codeexec-sandbox:latest"
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(root, ".ci/ensure-kubernetes.sh"))
+	// import: never a restart of the cluster, which other tests may be using
+	// (start would restart one started from other inputs).
+	cmd := exec.CommandContext(ctx, filepath.Join(root, ".ci/ensure-kubernetes.sh"), "import")
 	cmd.Env = append(os.Environ(), "K8S_TEST_IMAGES="+sandboxImage+" "+image)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("importing %s into the test cluster: %v\n%s", image, err, out)
@@ -326,6 +332,7 @@ func TestKubernetesDeployment(t *testing.T) {
 		{"op": "add", "path": "/spec/template/spec/containers/0/env/-", "value": map[string]string{"name": "KUBERNETES_SERVICE_PORT", "value": api.Port()}},
 		{"op": "add", "path": "/spec/template/spec/containers/0/env/-", "value": map[string]string{"name": "CODE_EXEC_CPUS", "value": "0.2"}},
 		{"op": "add", "path": "/spec/template/spec/containers/0/env/-", "value": map[string]string{"name": "CODE_EXEC_K8S_POOL_SIZE", "value": "1"}},
+		{"op": "add", "path": "/spec/template/spec/containers/0/env/-", "value": map[string]string{"name": "CODE_EXEC_K8S_RUNTIME_CLASS", "value": kubetest.RuntimeClass()}},
 	})
 	run(kubectl, "-n", "codeexec", "patch", "deployment", "codeexec", "--type=json", "-p", string(patch))
 	if out, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", kc, "-n", "codeexec", "rollout", "status", "deployment/codeexec", "--timeout=5m").CombinedOutput(); err != nil {

@@ -116,12 +116,14 @@ func loadAttacks(t *testing.T) []attack {
 	return out
 }
 
-// gvisorGaps are the cases docker mode does not pass under gVisor (runsc as
-// docker/install-gvisor.sh builds and registers it), with what happens
-// instead. CI runs the suite under runsc (CODE_EXEC_DOCKER_RUNTIME=runsc);
-// docs/modes.md lists the same gaps.
+// gvisorGaps are the cases docker and kubernetes mode do not pass under
+// gVisor (runsc as docker/install-gvisor.sh builds it, registered with the
+// engine, or the test cluster's RuntimeClass gvisor), with what happens
+// instead. CI runs the suite under runsc (CODE_EXEC_DOCKER_RUNTIME=runsc)
+// and under gvisor (CODE_EXEC_K8S_RUNTIME_CLASS=gvisor); docs/modes.md lists
+// the same gaps.
 var gvisorGaps = map[string]string{
-	"sig-supervisor":   "gVisor does not shield a PID namespace's init from its own namespace's signals: signals 32 and 33, which the supervisor (sh) cannot ignore, end the container, so the run ends with a server error (the container stopped) instead of a result; nothing outlives the container",
+	"sig-supervisor":   "gVisor does not shield a PID namespace's init from its own namespace's signals: signals 32 and 33, which the supervisor cannot ignore, end the container, so the run ends with a server error (the container stopped) instead of a result; nothing outlives the container",
 	"cross-run-kill":   "gVisor lets a program SIGKILL its container's pid 1: the run ends with a server error instead of a result; other runs are in other sandboxes and are not touched",
 	"sig-dispositions": "gVisor's /proc/self/status has no SigBlk or SigIgn lines, so the case cannot tell",
 	"res-fill-workdir": "gVisor's tmpfs does not enforce /tmp's inode cap (nr_inodes); the files count against the container's memory limit instead",
@@ -133,10 +135,11 @@ var kubernetesGaps = map[string]string{
 	"res-fill-workdir": "Kubernetes gives a memory-backed emptyDir (the pod's /tmp) a size but no cap on its number of files (tmpfs nr_inodes); each file's kernel memory counts against the pod's memory limit, which bounds them instead (a run of 64 MiB that makes empty files is killed by it), so a run of 256 MiB makes its 60000 files",
 }
 
-// underGVisor reports whether a docker runner runs its containers under gVisor.
+// underGVisor reports whether a docker runner runs its containers, or a
+// kubernetes runner its pods, under gVisor, as sandbox_info says.
 func underGVisor(r sandbox.Runner) bool {
 	for _, p := range r.Capabilities().Protections {
-		if p.Name == "runtime" && strings.Contains(p.Detail, "gVisor") {
+		if (p.Name == "runtime" || p.Name == "runtime class") && strings.Contains(p.Detail, "gVisor") {
 			return true
 		}
 	}
@@ -247,7 +250,7 @@ func kubernetesRunners(t *testing.T, ctx context.Context, langs []string) []mode
 	if hostIP == "" {
 		return skip("this host has no address but loopback")
 	}
-	kr, err := kube.New(ctx, kube.Config{Image: kubetest.Image(), Languages: langs})
+	kr, err := kube.New(ctx, kube.Config{Image: kubetest.Image(), RuntimeClass: kubetest.RuntimeClass(), Languages: langs})
 	if err != nil {
 		return skip(err.Error())
 	}
@@ -497,8 +500,12 @@ func TestContainment(t *testing.T) {
 					if why, ok := kubernetesGaps[a.Name]; ok && m.mode == sandbox.ModeKubernetes {
 						t.Skipf("not contained as in docker mode: %s; see docs/modes.md#kubernetes-mode", why)
 					}
-					if why, ok := gvisorGaps[a.Name]; ok && m.mode == sandbox.ModeDocker && underGVisor(m.runner) {
-						t.Skipf("not checked under gVisor: %s; see docs/modes.md#runtimes", why)
+					if why, ok := gvisorGaps[a.Name]; ok && underGVisor(m.runner) {
+						doc := "docs/modes.md#runtimes"
+						if m.mode == sandbox.ModeKubernetes {
+							doc = "docs/modes.md#kubernetes-mode"
+						}
+						t.Skipf("not checked under gVisor: %s; see %s", why, doc)
 					}
 					if must && m.mode == sandbox.ModeProcess {
 						caps := m.runner.Capabilities()

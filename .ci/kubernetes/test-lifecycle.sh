@@ -5,11 +5,13 @@
 #      every component listens on 127.0.0.1 only; the host's sysctls are as
 #      before (kubelet's are put back once it has started); codeexec-runs
 #      enforces Pod Security "restricted" (a pod running as root is refused);
-#      an image whose id changed in Docker is imported again by the next start;
-#   2. check (the smoke check: a locked-down pod, kubectl exec and attach);
+#      an image whose id changed in Docker is imported again by the next start,
+#      and by import;
+#   2. check (the smoke check: a locked-down pod, kubectl exec and attach,
+#      under runc and under gVisor); a gVisor pod is left running;
 #   3. stop, then compare the host with a snapshot taken before the start:
-#      processes, mounts, network links and namespaces, sysctls, cgroups,
-#      iptables rules and host paths must be as they were;
+#      processes (gVisor's included), mounts, network links and namespaces,
+#      sysctls, cgroups, iptables rules and host paths must be as they were;
 #   4. start again and check again (start → stop → start works);
 #   5. stop again and compare again, unless --keep (the cluster is then left
 #      running, and its kubeconfig path is the last line of stdout).
@@ -26,6 +28,7 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 script="$repo/.ci/ensure-kubernetes.sh"
 k8s_root="${K8S_TEST_ROOT:-/var/lib/codeexec-k8s}"
+gvisor_cache="${RUNSC_CACHE_DIR:-/var/cache/codeexec/gvisor}"
 keep=0
 [[ ${1:-} == --keep ]] && keep=1
 work=$(mktemp -d /tmp/k8s-lifecycle.XXXXXX)
@@ -63,7 +66,7 @@ snapshot() { # dir
     for p in /proc/[0-9]*; do
         exe=$(readlink "$p/exe" 2>/dev/null) || continue
         case $exe in
-        /var/cache/codeexec/k8s/* | "$k8s_root"/*) printf '%s %s\n' "${p#/proc/}" "$exe" ;;
+        /var/cache/codeexec/k8s/* | "$gvisor_cache"/* | "$k8s_root"/*) printf '%s %s\n' "${p#/proc/}" "$exe" ;;
         esac
     done >"$d/processes"
 }
@@ -116,6 +119,13 @@ while_running() {
     reimport
     # 2. smoke check
     timed "$script" check
+    # a gVisor pod (sandbox, gofer, shim) that stop must take down
+    sed -e 's|@NAME@|lifecycle-gvisor|' -e 's|@IMAGE@|docker.io/library/codeexec-sandbox:latest|' \
+        -e 's|@PROGRAM@|import time; time.sleep(3600)|' -e 's|@STDIN@|false|g' -e 's|@RUNTIME_CLASS@|gvisor|' \
+        "$repo/.ci/kubernetes/smoke-pod.yaml" | kubectl apply -f - >/dev/null || fail "creating a gVisor pod failed"
+    kubectl -n codeexec-runs wait pod/lifecycle-gvisor --for=condition=Ready --timeout=180s >/dev/null ||
+        fail "the gVisor pod lifecycle-gvisor did not become Ready"
+    say "a gVisor pod runs: $(pgrep -fc -- "--root=$k8s_root/containerd/runsc-root/") of gVisor's processes"
 }
 
 # imported_id REF: the config digest (= Docker's image id) of REF in the
@@ -128,20 +138,23 @@ imported_id() {
 }
 ctr() { "$k8s_root/bin/ctr" --address "$k8s_root/containerd/containerd.sock" --namespace k8s.io "$@"; }
 
-# 1c. an image whose id changes in Docker is imported again by the next start
-# (one the test makes from the sandbox image, removed from Docker and from the
-# cluster at the end).
+# 1c. an image whose id changes in Docker is imported again by the next start,
+# or import (one the test makes from the sandbox image, removed from Docker and
+# from the cluster at the end).
 reimport() {
     local tag="codeexec-k8s-lifecycle:$$" ref="docker.io/library/codeexec-k8s-lifecycle:$$" n id
     trap 'docker rmi "'"$tag"'" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+    local cmd
     for n in 1 2; do
         printf 'FROM codeexec-sandbox:latest\nLABEL io.codeexec.k8s-lifecycle=%s-%s\n' "$$" "$n" |
             docker build -q -t "$tag" - >/dev/null 2>&1 || fail "docker build of $tag failed"
         id=$(docker image inspect --format '{{.Id}}' "$tag")
-        K8S_TEST_IMAGES="codeexec-sandbox:latest $tag" timed "$script" start
+        cmd=start
+        ((n == 2)) && cmd=import
+        K8S_TEST_IMAGES="codeexec-sandbox:latest $tag" timed "$script" "$cmd"
         [[ "$(imported_id "$ref")" == "$id" ]] ||
-            fail "after start, containerd's $ref is '$(imported_id "$ref")', not Docker's $id"
-        say "start imported $tag ($id) into the cluster's containerd"
+            fail "after $cmd, containerd's $ref is '$(imported_id "$ref")', not Docker's $id"
+        say "$cmd imported $tag ($id) into the cluster's containerd"
     done
     docker rmi "$tag" >/dev/null
     ctr images rm "$ref" >/dev/null
@@ -167,6 +180,8 @@ snapshot "$work/after1"
 compare "$work/before" "$work/after1"
 start_and_check
 if ((keep)); then
+    kubectl -n codeexec-runs delete pod lifecycle-gvisor --wait=true --timeout=180s >/dev/null ||
+        fail "deleting the gVisor pod lifecycle-gvisor failed"
     say "PASS; the cluster is left running"
     printf '%s\n' "$kubeconfig"
     exit 0

@@ -123,7 +123,7 @@ func TestStartNamesMissingPermission(t *testing.T) {
 	cfg, user := serviceAccount(t, lacking)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	r, err := New(ctx, Config{REST: cfg, Image: kubetest.Image(), Logger: testLogger(t)})
+	r, err := New(ctx, Config{REST: cfg, Image: kubetest.Image(), RuntimeClass: kubetest.RuntimeClass(), Logger: testLogger(t)})
 	if err == nil {
 		_ = r.Close()
 		t.Fatal("New started without create on pods/attach")

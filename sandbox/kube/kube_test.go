@@ -44,6 +44,9 @@ func newRunner(t testing.TB, cfg Config) *Runner {
 	if cfg.Image == "" {
 		cfg.Image = kubetest.Image()
 	}
+	if cfg.RuntimeClass == "" {
+		cfg.RuntimeClass = kubetest.RuntimeClass()
+	}
 	if cfg.PoolLimits != (sandbox.Limits{}) {
 		cfg.PoolLimits = kubetest.Limits(cfg.PoolLimits)
 	}

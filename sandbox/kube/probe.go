@@ -58,6 +58,10 @@ type probeFacts struct {
 	saToken    bool   // a service account token was mounted
 	rootRW     bool   // the root filesystem could be written
 	tmp        string // /tmp's mount: "<fs type> <options>"
+	tmpKiB     int64  // /tmp's size, as statfs gives it (df)
+	shm        string // /dev/shm's mount, as tmp
+	shmKiB     int64  // /dev/shm's size, as tmpKiB
+	kernel     string // the kernel's release (uname -r): gVisor's ends in -gvisor
 	nofile     string
 	fsize      string // ulimit -f (blocks of 512 bytes)
 	nproc      string // ulimit -p
@@ -88,7 +92,9 @@ echo "@@k8s-uidmap $(tr -s ' ' < /proc/self/uid_map | head -n1)"
 while read -r k v; do case "$k" in Seccomp:|NoNewPrivs:|CapEff:) echo "@@k8s-status $k $v";; esac; done < /proc/self/status
 for d in /var/run/secrets/kubernetes.io /run/secrets/kubernetes.io; do if [ -e "$d" ]; then echo '@@k8s-satoken'; break; fi; done
 if ( : > /codeexec-probe ) 2>/dev/null; then echo '@@k8s-rootrw'; rm -f /codeexec-probe; fi
-while read -r _ m fs o _; do if [ "$m" = /tmp ]; then echo "@@k8s-tmp $fs $o"; fi; done < /proc/mounts
+while read -r _ m fs o _; do case "$m" in /tmp) echo "@@k8s-tmp $fs $o";; /dev/shm) echo "@@k8s-shm $fs $o";; esac; done < /proc/mounts
+echo "@@k8s-sizes $(df -Pk /tmp /dev/shm 2>/dev/null | awk 'NR > 1 {printf "%s ", $2}')"
+echo "@@k8s-kernel $(uname -r)"
 echo "@@k8s-ulimit $(ulimit -n) $(ulimit -f) $(ulimit -p)"
 for f in /sys/fs/cgroup/memory.max /sys/fs/cgroup/memory/memory.limit_in_bytes; do if [ -r "$f" ]; then echo "@@k8s-memory $(cat "$f")"; break; fi; done
 if [ -r /sys/fs/cgroup/cpu.max ]; then echo "@@k8s-cpu $(cat /sys/fs/cgroup/cpu.max)"
@@ -241,6 +247,15 @@ func (f *probeFacts) parse(lines []string) error {
 			f.rootRW = true
 		case "@@k8s-tmp":
 			f.tmp = val
+		case "@@k8s-shm":
+			f.shm = val
+		case "@@k8s-sizes":
+			if s := strings.Fields(val); len(s) == 2 {
+				f.tmpKiB, _ = strconv.ParseInt(s[0], 10, 64)
+				f.shmKiB, _ = strconv.ParseInt(s[1], 10, 64)
+			}
+		case "@@k8s-kernel":
+			f.kernel = val
 		case "@@k8s-ulimit":
 			if u := strings.Fields(val); len(u) == 3 {
 				f.nofile, f.fsize, f.nproc = u[0], u[1], u[2]

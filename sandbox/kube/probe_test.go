@@ -99,7 +99,7 @@ func TestNetworkProbeRefuses(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	r, err := New(ctx, Config{Image: kubetest.Image(), Languages: []string{"python"}, Logger: testLogger(t), NetworkCheckAddrs: []string{addr}})
+	r, err := New(ctx, Config{Image: kubetest.Image(), RuntimeClass: kubetest.RuntimeClass(), Languages: []string{"python"}, Logger: testLogger(t), NetworkCheckAddrs: []string{addr}})
 	if err == nil {
 		_ = r.Close()
 		t.Fatalf("kubernetes mode started although its probe pod could reach %s", addr)

@@ -33,9 +33,13 @@ func TestCapabilities(t *testing.T) {
 	if st, _ := caps.Language("javascript"); st.Available || !strings.Contains(st.Reason, "CODE_EXEC_LANGUAGES") {
 		t.Errorf("javascript should be disabled: %+v", st)
 	}
-	// What the test cluster does not give: a RuntimeClass, user
-	// namespaces (containerd 1.6), logs kept off the node; and no pool.
-	inactive := []string{"warm pool", "runtime class", "user namespace", "container logs off"}
+	// What the test cluster does not give: user namespaces (containerd
+	// 1.6), logs kept off the node; a RuntimeClass unless the tests ask for
+	// one (CODE_EXEC_K8S_RUNTIME_CLASS); and no pool.
+	inactive := []string{"warm pool", "user namespace", "container logs off"}
+	if kubetest.RuntimeClass() == "" {
+		inactive = append(inactive, "runtime class")
+	}
 	for _, p := range caps.Protections {
 		want := !slices.Contains(inactive, p.Name)
 		if p.Active != want {
@@ -47,6 +51,25 @@ func TestCapabilities(t *testing.T) {
 	}
 	if len(caps.Warnings) != 1 || caps.Warnings[0] != unavailable {
 		t.Errorf("warnings %q, want only what the mode does not offer", caps.Warnings)
+	}
+	// The test cluster's gvisor RuntimeClass is gVisor, and sandbox_info
+	// says what differs there: /dev/shm is gVisor's own tmpfs, not capped
+	// by size (under runc it is the pod's capped emptyDir).
+	gvisor := kubetest.RuntimeClass() == "gvisor"
+	detail := func(name string) string {
+		for _, p := range caps.Protections {
+			if p.Name == name {
+				return p.Detail
+			}
+		}
+		t.Fatalf("no protection %q", name)
+		return ""
+	}
+	if rc := detail("runtime class"); gvisor != strings.Contains(rc, "gVisor, a kernel in user space") {
+		t.Errorf("runtime class %q (CODE_EXEC_K8S_RUNTIME_CLASS=%q) says whether it is gVisor wrongly: %s", r.cfg.RuntimeClass, kubetest.RuntimeClass(), rc)
+	}
+	if tmp := detail("size-capped /tmp"); gvisor != strings.Contains(tmp, "/dev/shm is NOT capped by size") {
+		t.Errorf("size-capped /tmp (gVisor: %v) says wrongly whether /dev/shm is capped: %s", gvisor, tmp)
 	}
 }
 

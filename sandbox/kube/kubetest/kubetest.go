@@ -60,6 +60,13 @@ func Kubeconfig(t testing.TB) string {
 // kubernetes mode's default).
 func Image() string { return os.Getenv("CODE_EXEC_K8S_IMAGE") }
 
+// RuntimeClass is the RuntimeClass of the tests' pods:
+// CODE_EXEC_K8S_RUNTIME_CLASS ("" means the cluster's default runtime). CI
+// runs the kubernetes suites a second time with gvisor, the test cluster's
+// gVisor (deploy/kubernetes/runtimeclass-gvisor.yaml, which
+// .ci/ensure-kubernetes.sh applies).
+func RuntimeClass() string { return os.Getenv("CODE_EXEC_K8S_RUNTIME_CLASS") }
+
 // Limits are sandboxtest's limits with the tests' CPU.
 func Limits(l sandbox.Limits) sandbox.Limits {
 	l.CPUs = CPUs
