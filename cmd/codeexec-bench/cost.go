@@ -121,22 +121,7 @@ func (c cost) measure(ctx context.Context, bin string) error {
 
 // call makes one python call, in the target's session if it has one.
 func (t *costTarget) call(ctx context.Context) (time.Duration, error) {
-	p := programs[0]
-	args := map[string]any{"language": p.lang, "code": p.code}
-	if t.sid != "" {
-		args["session_id"] = t.sid
-	}
-	start := time.Now()
-	res, err := t.cs.CallTool(ctx, &mcp.CallToolParams{Name: "code_execute", Arguments: args})
-	d := time.Since(start)
-	if err != nil {
-		return d, err
-	}
-	sc, _ := res.StructuredContent.(map[string]any)
-	if res.IsError || sc == nil || sc["stdout"] != p.want {
-		return d, fmt.Errorf("unexpected result: isError=%v %v", res.IsError, res.StructuredContent)
-	}
-	return d, nil
+	return executeIn(ctx, t.cs, programs[0], t.sid)
 }
 
 func (c cost) print(ts []*costTarget, thinks []time.Duration) {

@@ -311,8 +311,18 @@ func (t *target) call(ctx context.Context, p program) (time.Duration, error) {
 }
 
 func execute(ctx context.Context, cs *mcp.ClientSession, p program) (time.Duration, error) {
+	return executeIn(ctx, cs, p, "")
+}
+
+// executeIn runs p once, in the session sid unless it is empty, and returns
+// the wall time from the request to the answer.
+func executeIn(ctx context.Context, cs *mcp.ClientSession, p program, sid string) (time.Duration, error) {
+	args := map[string]any{"language": p.lang, "code": p.code}
+	if sid != "" {
+		args["session_id"] = sid
+	}
 	start := time.Now()
-	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "code_execute", Arguments: map[string]any{"language": p.lang, "code": p.code}})
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "code_execute", Arguments: args})
 	d := time.Since(start)
 	if err != nil {
 		return d, err
