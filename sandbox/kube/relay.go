@@ -269,11 +269,14 @@ type relayMux struct {
 	wmu   sync.Mutex // one frame at a time
 	onEnd func()
 
-	mu     sync.Mutex
-	conns  map[uint32]*relayConn // open here
-	lastID uint32                // the last id the relay opened
-	port   int                   // the port the relay said it listens on
-	pid    int                   // the relay's pid in the pod, as it said
+	mu    sync.Mutex
+	conns map[uint32]*relayConn // open here
+	// changed is closed, and replaced, whenever conns changes: what waits
+	// for a number of connections (tests) waits on it, not on a clock.
+	changed chan struct{}
+	lastID  uint32 // the last id the relay opened
+	port    int    // the port the relay said it listens on
+	pid     int    // the relay's pid in the pod, as it said
 
 	accept    chan *relayConn
 	ready     chan struct{} // closed by the relay's L frame
@@ -287,11 +290,12 @@ var _ net.Listener = (*relayMux)(nil)
 
 func newRelayMux(w io.Writer) *relayMux {
 	return &relayMux{
-		w:      w,
-		conns:  map[uint32]*relayConn{},
-		accept: make(chan *relayConn, relayMaxStreams),
-		ready:  make(chan struct{}),
-		done:   make(chan struct{}),
+		w:       w,
+		conns:   map[uint32]*relayConn{},
+		changed: make(chan struct{}),
+		accept:  make(chan *relayConn, relayMaxStreams),
+		ready:   make(chan struct{}),
+		done:    make(chan struct{}),
 	}
 }
 
@@ -356,6 +360,7 @@ func (m *relayMux) handle(t byte, id uint32, p []byte) error {
 		m.lastID = id
 		c := newRelayConn(m, id)
 		m.conns[id] = c
+		m.changedLocked()
 		m.accept <- c // never blocks: it holds relayMaxStreams
 		return nil
 	case frameData, frameEOF, frameClose, frameWindow:
@@ -366,6 +371,7 @@ func (m *relayMux) handle(t byte, id uint32, p []byte) error {
 	c, opened := m.conns[id], id != 0 && id <= m.lastID
 	if t == frameClose && c != nil {
 		delete(m.conns, id)
+		m.changedLocked()
 	}
 	m.mu.Unlock()
 	switch {
@@ -755,4 +761,11 @@ func (d *deadline) wait() chan struct{} {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.cancel
+}
+
+// changedLocked tells the waiters on changed that conns changed; m.mu is
+// held.
+func (m *relayMux) changedLocked() {
+	close(m.changed)
+	m.changed = make(chan struct{})
 }

@@ -170,7 +170,7 @@ func waitConns(t *testing.T, m *relayMux, n int) {
 	t.Helper()
 	for {
 		m.mu.Lock()
-		got := len(m.conns)
+		got, changed := len(m.conns), m.changed
 		m.mu.Unlock()
 		if got == n {
 			return
@@ -178,7 +178,7 @@ func waitConns(t *testing.T, m *relayMux, n int) {
 		select {
 		case <-m.done:
 			t.Fatalf("the mux ended with %d connections, want %d: %v", got, n, m.Err())
-		case <-time.After(10 * time.Millisecond):
+		case <-changed:
 		}
 	}
 }
