@@ -8,7 +8,7 @@ import os, sys
 
 
 def _codeexec_session(argv):
-    import io, linecache, threading, traceback
+    import io, linecache, threading, time, traceback
     if sys.flags.no_site and "site" not in sys.modules:
         import site
         site.main()
@@ -136,7 +136,18 @@ def _codeexec_session(argv):
         # state but only this thread; this one, with every thread the call
         # started, ends (and the supervisor makes sure of it).
         lock.acquire()  # no thread left by the call may hold it in the fork
-        pid = os.fork()
+        # A process slot may still be held by a process that the call
+        # started and the supervisor is killing: tried again for up to 10 s.
+        delay, give_up = 0.001, time.monotonic() + 10
+        while True:
+            try:
+                pid = os.fork()
+                break
+            except BlockingIOError:
+                if time.monotonic() >= give_up:
+                    raise
+                time.sleep(delay)
+                delay = min(2 * delay, 0.1)
         lock.release()
         if pid:
             os._exit(0)

@@ -233,11 +233,27 @@ def _codeexec_supervisor(argv):
                 return
             time.sleep(0.0002)
 
+    def fork():
+        # A fork that finds no process slot free (EAGAIN: the pids limit or
+        # RLIMIT_NPROC, still held by the processes that a call's end has
+        # just killed: under gVisor they take a while to go) is tried again,
+        # reaping meanwhile, for up to 10 s; then the session fails as lost.
+        delay, give_up = 0.001, time.monotonic() + 10
+        while True:
+            try:
+                return os.fork()
+            except BlockingIOError:
+                if time.monotonic() >= give_up:
+                    raise
+                reap()
+                time.sleep(delay)
+                delay = min(2 * delay, 0.1)
+
     def spawn(argv, fds):
         # fork and exec, not posix_spawn: glibc's leaves its own signals
         # (32, 33) ignored in the child. fds maps the child's descriptors to
         # ours; every signal is at its default for it, none blocked.
-        pid = os.fork()
+        pid = fork()
         if pid == 0:
             try:
                 signal.set_wakeup_fd(-1)
@@ -280,7 +296,7 @@ def _codeexec_supervisor(argv):
         nonlocal relay_pid
         if listener is None or (relay_pid and alive(relay_pid)):
             return
-        pid = os.fork()
+        pid = fork()
         if pid == 0:
             try:
                 for fd in (cin, cout, wake_r, wake_w):
@@ -361,7 +377,7 @@ def _codeexec_supervisor(argv):
         r1, w1 = os.pipe()  # supervisor -> interpreter
         r2, w2 = os.pipe()  # interpreter -> supervisor
         if lang == "python":
-            pid = os.fork()
+            pid = fork()
             if pid == 0:
                 become_python(r1, w2)
             fd = r1
