@@ -2,6 +2,7 @@ package executor
 
 import (
 	"net"
+	"strings"
 
 	"github.com/codeexec/codeexec/sandbox"
 )
@@ -23,6 +24,9 @@ type Program struct {
 	// HTTP_PROXY and HTTPS_PROXY point at, before the program starts: the
 	// program reaches the network through the egress proxy only.
 	Serve func(net.Listener)
+	// Env is more of the program's environment (sandbox.Request.Env),
+	// added after the mode's own.
+	Env []string
 }
 
 // ProgramOf is the Program of the one-off run of req, whose program file
@@ -37,5 +41,27 @@ func ProgramOf(req sandbox.Request, lang sandbox.LanguageSpec, path, dir, file s
 		Packages: req.PackageDir,
 		Limits:   req.Limits,
 		Serve:    serve,
+		Env:      req.Env,
 	}
+}
+
+// WithEnv returns env with the variables of extra (NAME=value each) added,
+// each replacing any variable of the same name in env, so that the
+// program sees extra's value whichever of two equal names it reads.
+func WithEnv(env, extra []string) []string {
+	if len(extra) == 0 {
+		return env
+	}
+	names := map[string]bool{}
+	for _, kv := range extra {
+		name, _, _ := strings.Cut(kv, "=")
+		names[name] = true
+	}
+	out := make([]string, 0, len(env)+len(extra))
+	for _, kv := range env {
+		if name, _, _ := strings.Cut(kv, "="); !names[name] {
+			out = append(out, kv)
+		}
+	}
+	return append(out, extra...)
 }
