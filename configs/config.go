@@ -60,32 +60,11 @@ func (t *Transport) UnmarshalText(b []byte) error {
 type ByteSize int64
 
 // ParseByteSize reads a byte size: a whole number with an optional unit
-// k, m, g (powers of 1024; kb/kib and so on are accepted too).
+// k, m, g (powers of 1024; kb/kib and so on are accepted too); see
+// sandbox.ParseBytes.
 func ParseByteSize(s string) (ByteSize, error) {
-	t := strings.ToLower(strings.TrimSpace(s))
-	mult := int64(1)
-	for _, u := range []struct {
-		suffixes []string
-		mult     int64
-	}{
-		{[]string{"gib", "gb", "g"}, 1 << 30},
-		{[]string{"mib", "mb", "m"}, 1 << 20},
-		{[]string{"kib", "kb", "k"}, 1 << 10},
-		{[]string{"b"}, 1},
-	} {
-		for _, suf := range u.suffixes {
-			if rest, ok := strings.CutSuffix(t, suf); ok {
-				t, mult = strings.TrimSpace(rest), u.mult
-				goto parsed
-			}
-		}
-	}
-parsed:
-	n, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || n < 0 || n > (1<<62)/mult {
-		return 0, fmt.Errorf("invalid byte size %q", s)
-	}
-	return ByteSize(n * mult), nil
+	n, err := sandbox.ParseBytes(s)
+	return ByteSize(n), err
 }
 
 // UnmarshalText implements encoding.TextUnmarshaler.
