@@ -346,6 +346,7 @@ func TestRequireToken(t *testing.T) {
 		"Bearer wrong":                  http.StatusUnauthorized,
 		"Bearer 0123456789abcdef-toke":  http.StatusUnauthorized,
 		"Basic 0123456789abcdef-token":  http.StatusUnauthorized,
+		"0123456789abcdef-token":        http.StatusUnauthorized,
 		"Bearer 0123456789abcdef-token": http.StatusTeapot,
 	}
 	for header, want := range cases {

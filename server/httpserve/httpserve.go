@@ -52,20 +52,23 @@ func RequireBearer(next http.Handler, token, realm, setting string) http.Handler
 		return next
 	}
 	want := sha256.Sum256([]byte(token))
-	return Authenticate(next, realm, setting, func(r *http.Request, got string, _ bool) (*http.Request, bool) {
+	return Authenticate(next, realm, setting, func(r *http.Request, got string, present bool) (*http.Request, bool) {
 		sum := sha256.Sum256([]byte(got))
-		return r, subtle.ConstantTimeCompare(sum[:], want[:]) == 1
+		return r, subtle.ConstantTimeCompare(sum[:], want[:]) == 1 && present
 	})
 }
 
 // Authenticate passes to next the requests that check accepts, given the
 // bearer token each sent ("Authorization: Bearer <token>"; present says
-// whether it sent one), as the request check returns (with what it learned
-// of the caller in its context); it answers the others 401, naming what to
-// send (credential) and realm.
+// whether it sent one: without it, token is ""), as the request check
+// returns (with what it learned of the caller in its context); it answers
+// the others 401, naming what to send (credential) and realm.
 func Authenticate(next http.Handler, realm, credential string, check func(r *http.Request, token string, present bool) (*http.Request, bool)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got, present := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !present {
+			got = ""
+		}
 		r, ok := check(r, strings.TrimSpace(got), present)
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="`+realm+`"`)
