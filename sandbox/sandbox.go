@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/codeexec/codeexec/sandbox/artifacts"
@@ -126,7 +127,9 @@ type Request struct {
 	// Env is more of the program's environment, NAME=value each, added
 	// after the mode's own (in a one-off run; sessions do not take it).
 	// Only codeexec's own layers set it (the run token), never a client;
-	// a mode that cannot pass it says so in Capabilities.RunEnv.
+	// a mode that passes it says so in Capabilities.RunEnv (docker mode
+	// creates the run's container with it, process mode and mode none
+	// start the program with it; kubernetes mode does not yet).
 	Env []string
 	// NewSession, when not nil, makes the request one that runs no code:
 	// it asks for a session of Language whose calls can import Packages
@@ -135,6 +138,28 @@ type Request struct {
 	// Result.Session; the layers that only concern runs (metrics, run
 	// slots) let such a request by (see RunsCode).
 	NewSession *NewSession
+}
+
+// WithEnv returns env (NAME=value each) with the variables of extra added,
+// each replacing any variable of the same name in env, so that a program
+// sees extra's value whichever of two equal names it would read: how a
+// mode adds a Request's Env to its own.
+func WithEnv(env, extra []string) []string {
+	if len(extra) == 0 {
+		return env
+	}
+	names := map[string]bool{}
+	for _, kv := range extra {
+		name, _, _ := strings.Cut(kv, "=")
+		names[name] = true
+	}
+	out := make([]string, 0, len(env)+len(extra))
+	for _, kv := range env {
+		if name, _, _ := strings.Cut(kv, "="); !names[name] {
+			out = append(out, kv)
+		}
+	}
+	return append(out, extra...)
 }
 
 // NewSession is what a request that creates a session asks for besides

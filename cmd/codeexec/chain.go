@@ -90,7 +90,7 @@ func (c *chain) addRunToken(cfg *configs.Config, log *slog.Logger) error {
 	}
 	caps := c.runner.Capabilities()
 	if !caps.RunEnv {
-		err := fmt.Errorf("CODE_EXEC_RUN_TOKEN_KEY is set, but %s mode cannot give runs an environment variable of their own yet, so its runs could get no token: unset it, or use process mode", caps.Mode)
+		err := fmt.Errorf("CODE_EXEC_RUN_TOKEN_KEY is set, but %s mode cannot give runs an environment variable of their own yet, so its runs could get no token: unset it, or use docker or process mode", caps.Mode)
 		log.Error("cannot start", "err", err)
 		return err
 	}
@@ -100,7 +100,7 @@ func (c *chain) addRunToken(cfg *configs.Config, log *slog.Logger) error {
 	}
 	log.Info("run tokens", "variable", runtoken.Variable, "ttl", cfg.RunTokenTTL, "algorithm", "HS256")
 	if !caps.Isolation.Environment {
-		log.Warn("!!! CODE_EXEC_RUN_TOKEN_KEY in " + string(caps.Mode) + " mode: runs see the server's environment, the key included, and can sign tokens of their own; use run tokens in process mode !!!")
+		log.Warn("!!! CODE_EXEC_RUN_TOKEN_KEY in " + string(caps.Mode) + " mode: runs see the server's environment, the key included, and can sign tokens of their own; use run tokens in docker or process mode !!!")
 	}
 	c.runner = runtoken.Wrap(c.runner, signer)
 	return nil

@@ -68,7 +68,9 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		r.log.Info("a warm container broke before it took the program; running it in a new container", "id", shortID(s.id), "err", err)
 	}
 
-	s, err := r.start(ctx, r.runSpec(lang, req.Limits, roleRun, runDeadline(time.Now(), req.Limits.Timeout), ifEntry(entry, req.PackageDir)), lang)
+	spec := r.runSpec(lang, req.Limits, roleRun, runDeadline(time.Now(), req.Limits.Timeout), ifEntry(entry, req.PackageDir))
+	spec.env = req.Env
+	s, err := r.start(ctx, spec, lang)
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			return nil, fmt.Errorf("docker: run cancelled while starting (%v): %w", err, cerr)

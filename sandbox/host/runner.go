@@ -203,7 +203,7 @@ func (r *Runner) programSpec(p executor.Program) (executor.Spec, error) {
 		// path, with the server's permissions.
 		env = append(env, sandbox.PackageEnv(p.Lang, p.Packages.HostDir)...)
 	}
-	env = executor.WithEnv(env, p.Env)
+	env = sandbox.WithEnv(env, p.Env)
 	if p.Lang == "python" && r.python != nil {
 		path, env = r.python.Python, executor.PythonEnv(env, r.python)
 	}

@@ -568,7 +568,7 @@ func (r *Runner) programSpec(g *runGuard, iso executor.Isolation, p executor.Pro
 	if p.Serve != nil {
 		env, egressAddr = append(env, egress.ProxyEnv(EgressAddr)...), EgressAddr
 	}
-	env = executor.WithEnv(env, p.Env)
+	env = sandbox.WithEnv(env, p.Env)
 	return executor.Spec{
 		EgressAddr:          egressAddr,
 		EgressServe:         p.Serve,

@@ -2,7 +2,6 @@ package executor
 
 import (
 	"net"
-	"strings"
 
 	"github.com/codeexec/codeexec/sandbox"
 )
@@ -43,25 +42,4 @@ func ProgramOf(req sandbox.Request, lang sandbox.LanguageSpec, path, dir, file s
 		Serve:    serve,
 		Env:      req.Env,
 	}
-}
-
-// WithEnv returns env with the variables of extra (NAME=value each) added,
-// each replacing any variable of the same name in env, so that the
-// program sees extra's value whichever of two equal names it reads.
-func WithEnv(env, extra []string) []string {
-	if len(extra) == 0 {
-		return env
-	}
-	names := map[string]bool{}
-	for _, kv := range extra {
-		name, _, _ := strings.Cut(kv, "=")
-		names[name] = true
-	}
-	out := make([]string, 0, len(env)+len(extra))
-	for _, kv := range env {
-		if name, _, _ := strings.Cut(kv, "="); !names[name] {
-			out = append(out, kv)
-		}
-	}
-	return append(out, extra...)
 }
