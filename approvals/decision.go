@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/egress"
 )
 
 // Outcome is how an approval request ended.
@@ -57,6 +58,10 @@ const (
 
 // Requester says who asked for a run.
 type Requester struct {
+	// Principal and Org name the caller the server authenticated (its
+	// principal, see server/principals) and its organisation.
+	Principal string `json:"principal,omitempty"`
+	Org       string `json:"org,omitempty"`
 	// Client is the MCP client's name and version, as it announced them.
 	Client string `json:"client,omitempty"`
 	// Session is the MCP session id, if any.
@@ -67,11 +72,20 @@ type Requester struct {
 	Remote string `json:"remote,omitempty"`
 }
 
-// String is a short description for people.
+// String is a short description for people: "principal analytics-agent
+// of acme, through Claude Code 1.0 over http from 10.0.0.7:51234 (session
+// mcp-session-…)".
 func (r Requester) String() string {
 	s := r.Client
 	if s == "" {
 		s = "an unnamed MCP client"
+	}
+	if r.Principal != "" {
+		who := "principal " + r.Principal
+		if r.Org != "" {
+			who += " of " + r.Org
+		}
+		s = who + ", through " + s
 	}
 	if r.Transport != "" {
 		s += " over " + r.Transport
@@ -123,6 +137,10 @@ type Ask struct {
 	// Action is what the request does when it does not run code:
 	// ActionSessionCreate. "" is a run of Code.
 	Action string `json:"action,omitempty"`
+	// Network is the allowlist the run would reach the network under
+	// (CODE_EXEC_NETWORK=allowlist), narrowed to the request's own
+	// (sandbox.Request.Network) where it has one; nil without a network.
+	Network *egress.PolicyInfo `json:"network_policy,omitempty"`
 }
 
 // ActionSessionCreate is the Action of a request to create a session with
@@ -149,6 +167,7 @@ func Describe(req sandbox.Request, requester Requester, caps sandbox.Capabilitie
 		Files:      askFiles(req.Files),
 		Workspace:  DescribeWorkspace(caps.Workspace),
 		Packages:   req.Packages,
+		Network:    NetworkPolicy(caps.Egress, req.Network),
 	}
 	if req.NewSession != nil {
 		a.Action = ActionSessionCreate
@@ -169,6 +188,21 @@ type AskFile struct {
 	// such as "an ELF executable or library" or "a PNG image".
 	Binary bool   `json:"binary,omitempty"`
 	Kind   string `json:"kind,omitempty"`
+}
+
+// NetworkPolicy is the allowlist a run reaches the network under: the
+// operator's (info), narrowed to the run's own allowlist (narrow, see
+// sandbox.Request.Network) when it has one; nil without a network.
+func NetworkPolicy(info *egress.PolicyInfo, narrow *egress.Allowlist) *egress.PolicyInfo {
+	if info == nil || narrow == nil {
+		return info
+	}
+	n := *info
+	n.Allow = narrow.Strings()
+	if n.Allow == nil {
+		n.Allow = []string{}
+	}
+	return &n
 }
 
 // DescribeWorkspace says what a run can see of the workspace, for a person

@@ -79,6 +79,9 @@ type Call struct {
 	Answer *Answer
 	// Waiting, if not nil, is called while the run waits for a person.
 	Waiting WaitFunc
+	// Policy, if not empty, is the approval policy of this requester (its
+	// principal's), in place of the Gate's.
+	Policy Policy
 }
 
 type callKey struct{}
@@ -103,6 +106,14 @@ type decisionKey struct{}
 func Decided(ctx context.Context) (Decision, bool) {
 	d, ok := ctx.Value(decisionKey{}).(Decision)
 	return d, ok
+}
+
+// WithDecided returns ctx carrying d, the decision (or, without a Gate,
+// the record) that a request went on under, for Decided: the audit
+// record uses it for a request that no Gate decided on, so that the
+// Runners after it (the run token) know the request's ID.
+func WithDecided(ctx context.Context, d Decision) context.Context {
+	return context.WithValue(ctx, decisionKey{}, d)
 }
 
 // Recorder keeps the record of what a Gate decides (approvals/audit
@@ -196,7 +207,7 @@ func (g *Gate) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result, e
 	if err != nil {
 		return nil, err
 	}
-	return g.next.Run(context.WithValue(ctx, decisionKey{}, d), req)
+	return g.next.Run(WithDecided(ctx, d), req)
 }
 
 // Capabilities returns the next Runner's capabilities.
@@ -225,6 +236,10 @@ func (g *Gate) riskCheck(req sandbox.Request) []Finding {
 // it (a *DeniedError, an *InputRequiredError, or the Recorder's error).
 func (g *Gate) decide(ctx context.Context, req sandbox.Request, c Call) (Decision, error) {
 	hash := HashRequest(req)
+	policy := g.cfg.Policy
+	if c.Policy != "" {
+		policy = c.Policy
+	}
 	var d Decision
 	if c.Answer != nil {
 		var err error
@@ -233,21 +248,21 @@ func (g *Gate) decide(ctx context.Context, req sandbox.Request, c Call) (Decisio
 		}
 	} else {
 		var findings []Finding
-		if g.cfg.Policy != PolicyNever {
+		if policy != PolicyNever {
 			findings = g.riskCheck(req)
 		}
-		a, err := g.newAsk(req, c.Requester, findings)
+		a, err := g.newAsk(req, c.Requester, findings, policy)
 		if err != nil {
 			return Decision{}, err
 		}
 		switch {
-		case !g.cfg.Policy.Requires(findings):
-			d = Decision{ID: a.ID, Outcome: OutcomeNotRequired, By: "codeexec", Via: ViaPolicy, At: time.Now().UTC(), CodeSHA256: hash, Note: "policy " + string(g.cfg.Policy)}
+		case !policy.Requires(findings):
+			d = Decision{ID: a.ID, Outcome: OutcomeNotRequired, By: "codeexec", Via: ViaPolicy, At: time.Now().UTC(), CodeSHA256: hash, Note: "policy " + string(policy)}
 			if err := g.appendDecision(d); err != nil {
 				return Decision{}, err
 			}
 		case c.Approver == nil && !g.cfg.OutOfBand:
-			return Decision{}, g.reject(req, c.Requester, a.ID, OutcomeUnavailable, "no way to ask a person")
+			return Decision{}, g.reject(req, c, a.ID, OutcomeUnavailable, "no way to ask a person")
 		default:
 			if d, err = g.ask(ctx, a, c); err != nil {
 				return Decision{}, err
@@ -260,15 +275,15 @@ func (g *Gate) decide(ctx context.Context, req sandbox.Request, c Call) (Decisio
 	return d, nil
 }
 
-// newAsk builds the Ask of req and records the request.
-func (g *Gate) newAsk(req sandbox.Request, requester Requester, findings []Finding) (Ask, error) {
+// newAsk builds the Ask of req and records the request, under policy.
+func (g *Gate) newAsk(req sandbox.Request, requester Requester, findings []Finding, policy Policy) (Ask, error) {
 	a := Describe(req, requester, g.next.Capabilities())
 	a.Reasons = Reasons(findings)
 	a.Deadline = a.Created.Add(g.cfg.Timeout)
 	if g.cfg.Record == nil {
 		return a, nil
 	}
-	if err := g.cfg.Record.Requested(a, g.cfg.Policy); err != nil {
+	if err := g.cfg.Record.Requested(a, policy); err != nil {
 		g.log.Error("audit log", "err", err)
 		return a, err
 	}
@@ -359,7 +374,7 @@ func (g *Gate) redeem(req sandbox.Request, hash string, c Call) (Decision, error
 		if verdict == OutcomeForged {
 			id = "" // issued for other code, or not at all: record this request on its own
 		}
-		return Decision{}, g.reject(req, c.Requester, id, verdict, note)
+		return Decision{}, g.reject(req, c, id, verdict, note)
 	}
 	d := c.Answer.Decision
 	d.ID = id
@@ -368,23 +383,28 @@ func (g *Gate) redeem(req sandbox.Request, hash string, c Call) (Decision, error
 	case errors.Is(err, ErrAlreadyDecided):
 		// The first answer stands.
 	case errors.Is(err, ErrUnknownRequest):
-		return Decision{}, g.reject(req, c.Requester, id, OutcomeExpired, "the request is no longer pending")
+		return Decision{}, g.reject(req, c, id, OutcomeExpired, "the request is no longer pending")
 	case err != nil:
 		return Decision{}, err
 	}
 	if final.CodeSHA256 != hash {
-		return Decision{}, g.reject(req, c.Requester, id, OutcomeForged, "the decision was made for other code")
+		return Decision{}, g.reject(req, c, id, OutcomeForged, "the decision was made for other code")
 	}
 	return final, nil
 }
 
 // reject records that an answer was rejected (forged, replayed or expired
 // state) or that nobody can be asked, and returns the *DeniedError to give
-// the client. id is the request it is about; "" records req as a new
-// request first.
-func (g *Gate) reject(req sandbox.Request, requester Requester, id string, outcome Outcome, note string) error {
+// the client of call c. id is the request it is about; "" records req as a
+// new request first.
+func (g *Gate) reject(req sandbox.Request, c Call, id string, outcome Outcome, note string) error {
+	requester := c.Requester
 	if id == "" {
-		a, err := g.newAsk(req, requester, g.riskCheck(req))
+		policy := g.cfg.Policy
+		if c.Policy != "" {
+			policy = c.Policy
+		}
+		a, err := g.newAsk(req, requester, g.riskCheck(req), policy)
 		if err != nil {
 			return err
 		}

@@ -110,6 +110,34 @@ func answer(t *testing.T, g *Gate, outcome Outcome) {
 	}()
 }
 
+// TestCallPolicy: a call's own policy (its principal's) replaces the
+// Gate's, for that call only, and is the policy recorded; the requester's
+// principal is shown and recorded with the request.
+func TestCallPolicy(t *testing.T) {
+	t.Parallel()
+	f := newGate(t, GateConfig{Policy: PolicyNever, Timeout: time.Minute, OutOfBand: true})
+	asker := Requester{Principal: "analytics-agent", Org: "acme", Client: "agent 1.0", Transport: "http"}
+	answer(t, f.gate, OutcomeDenied)
+	_, err := f.gate.Run(WithCall(context.Background(), Call{Requester: asker, Policy: PolicyAlways}), harmless)
+	var denied *DeniedError
+	if !errors.As(err, &denied) || f.runs.Load() != 0 {
+		t.Fatalf("a call under the policy always, denied: %v, %d runs", err, f.runs.Load())
+	}
+	if _, err := f.gate.Run(WithCall(context.Background(), Call{Requester: Requester{Principal: "other"}}), risky); err != nil || f.runs.Load() != 1 {
+		t.Fatalf("another call, under the Gate's policy never: %v, %d runs", err, f.runs.Load())
+	}
+	reqs := f.rec.requests()
+	f.rec.mu.Lock()
+	policies := append([]Policy(nil), f.rec.policies...)
+	f.rec.mu.Unlock()
+	if len(reqs) != 2 || reqs[0].Requester != asker || policies[0] != PolicyAlways || policies[1] != PolicyNever {
+		t.Errorf("recorded %+v under %v", reqs, policies)
+	}
+	if got := asker.String(); got != "principal analytics-agent of acme, through agent 1.0 over http" {
+		t.Errorf("the requester reads %q", got)
+	}
+}
+
 func TestGatePolicies(t *testing.T) {
 	t.Parallel()
 	cases := []struct {

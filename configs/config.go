@@ -60,32 +60,11 @@ func (t *Transport) UnmarshalText(b []byte) error {
 type ByteSize int64
 
 // ParseByteSize reads a byte size: a whole number with an optional unit
-// k, m, g (powers of 1024; kb/kib and so on are accepted too).
+// k, m, g (powers of 1024; kb/kib and so on are accepted too); see
+// sandbox.ParseBytes.
 func ParseByteSize(s string) (ByteSize, error) {
-	t := strings.ToLower(strings.TrimSpace(s))
-	mult := int64(1)
-	for _, u := range []struct {
-		suffixes []string
-		mult     int64
-	}{
-		{[]string{"gib", "gb", "g"}, 1 << 30},
-		{[]string{"mib", "mb", "m"}, 1 << 20},
-		{[]string{"kib", "kb", "k"}, 1 << 10},
-		{[]string{"b"}, 1},
-	} {
-		for _, suf := range u.suffixes {
-			if rest, ok := strings.CutSuffix(t, suf); ok {
-				t, mult = strings.TrimSpace(rest), u.mult
-				goto parsed
-			}
-		}
-	}
-parsed:
-	n, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || n < 0 || n > (1<<62)/mult {
-		return 0, fmt.Errorf("invalid byte size %q", s)
-	}
-	return ByteSize(n * mult), nil
+	n, err := sandbox.ParseBytes(s)
+	return ByteSize(n), err
 }
 
 // UnmarshalText implements encoding.TextUnmarshaler.
@@ -142,8 +121,12 @@ func (r UIDRange) String() string { return fmt.Sprintf("%d-%d", r.First, r.Last)
 type Config struct {
 	Sandbox   sandbox.Mode `env:"SANDBOX" envDefault:"process" accepted:"docker, process, none or kubernetes" help:"sandbox mode: docker (a fresh locked-down container per run, for untrusted code), process (a supervised child process with limits), none (no isolation, local development only), kubernetes (docker mode's containment, a fresh pod per run on a cluster)"`
 	Transport Transport    `env:"TRANSPORT" envDefault:"stdio" accepted:"stdio, sse or http" help:"how MCP clients connect: stdio, sse (HTTP+SSE, protocol 2024-11-05) or http (streamable HTTP); the --transport flag overrides it"`
-	Addr      string       `env:"ADDR" envDefault:"127.0.0.1:8080" accepted:"host:port" help:"listen address of the sse and http transports; an address other than loopback requires CODE_EXEC_AUTH_TOKEN; the --addr flag overrides it"`
-	AuthToken string       `env:"AUTH_TOKEN" accepted:"a secret of at least 16 characters" help:"bearer token that HTTP clients must send (Authorization: Bearer ...); required to listen beyond loopback" secret:"true"`
+	Addr      string       `env:"ADDR" envDefault:"127.0.0.1:8080" accepted:"host:port" help:"listen address of the sse and http transports; an address other than loopback requires CODE_EXEC_AUTH_TOKEN or CODE_EXEC_PRINCIPALS_FILE; the --addr flag overrides it"`
+	AuthToken string       `env:"AUTH_TOKEN" accepted:"a secret of at least 16 characters" help:"bearer token that HTTP clients must send (Authorization: Bearer ...); required to listen beyond loopback, unless CODE_EXEC_PRINCIPALS_FILE gives each client a token of its own; its clients are the principal default" secret:"true"`
+	// PrincipalsFile is checked where it is loaded (server/principals).
+	PrincipalsFile string        `env:"PRINCIPALS_FILE" accepted:"a path to a YAML file of principals (see docs/principals.md)" help:"the principals of the HTTP transports: each bearer token is someone (name, organisation, the SHA-256 of its token) with its own languages, network, files, packages, sessions, approval policy, timeout, memory, CPUs, concurrent runs and runs per minute, each within the server-wide setting it falls back to; reloaded on SIGHUP and when it changes (a bad file keeps the previous one); empty: stdio is the principal local, HTTP with CODE_EXEC_AUTH_TOKEN the principal default"`
+	RunTokenKey    string        `env:"RUN_TOKEN_KEY" accepted:"a secret of at least 32 characters" help:"sign a short-lived token for each run, given to it in CODEEXEC_RUN_TOKEN: a JWT (HS256, this key) that names its principal, organisation, run id and expiry, for an API of yours to verify (codeexec token verify checks one); empty gives runs none" secret:"true"`
+	RunTokenTTL    time.Duration `env:"RUN_TOKEN_TTL" envDefault:"5m" accepted:"a duration such as 5m (from 1s to 24h)" help:"how long a run token is valid at most; never past the run's own timeout"`
 	// AllowedOrigins is normalized by Load (httpserve.ParseOrigin).
 	AllowedOrigins []string `env:"ALLOWED_ORIGINS" envSeparator:"," accepted:"a comma-separated list of exact web origins scheme://host[:port], such as http://localhost:6274 (no path, no wildcard, not null)" help:"web pages of these origins may call the HTTP listeners (the sse and http transports, with CORS; the approvals console and the metrics listener, without); a request whose Origin header is neither one of these nor the server's own is refused with 403, and clients that send no Origin (MCP SDKs, curl) are not affected; empty lets no other origin in"`
 
@@ -223,8 +206,8 @@ type Config struct {
 
 	Approval        approvals.Policy `env:"APPROVAL" envDefault:"never" accepted:"never, always or risky" help:"when a person must approve code before it runs: never, always, or risky (only runs that the risk check flags: network, subprocesses, deleting or overwriting files, privileges, environment variables or credentials, dynamic code, hidden or disguised text, in the code, its files or stdin, and files that hold code that cannot be shown)"`
 	ApprovalTimeout time.Duration    `env:"APPROVAL_TIMEOUT" envDefault:"5m" accepted:"a duration such as 5m (from 1s to 24h)" help:"how long a run waits for a person's approval; no answer in time means denied"`
-	ApprovalElicit  Elicit           `env:"APPROVAL_ELICIT" envDefault:"auto" accepted:"auto, true or false" help:"whether the MCP client's answer to an approval request (elicitation) counts: auto counts it where a person stands behind the client (stdio, and HTTP without CODE_EXEC_AUTH_TOKEN), and not behind a token, where the client is usually an agent that must not approve its own code; true counts it everywhere (opt in only if every holder of the token is a person's client); false never asks the client, only the approvals console and CLI"`
-	AdminAddr       string           `env:"ADMIN_ADDR" envDefault:"127.0.0.1:8081" accepted:"host:port, or off" help:"listen address of the approvals console and its API (started only when CODE_EXEC_APPROVAL is not never); an address other than loopback requires CODE_EXEC_ADMIN_TOKEN; codeexec approvals talks to it"`
+	ApprovalElicit  Elicit           `env:"APPROVAL_ELICIT" envDefault:"auto" accepted:"auto, true or false" help:"whether the MCP client's answer to an approval request (elicitation) counts: auto counts it where a person stands behind the client (stdio, and HTTP without CODE_EXEC_AUTH_TOKEN or CODE_EXEC_PRINCIPALS_FILE), and not behind a token, where the client is usually an agent that must not approve its own code; true counts it everywhere (opt in only if every holder of the token is a person's client); false never asks the client, only the approvals console and CLI"`
+	AdminAddr       string           `env:"ADMIN_ADDR" envDefault:"127.0.0.1:8081" accepted:"host:port, or off" help:"listen address of the approvals console and its API (started only when CODE_EXEC_APPROVAL is not never, or a principal of CODE_EXEC_PRINCIPALS_FILE asks for approval); an address other than loopback requires CODE_EXEC_ADMIN_TOKEN; codeexec approvals talks to it"`
 	AdminToken      string           `env:"ADMIN_TOKEN" accepted:"a secret of at least 16 characters" help:"bearer token of the approvals console, its API and the CLI, which always need one; when empty, the server makes a random token at start and writes it to CODE_EXEC_ADMIN_TOKEN_FILE; required when CODE_EXEC_ADMIN_ADDR is not loopback" secret:"true"`
 	AdminTokenFile  string           `env:"ADMIN_TOKEN_FILE" accepted:"a file path" help:"where the server writes the token it makes when CODE_EXEC_ADMIN_TOKEN is empty (mode 0600, removed at exit) and where codeexec approvals reads it; refused when a folder on its path belongs to a user other than root and the server's, or may be written by group or others without being sticky; empty means $XDG_RUNTIME_DIR/codeexec/admin-HOST-PORT.token, or codeexec/admin-HOST-PORT.token in the user's cache directory when XDG_RUNTIME_DIR is unset"`
 	AuditLog        string           `env:"AUDIT_LOG" accepted:"a file path" help:"append every request, approval decision and run outcome to this JSON Lines file, hash-chained (check it with codeexec audit verify FILE); empty records nothing"`
@@ -232,7 +215,7 @@ type Config struct {
 	TaskMaxTimeout time.Duration `env:"TASK_MAX_TIMEOUT" envDefault:"1h" accepted:"a duration such as 1h (from CODE_EXEC_MAX_TIMEOUT to 24h)" help:"the most a run of code_execute as an MCP task may take: a task's timeout_seconds may ask up to this instead of CODE_EXEC_MAX_TIMEOUT"`
 	TaskTTL        time.Duration `env:"TASK_TTL" envDefault:"10m" accepted:"a duration such as 10m (from 1s to 24h)" help:"how long a task's result is kept after it ends, for the client to fetch; a client may ask for less; when 1000 tasks are held, the oldest ended task of the client that holds the most is dropped first"`
 
-	MaxTasksPerClient     int      `env:"MAX_TASKS_PER_CLIENT" envDefault:"16" accepted:"a whole number from 1 to 1000" help:"most MCP tasks one client (an MCP client session; protocol 2026-07-28 has no sessions, so its clients count as one) may have queued or running at once; more are refused"`
+	MaxTasksPerClient     int      `env:"MAX_TASKS_PER_CLIENT" envDefault:"16" accepted:"a whole number from 1 to 1000" help:"most MCP tasks one client (an MCP client session; protocol 2026-07-28 has no sessions, so its clients count as one per principal) may have queued or running at once; more are refused"`
 	MaxTaskBytes          ByteSize `env:"MAX_TASK_BYTES" envDefault:"256m" accepted:"a byte size such as 256m (at least CODE_EXEC_MAX_TASK_BYTES_PER_CLIENT)" help:"most bytes of arguments (code, stdin and files, decoded) that the MCP tasks queued or running may hold in memory, all clients together; a task that would pass it is refused"`
 	MaxTaskBytesPerClient ByteSize `env:"MAX_TASK_BYTES_PER_CLIENT" envDefault:"64m" accepted:"a byte size such as 64m (at least CODE_EXEC_MAX_CODE + CODE_EXEC_MAX_STDIN + CODE_EXEC_MAX_FILES_BYTES)" help:"most bytes of arguments (code, stdin and files, decoded) that one client's MCP tasks queued or running may hold in memory; a task that would pass it is refused"`
 	MetricsAddr           string   `env:"METRICS_ADDR" accepted:"host:port, or empty for off" help:"listen address of the Prometheus metrics (/metrics) and the probes /healthz and /readyz; empty serves none; an address other than loopback requires CODE_EXEC_METRICS_TOKEN"`
@@ -390,6 +373,7 @@ func (c *Config) Validate() error {
 	if c.AuthToken != "" && len(c.AuthToken) < 16 {
 		errs = append(errs, fmt.Errorf("CODE_EXEC_AUTH_TOKEN is too short (%d characters): use at least 16 random characters, for example from `openssl rand -hex 32`", len(c.AuthToken)))
 	}
+	errs = append(errs, c.validatePrincipals()...)
 	check(c.ApprovalTimeout >= time.Second && c.ApprovalTimeout <= 24*time.Hour, "ApprovalTimeout", c.ApprovalTimeout, "it is out of range")
 	if c.AdminToken != "" && len(c.AdminToken) < 16 {
 		errs = append(errs, fmt.Errorf("CODE_EXEC_ADMIN_TOKEN is too short (%d characters): use at least 16 random characters, for example from `openssl rand -hex 32`", len(c.AdminToken)))
@@ -438,10 +422,35 @@ func (c *Config) ValidateListen() error {
 	if err != nil {
 		return Invalid("Addr", c.Addr, err.Error())
 	}
-	if !IsLoopback(host) && c.AuthToken == "" {
-		return fmt.Errorf("refusing to listen on %s without authentication: CODE_EXEC_ADDR is not a loopback address, so set CODE_EXEC_AUTH_TOKEN (clients then send Authorization: Bearer <token>) or listen on 127.0.0.1", c.Addr)
+	if !IsLoopback(host) && c.AuthToken == "" && c.PrincipalsFile == "" {
+		return fmt.Errorf("refusing to listen on %s without authentication: CODE_EXEC_ADDR is not a loopback address, so set CODE_EXEC_AUTH_TOKEN or CODE_EXEC_PRINCIPALS_FILE (clients then send Authorization: Bearer <token>) or listen on 127.0.0.1", c.Addr)
 	}
 	return nil
+}
+
+// ValidatePrincipals checks that a principals file goes with an HTTP
+// transport. Call it once flags have set Transport.
+func (c *Config) ValidatePrincipals() error {
+	if c.PrincipalsFile != "" && c.Transport == TransportStdio {
+		return errors.New("CODE_EXEC_PRINCIPALS_FILE is set but the transport is stdio: principals are told apart by the bearer tokens of the HTTP transports, and stdio's one client is the principal local; use --transport http or sse, or unset it")
+	}
+	return nil
+}
+
+// validatePrincipals checks the settings of principals and run tokens
+// (the principals file itself is read where it is loaded).
+func (c *Config) validatePrincipals() []error {
+	var errs []error
+	if c.PrincipalsFile != "" && c.AuthToken != "" {
+		errs = append(errs, errors.New("CODE_EXEC_AUTH_TOKEN and CODE_EXEC_PRINCIPALS_FILE are both set: with a principals file every client sends the token of its own principal, so list this token's SHA-256 in the file as a principal and unset CODE_EXEC_AUTH_TOKEN"))
+	}
+	if c.RunTokenKey != "" && len(c.RunTokenKey) < 32 {
+		errs = append(errs, fmt.Errorf("CODE_EXEC_RUN_TOKEN_KEY is too short (%d characters): use at least 32 random characters, for example from `openssl rand -hex 32`", len(c.RunTokenKey)))
+	}
+	if c.RunTokenTTL < time.Second || c.RunTokenTTL > 24*time.Hour {
+		errs = append(errs, Invalid("RunTokenTTL", c.RunTokenTTL, "it is out of range"))
+	}
+	return errs
 }
 
 // Elicit says whether an MCP client's answer to an approval request
@@ -493,15 +502,18 @@ func (c *Config) ElicitationCounts() (bool, string) {
 		return false, "CODE_EXEC_APPROVAL_ELICIT=false"
 	case c.Transport == TransportStdio:
 		return true, "over stdio the MCP client is the desktop app or IDE of the person who started codeexec"
+	case c.PrincipalsFile != "":
+		return false, "a client that holds a principal's token (CODE_EXEC_PRINCIPALS_FILE) is taken for an agent, which must not approve its own code (CODE_EXEC_APPROVAL_ELICIT=true makes its answers count)"
 	case c.AuthToken == "":
 		return true, "without CODE_EXEC_AUTH_TOKEN the HTTP transport listens on loopback only, for the clients of this machine's user"
 	}
 	return false, "a client that holds CODE_EXEC_AUTH_TOKEN is taken for an agent, which must not approve its own code (CODE_EXEC_APPROVAL_ELICIT=true makes its answers count)"
 }
 
-// AdminEnabled reports whether the approvals console listens.
-func (c *Config) AdminEnabled() bool {
-	return c.Approval != approvals.PolicyNever && !strings.EqualFold(c.AdminAddr, "off") && c.AdminAddr != ""
+// AdminListens reports whether the approvals console listens when runs may
+// need approval (CODE_EXEC_ADMIN_ADDR is not off).
+func (c *Config) AdminListens() bool {
+	return !strings.EqualFold(c.AdminAddr, "off") && c.AdminAddr != ""
 }
 
 // ValidateAdmin checks the approvals console's address: it must parse, and

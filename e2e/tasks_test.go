@@ -31,13 +31,20 @@ type taskClient struct {
 	url     string
 	version string
 	session string // 2025-11-25 only
+	token   string // the bearer token, if any
 	next    int
 }
 
 // newLegacyTaskClient opens a 2025-11-25 session.
 func newLegacyTaskClient(t *testing.T, s *server) *taskClient {
 	t.Helper()
-	c := &taskClient{t: t, url: s.baseURL + "/mcp", version: "2025-11-25"}
+	return newLegacyTaskClientAs(t, s, "")
+}
+
+// newLegacyTaskClientAs opens a 2025-11-25 session with a bearer token.
+func newLegacyTaskClientAs(t *testing.T, s *server, token string) *taskClient {
+	t.Helper()
+	c := &taskClient{t: t, url: s.baseURL + "/mcp", version: "2025-11-25", token: token}
 	res, rerr, h := c.post("initialize", `{"protocolVersion":"2025-11-25","capabilities":{"tasks":{}},"clientInfo":{"name":"raw-tasks","version":"1"}}`)
 	if rerr != nil || res["protocolVersion"] != "2025-11-25" {
 		t.Fatalf("initialize: %v %v", res, rerr)
@@ -82,6 +89,9 @@ func (c *taskClient) request(method, params string) *http.Request {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	req.Header.Set("Mcp-Protocol-Version", c.version)
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 	if c.session != "" {
 		req.Header.Set("Mcp-Session-Id", c.session)
 	}

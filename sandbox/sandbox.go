@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/codeexec/codeexec/sandbox/artifacts"
@@ -114,6 +115,22 @@ type Request struct {
 	// its caller (CallerFrom), who must own that session. Empty runs the
 	// request on its own, from a clean slate.
 	Session string
+	// Network, when not nil, narrows what the run may reach through the
+	// egress proxy (CODE_EXEC_NETWORK=allowlist) to the destinations that
+	// are on both the operator's allowlist and this one: an empty one
+	// refuses every destination. Nil leaves the operator's allowlist.
+	// Every mode with an egress proxy applies it to the run's proxy
+	// session (proxy.Session.Restrict) before the program starts. Only
+	// codeexec's own layers set it (a principal's network policy), never
+	// a client.
+	Network *egress.Allowlist
+	// Env is more of the program's environment, NAME=value each, added
+	// after the mode's own (in a one-off run; sessions do not take it).
+	// Only codeexec's own layers set it (the run token), never a client;
+	// a mode that passes it says so in Capabilities.RunEnv (docker mode
+	// creates the run's container with it, process mode and mode none
+	// start the program with it; kubernetes mode does not yet).
+	Env []string
 	// NewSession, when not nil, makes the request one that runs no code:
 	// it asks for a session of Language whose calls can import Packages
 	// (session_create with packages), which is approved and recorded like
@@ -123,12 +140,47 @@ type Request struct {
 	NewSession *NewSession
 }
 
+// WithEnv returns env (NAME=value each) with the variables of extra added,
+// each replacing any variable of the same name in env, so that a program
+// sees extra's value whichever of two equal names it would read: how a
+// mode adds a Request's Env to its own.
+func WithEnv(env, extra []string) []string {
+	if len(extra) == 0 {
+		return env
+	}
+	names := map[string]bool{}
+	for _, kv := range extra {
+		name, _, _ := strings.Cut(kv, "=")
+		names[name] = true
+	}
+	out := make([]string, 0, len(env)+len(extra))
+	for _, kv := range env {
+		if name, _, _ := strings.Cut(kv, "="); !names[name] {
+			out = append(out, kv)
+		}
+	}
+	return append(out, extra...)
+}
+
 // NewSession is what a request that creates a session asks for besides
 // its Language, Packages and Limits (see Request.NewSession).
 type NewSession struct {
 	// IdleTimeout, if above 0, is the session's own idle timeout (the
 	// server's, if it is shorter).
 	IdleTimeout time.Duration
+	// Quota caps the sessions of the caller's group (see SessionQuota).
+	Quota SessionQuota
+}
+
+// SessionQuota caps the sessions of a group of owners, such as a
+// principal's whatever MCP client made them: at most Max of the sessions
+// created with Key exist, or are being started, at once (besides the
+// server's CODE_EXEC_MAX_SESSIONS). The zero value (no Key) caps nothing.
+// Setting names the limit in the error, as the operator wrote it.
+type SessionQuota struct {
+	Key     string
+	Max     int
+	Setting string
 }
 
 // RunsCode reports whether req runs code: every request does but one that
@@ -339,6 +391,8 @@ type Capabilities struct {
 	// Workspace says how runs see the operator's project folder; nil when
 	// there is none.
 	Workspace *WorkspaceStatus
+	// RunEnv: the runner gives a one-off run's Request.Env to its program.
+	RunEnv bool
 }
 
 // Isolation declares which boundaries hold between a run and the host on

@@ -118,6 +118,7 @@
   function requester(r) {
     r = r || {};
     let from = r.client || "an unnamed MCP client";
+    if (r.principal) from = "principal " + r.principal + (r.org ? " of " + r.org : "") + ", through " + from;
     if (r.transport) from += " over " + r.transport;
     if (r.remote) from += " from " + r.remote;
     if (r.session) from += " (session " + r.session + ")";
@@ -241,6 +242,7 @@
       const req = it.request || {};
       const when = new Date(it.latest).toLocaleString();
       li.append(el("p", "line meta", when + " · " + (req.language || "?") + " — request " + it.id +
+        (req.requester && req.requester.principal ? " · principal " + req.requester.principal + (req.requester.org ? " of " + req.requester.org : "") : "") +
         (req.requester && req.requester.client ? " · from " + req.requester.client : "")));
       for (const d of it.decisions || []) {
         const p = el("p", "line");

@@ -26,7 +26,10 @@ const approvalInputID = "approval"
 // back, if any.
 func (s *Server) callContext(ctx context.Context, call mcp.CallToolRequest) context.Context {
 	ctx = sandbox.WithCaller(ctx, sandbox.Caller{Client: s.owner(ctx), Background: inTask(ctx)})
-	c := approvals.Call{Requester: s.requester(ctx)}
+	// Its principal is in ctx already (the transport put it there), for
+	// the chain's principals.Guard and run token, the metrics and the
+	// audit record; its approval policy is the Gate's for this call.
+	c := approvals.Call{Requester: s.requester(ctx), Policy: s.principal(ctx).Policy.Approval}
 	if s.gate == nil {
 		return approvals.WithCall(ctx, c)
 	}
@@ -115,10 +118,11 @@ func elicitationDecision(res *mcp.ElicitationResult, by string) approvals.Decisi
 	return d
 }
 
-// requester describes the client that sent a request.
+// requester describes the client that sent a request, and its principal.
 func (s *Server) requester(ctx context.Context) approvals.Requester {
 	p := peerFrom(ctx)
-	r := approvals.Requester{Transport: string(p.transport), Remote: p.remote}
+	who := s.principal(ctx)
+	r := approvals.Requester{Principal: who.Name, Org: who.Org, Transport: string(p.transport), Remote: p.remote}
 	var ci *mcp.Implementation
 	if info := mcpserver.RequestProtocolInfoFromContext(ctx); info != nil && info.ClientInfo != nil {
 		ci = info.ClientInfo
@@ -347,14 +351,15 @@ func (s *Server) WhoCanApprove() string {
 	return b.String()
 }
 
-// approvalDescription describes the approval policy for sandbox_info.
-func (s *Server) approvalDescription() string {
+// approvalDescription describes the approval policy of a caller (its
+// principal's, policy) for sandbox_info.
+func (s *Server) approvalDescription(policy approvals.Policy) string {
 	g := s.gate
-	if g == nil || g.Policy() == approvals.PolicyNever {
+	if g == nil || policy == approvals.PolicyNever {
 		return "never: code runs without asking a person (CODE_EXEC_APPROVAL is not configured)"
 	}
 	var b strings.Builder
-	switch g.Policy() {
+	switch policy {
 	case approvals.PolicyAlways:
 		b.WriteString("always: every run waits for a person's approval")
 	case approvals.PolicyRisky:

@@ -15,6 +15,7 @@ import (
 	"github.com/codeexec/codeexec/sandbox/packages"
 	"github.com/codeexec/codeexec/sandbox/pypolicy"
 	"github.com/codeexec/codeexec/sandbox/sessions"
+	"github.com/codeexec/codeexec/server/principals"
 )
 
 // ExecuteOutput is code_execute's structuredContent.
@@ -159,7 +160,7 @@ func (s *Server) execute(ctx context.Context, req mcp.CallToolRequest) *mcp.Call
 	res, err := s.runner.Run(ctx, runReq)
 	live.close()
 	if err != nil {
-		return s.runFailed(err, args)
+		return s.runFailed(ctx, err, args)
 	}
 	return s.runResult(ctx, args, res)
 }
@@ -170,13 +171,13 @@ func (s *Server) executeArgs(ctx context.Context, req mcp.CallToolRequest) (Exec
 	if args, decoded := ctx.Value(decodedArgsKey{}).(ExecuteArgs); decoded {
 		return args, nil
 	}
-	opts := s.opts
+	opts := s.callOptions(ctx)
 	if inTask(ctx) {
 		opts.MaxTimeout = opts.TaskMaxTimeout
 	}
 	args, err := DecodeExecuteArgs(req.GetRawArguments(), opts)
 	if err != nil {
-		s.log.Info("request rejected", "tool", ToolExecute, "reason", err.Error())
+		s.logRejected(ctx, ToolExecute, err)
 		return ExecuteArgs{}, mcp.NewToolResultError(err.Error())
 	}
 	return args, nil
@@ -189,7 +190,7 @@ func (s *Server) runRequest(ctx context.Context, args ExecuteArgs) (sandbox.Requ
 		// A session's packages are installed when it starts.
 		return sandbox.Request{}, mcp.NewToolResultError("packages cannot be sent with session_id: a session gets its packages when it is created (session_create's packages argument); create a session with the whole list, or run without session_id")
 	}
-	limits := s.opts.Limits
+	limits := s.principal(ctx).Limits(s.opts.Limits)
 	limits.Timeout = args.Timeout
 	req := sandbox.Request{
 		Language: args.Language,
@@ -219,24 +220,30 @@ func (s *Server) runRequest(ctx context.Context, args ExecuteArgs) (sandbox.Requ
 
 // runFailed is the result of a call whose request did not run to its end:
 // the question went back to the client, or err says in one sentence why.
-func (s *Server) runFailed(err error, args ExecuteArgs) *mcp.CallToolResult {
+func (s *Server) runFailed(ctx context.Context, err error, args ExecuteArgs) *mcp.CallToolResult {
 	switch {
+	case errors.Is(err, principals.ErrRefused):
+		// Over its principal's policy or limits: the sentence says what
+		// and when to retry.
+		s.logRejected(ctx, ToolExecute, err)
+		return mcp.NewToolResultError(err.Error())
 	case isInputRequired(err):
 		return inputRequest(err)
 	case args.SessionID != "" && isSessionError(err):
 		return mcp.NewToolResultError(sessionErrorMessage(err))
 	case errors.Is(err, artifacts.ErrInvalidFile):
-		s.log.Info("request rejected", "tool", ToolExecute, "reason", err.Error())
+		s.logRejected(ctx, ToolExecute, err)
 		return mcp.NewToolResultError(filesErrorMessage(err))
 	}
 	_, isApproval := approvalErrorMessage(err)
+	p := s.principal(ctx)
 	switch {
 	case errors.Is(err, pypolicy.ErrPolicy):
-		s.log.Info("refused by the restricted Python policy", "language", args.Language, "reason", err.Error())
+		s.log.Info("refused by the restricted Python policy", "language", args.Language, "principal", p.Name, "org", p.Org, "reason", err.Error())
 	case errors.Is(err, packages.ErrInstall), errors.Is(err, packages.ErrTooLarge):
-		s.log.Info("packages not installed", "language", args.Language, "packages", args.Packages, "err", err)
+		s.log.Info("packages not installed", "language", args.Language, "principal", p.Name, "org", p.Org, "packages", args.Packages, "err", err)
 	case !isApproval:
-		s.log.Warn("run failed", "language", args.Language, "err", err)
+		s.log.Warn("run failed", "language", args.Language, "principal", p.Name, "org", p.Org, "err", err)
 	}
 	return mcp.NewToolResultError(runErrorMessage(err, args))
 }
@@ -265,7 +272,8 @@ func (s *Server) runResult(ctx context.Context, args ExecuteArgs, res *sandbox.R
 	if res.Artifacts != nil {
 		out.ArtifactsOmitted = res.Artifacts.Omitted
 	}
-	s.log.Info("run", "language", args.Language, "sandbox", res.Sandbox, "session", args.SessionID, "state_lost", res.StateLost, "exit_code", res.ExitCode,
+	p := s.principal(ctx)
+	s.log.Info("run", "principal", p.Name, "org", p.Org, "language", args.Language, "sandbox", res.Sandbox, "session", args.SessionID, "state_lost", res.StateLost, "exit_code", res.ExitCode,
 		"duration_ms", out.DurationMS, "limit", res.LimitHit(), "stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr),
 		"files_in", len(args.Files), "artifacts", len(out.Artifacts))
 	return &mcp.CallToolResult{
@@ -273,6 +281,23 @@ func (s *Server) runResult(ctx context.Context, args ExecuteArgs, res *sandbox.R
 		StructuredContent: out,
 		IsError:           res.LimitHit() != "",
 	}
+}
+
+// callOptions are the Options that the arguments of a call of ctx's
+// principal are checked against: the server's, with the limits of the
+// principal's runs (its memory and CPUs, and its default timeout when its
+// own cap is lower). What else the principal may not do, the runner
+// chain's principals.Guard refuses, naming the principal's setting.
+func (s *Server) callOptions(ctx context.Context) Options {
+	o := s.opts
+	o.Limits = s.principal(ctx).Limits(o.Limits)
+	return o
+}
+
+// logRejected logs a request of tool that was refused, with its caller.
+func (s *Server) logRejected(ctx context.Context, tool string, err error) {
+	p := s.principal(ctx)
+	s.log.Info("request rejected", "tool", tool, "principal", p.Name, "org", p.Org, "reason", err.Error())
 }
 
 // runErrorMessage turns a runner error into one sentence for the model.

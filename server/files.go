@@ -130,7 +130,7 @@ func (s *Server) artifactResults(ctx context.Context, c *artifacts.Collection) (
 	arts := c.Artifacts
 	runID := artifacts.NewRunID()
 	if s.opts.Store != nil && len(arts) > 0 {
-		if kept := s.opts.Store.Put(runID, sessionOwner(ctx), arts); kept < len(arts) {
+		if kept := s.opts.Store.Put(runID, s.owner(ctx), arts); kept < len(arts) {
 			notes = append(notes, fmt.Sprintf("%d of the files could not be kept for resources/read (CODE_EXEC_ARTIFACT_STORE_BYTES is full) and are only listed.", len(arts)-kept))
 		}
 	}
@@ -173,16 +173,6 @@ func (s *Server) ttl() string {
 	return s.opts.Store.TTL().String()
 }
 
-// sessionOwner is who owns a run's artifacts: the client session that
-// asked ("" for a request without a session, such as a stateless one; the
-// run id, 128 random bits, then is the only key).
-func sessionOwner(ctx context.Context) string {
-	if sess := mcpserver.ClientSessionFromContext(ctx); sess != nil {
-		return sess.SessionID()
-	}
-	return ""
-}
-
 // artifactTemplate is the resource template that resources/read serves
 // artifacts under.
 func artifactTemplate() mcp.ResourceTemplate {
@@ -193,7 +183,7 @@ func artifactTemplate() mcp.ResourceTemplate {
 
 // readArtifact serves resources/read for an artifact URI.
 func (s *Server) readArtifact(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
-	a, err := s.opts.Store.Get(req.Params.URI, sessionOwner(ctx))
+	a, err := s.opts.Store.Get(req.Params.URI, s.owner(ctx))
 	if err != nil {
 		return nil, err
 	}

@@ -3,13 +3,16 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/codeexec/codeexec/approvals"
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/egress"
 	"github.com/codeexec/codeexec/sandbox/packages"
+	"github.com/codeexec/codeexec/server/principals"
 )
 
 func infoTool() mcp.Tool {
@@ -54,7 +57,22 @@ type InfoOutput struct {
 	// Packages says whether code_execute's packages argument is accepted,
 	// from which indexes, and how full the cache is.
 	Packages *packages.Info `json:"packages" schema:"optional" jsonschema:"code_execute's packages argument: whether it is accepted (CODE_EXEC_PACKAGES), from which indexes, and the cache of installed lists"`
-	Version  string         `json:"version" schema:"optional"`
+	// Principal is who asks: the limits, languages, network, approval
+	// and packages above are its own.
+	Principal *InfoPrincipal `json:"principal,omitempty" jsonschema:"who asks (its principal): the languages, limits, network, approval and packages above are its own"`
+	Version   string         `json:"version" schema:"optional"`
+}
+
+// InfoPrincipal is what sandbox_info says of the caller's principal
+// besides the limits it shares with the server's.
+type InfoPrincipal struct {
+	Name string `json:"name"`
+	Org  string `json:"org,omitempty"`
+	// Files is none, ro or rw.
+	Files string `json:"files" jsonschema:"none (no files in, no artifacts out), ro (files in, no artifacts out, the workspace read-only) or rw"`
+	// MaxConcurrent and RunsPerMinute are its own limits (0: none).
+	MaxConcurrent int `json:"max_concurrent,omitempty" jsonschema:"its requests in flight at once; more are refused, to retry later"`
+	RunsPerMinute int `json:"runs_per_minute,omitempty" jsonschema:"its runs started a minute; more are refused, saying when to retry"`
 }
 
 // InfoSessions is what sandbox_info says of sessions.
@@ -90,22 +108,50 @@ type InfoLimits struct {
 	ArtifactTTLSeconds float64 `json:"artifact_ttl_seconds"`
 }
 
-// Info builds sandbox_info's answer.
-func (s *Server) Info() InfoOutput {
+// Info builds sandbox_info's answer for the server's first principal (the
+// only one without a principals file).
+func (s *Server) Info() InfoOutput { return s.infoFor(s.principals.List()[0]) }
+
+// infoFor builds sandbox_info's answer for principal p: the server's
+// sandbox, with p's languages, limits, network, approval policy, packages
+// and files.
+func (s *Server) infoFor(p *principals.Principal) InfoOutput {
 	caps := s.runner.Capabilities()
 	o := s.opts
+	pol := p.Policy
+	lim := p.Limits(o.Limits)
 	var taskCap float64
 	if s.tasks != nil {
 		taskCap = o.TaskMaxTimeout.Seconds()
+		if pol.Own("max_timeout") {
+			taskCap = pol.MaxTimeout.Seconds()
+		}
 	}
+	egressInfo := approvals.NetworkPolicy(caps.Egress, pol.Network)
 	network := "not isolated: code can reach the network like any program of the server's user"
 	switch {
-	case caps.Egress != nil && !caps.Egress.Enforced:
+	case egressInfo != nil && !egressInfo.Enforced:
 		network = "not isolated, allowlist NOT enforced: programs are pointed at codeexec's egress proxy, which applies the allowlist to what goes through it, but they can bypass it and reach the network like any program of the server's user"
-	case caps.Egress != nil:
+	case egressInfo != nil && len(egressInfo.Allow) == 0:
+		network = "none for principal " + p.Name + " (its network: none): each run has a loopback interface of its own and its only way out, codeexec's egress proxy, refuses every destination"
+	case egressInfo != nil:
 		network = "allowlist: each run has a loopback interface of its own and reaches the network only through codeexec's egress proxy (HTTP_PROXY/HTTPS_PROXY), which lets through the allowed destinations (network_policy) and refuses the rest"
 	case caps.Isolation.Network:
 		network = "none: each run has no network but a loopback interface of its own"
+	}
+	langs := make([]sandbox.LanguageStatus, len(caps.Languages))
+	for i, l := range caps.Languages {
+		if l.Available && !slices.Contains(pol.Languages, l.Name) {
+			l.Available, l.Reason = false, "not among principal "+p.Name+"'s languages"
+		}
+		langs[i] = l
+	}
+	files, arts := o.Files.MaxFiles, o.Artifacts.MaxArtifacts
+	if pol.Files == principals.FilesNone {
+		files = 0
+	}
+	if pol.Files != principals.FilesWrite {
+		arts = 0
 	}
 	return InfoOutput{
 		Mode:       caps.Mode,
@@ -113,40 +159,45 @@ func (s *Server) Info() InfoOutput {
 		Isolation:  caps.Summary,
 		Boundaries: caps.Isolation,
 		Warnings:   caps.Warnings,
-		Languages:  caps.Languages,
+		Languages:  langs,
 		Limits: InfoLimits{
-			DefaultTimeoutSeconds: o.Limits.Timeout.Seconds(),
-			MaxTimeoutSeconds:     o.MaxTimeout.Seconds(),
-			MemoryBytes:           o.Limits.MemoryBytes,
-			CPUs:                  o.Limits.CPUs,
-			Processes:             o.Limits.Processes,
-			OpenFiles:             o.Limits.OpenFiles,
-			FileSizeBytes:         o.Limits.FileSizeBytes,
-			MaxOutputBytes:        o.Limits.OutputBytes,
+			DefaultTimeoutSeconds: lim.Timeout.Seconds(),
+			MaxTimeoutSeconds:     pol.MaxTimeout.Seconds(),
+			MemoryBytes:           lim.MemoryBytes,
+			CPUs:                  lim.CPUs,
+			Processes:             lim.Processes,
+			OpenFiles:             lim.OpenFiles,
+			FileSizeBytes:         lim.FileSizeBytes,
+			MaxOutputBytes:        lim.OutputBytes,
 			MaxCodeBytes:          o.MaxCode,
 			MaxStdinBytes:         o.MaxStdin,
 			MaxConcurrency:        o.MaxConcurrency,
 			MaxTaskTimeoutSeconds: taskCap,
-			MaxFiles:              o.Files.MaxFiles,
+			MaxFiles:              files,
 			MaxFilesBytes:         o.Files.MaxTotalBytes,
-			MaxArtifacts:          o.Artifacts.MaxArtifacts,
+			MaxArtifacts:          arts,
 			MaxArtifactBytes:      o.Artifacts.MaxBytes,
 			ArtifactTTLSeconds:    s.artifactTTL().Seconds(),
 		},
 		Network:       network,
-		NetworkPolicy: caps.Egress,
-		Approval:      s.approvalDescription(),
+		NetworkPolicy: egressInfo,
+		Approval:      s.approvalDescription(pol.Approval),
 		Protections:   caps.Protections,
 		Workspace:     caps.Workspace,
-		Packages:      s.packagesInfo(),
-		Version:       o.Version,
+		Packages:      s.packagesInfo(p),
+		Principal: &InfoPrincipal{Name: p.Name, Org: p.Org, Files: string(pol.Files),
+			MaxConcurrent: pol.MaxConcurrent, RunsPerMinute: pol.RunsPerMinute},
+		Version: o.Version,
 	}
 }
 
-// packagesInfo is what sandbox_info says of packages.
-func (s *Server) packagesInfo() *packages.Info {
-	if s.opts.Packages == nil {
+// packagesInfo is what sandbox_info says of packages to principal p.
+func (s *Server) packagesInfo(p *principals.Principal) *packages.Info {
+	switch {
+	case s.opts.Packages == nil:
 		return &packages.Info{Detail: "off (CODE_EXEC_PACKAGES=false): the packages argument is refused; programs import only what the sandbox has installed"}
+	case !p.Policy.Packages:
+		return &packages.Info{Detail: "off for principal " + p.Name + " (its packages: false): the packages argument is refused; programs import only what the sandbox has installed"}
 	}
 	return s.opts.Packages.Info()
 }
@@ -163,10 +214,11 @@ func (s *Server) handleInfo(ctx context.Context, req mcp.CallToolRequest) (*mcp.
 	if err := decodeArgs(req.GetRawArguments(), infoArgs); err != nil {
 		return mcp.NewToolResultError(err.Error()), nil
 	}
-	info := s.Info()
+	p := s.principal(ctx)
+	info := s.infoFor(p)
 	if m := s.opts.Sessions; m != nil {
-		n, idle, life := m.Limits()
-		info.Sessions = &InfoSessions{MaxSessions: n, IdleTimeoutSeconds: idle.Seconds(), MaxLifetimeSeconds: life.Seconds(), Open: len(m.List(s.owner(ctx)))}
+		_, idle, life := m.Limits()
+		info.Sessions = &InfoSessions{MaxSessions: p.Policy.MaxSessions, IdleTimeoutSeconds: idle.Seconds(), MaxLifetimeSeconds: life.Seconds(), Open: len(m.List(s.owner(ctx)))}
 	}
 	text, _ := json.MarshalIndent(info, "", "  ")
 	return &mcp.CallToolResult{

@@ -24,6 +24,7 @@ import (
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/artifacts"
 	"github.com/codeexec/codeexec/sandbox/sessions"
+	"github.com/codeexec/codeexec/server/principals"
 	"github.com/codeexec/codeexec/server/tasks"
 )
 
@@ -58,6 +59,11 @@ type Server struct {
 	// ties mcp-go's 2025-11-25 tasks to them.
 	tasks tasks.Store
 	links legacyLinks
+
+	// principals are Options.Principals (or the one made of AuthToken);
+	// sessionIDs binds the HTTP transports' MCP session ids to them.
+	principals *principals.Registry
+	sessionIDs *sessionIDs
 
 	mu   sync.Mutex
 	runs map[string]map[*int]context.CancelFunc // session id -> cancel funcs of its runs
@@ -96,8 +102,14 @@ type Options struct {
 	// (artifacts too large to embed are then only listed).
 	Store *artifacts.Store
 
-	// AuthToken, if not empty, is the bearer token that clients of the
-	// HTTP transports must send.
+	// Principals are who may call, each with its policy: over HTTP the
+	// principal of a request is the one of its bearer token (a request
+	// with no principal's token gets 401); over stdio, the registry's one
+	// principal. Nil makes one from AuthToken: "default" with it, "local"
+	// without, each with the server-wide settings of these Options.
+	Principals *principals.Registry
+	// AuthToken, if not empty and Principals is nil, is the bearer token
+	// that clients of the HTTP transports must send.
 	AuthToken string
 	// AllowedOrigins are the web origins, besides the server's own, whose
 	// pages may call the HTTP transports (CODE_EXEC_ALLOWED_ORIGINS, as
@@ -173,7 +185,10 @@ func New(runner sandbox.Runner, opts Options) *Server {
 		opts.TaskMaxTimeout = opts.MaxTimeout
 	}
 	s := &Server{opts: opts, runner: runner, gate: opts.Approvals, log: opts.Logger, runs: map[string]map[*int]context.CancelFunc{},
-		mode: runner.Capabilities().Mode, tasks: opts.Tasks}
+		mode: runner.Capabilities().Mode, tasks: opts.Tasks, principals: opts.Principals, sessionIDs: newSessionIDs()}
+	if s.principals == nil {
+		s.principals = DefaultPrincipals(opts)
+	}
 	hooks := &mcpserver.Hooks{}
 	var serverOpts []mcpserver.ServerOption
 	if s.tasks != nil {
@@ -211,6 +226,27 @@ func New(runner sandbox.Runner, opts Options) *Server {
 		s.mcp.AddResourceTemplate(artifactTemplate(), s.readArtifact)
 	}
 	return s
+}
+
+// DefaultPrincipals is the registry of a server without a principals file:
+// over HTTP with o.AuthToken, the principal "default", which that token
+// authenticates; otherwise "local", whom every request is. Each has the
+// server-wide settings of o.
+func DefaultPrincipals(o Options) *principals.Registry {
+	d := principals.Defaults{
+		Languages: o.Languages, Packages: o.Packages != nil, MaxTimeout: o.MaxTimeout,
+		Memory: o.Limits.MemoryBytes, CPUs: o.Limits.CPUs, MaxConcurrency: o.MaxConcurrency, Approval: approvals.PolicyNever,
+	}
+	if o.Sessions != nil {
+		d.MaxSessions, _, _ = o.Sessions.Limits()
+	}
+	if o.Approvals != nil {
+		d.Approval = o.Approvals.Policy()
+	}
+	if o.AuthToken != "" {
+		return principals.Token(principals.Builtin(principals.DefaultName, d), o.AuthToken, "CODE_EXEC_AUTH_TOKEN")
+	}
+	return principals.Anonymous(principals.Builtin(principals.LocalName, d))
 }
 
 // Gate is what the server calls of the approval gate of its runner chain

@@ -337,12 +337,16 @@ func TestToolTextNamesEnabledLanguages(t *testing.T) {
 
 func TestRequireToken(t *testing.T) {
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) })
-	h := requireToken(ok, "0123456789abcdef-token")
+	withToken := testOptions()
+	withToken.AuthToken = "0123456789abcdef-token"
+	fake := &sandboxtest.Fake{}
+	h := New(fake, withToken).authenticate(ok)
 	cases := map[string]int{
 		"":                              http.StatusUnauthorized,
 		"Bearer wrong":                  http.StatusUnauthorized,
 		"Bearer 0123456789abcdef-toke":  http.StatusUnauthorized,
 		"Basic 0123456789abcdef-token":  http.StatusUnauthorized,
+		"0123456789abcdef-token":        http.StatusUnauthorized,
 		"Bearer 0123456789abcdef-token": http.StatusTeapot,
 	}
 	for header, want := range cases {
@@ -360,7 +364,7 @@ func TestRequireToken(t *testing.T) {
 		}
 	}
 	rec := httptest.NewRecorder()
-	requireToken(ok, "").ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/mcp", nil))
+	New(fake, testOptions()).authenticate(ok).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/mcp", nil))
 	if rec.Code != http.StatusTeapot {
 		t.Errorf("without a configured token: status %d, want the handler's", rec.Code)
 	}

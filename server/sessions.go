@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/sessions"
+	"github.com/codeexec/codeexec/server/principals"
 )
 
 // The session tools: session_create, session_close and session_list, and
@@ -28,19 +27,17 @@ const (
 	ToolSessionList   = "session_list"
 )
 
-// owner is the key that a session belongs to: the client's MCP session id
-// where there is one, otherwise its credentials (the bearer token's hash,
-// or the transport for a client without one: on stdio there is only one
-// client, and HTTP without a token is for this machine's user).
+// owner is the key that what a client makes belongs to (its sessions, its
+// tasks, its runs' artifacts): the client's MCP session id where there is
+// one, which only its principal can use (see principals.go); otherwise
+// (protocol 2026-07-28 has no sessions) its principal, all of whose
+// clients without a session are one owner. Whatever another owner made is
+// answered as if it did not exist.
 func (s *Server) owner(ctx context.Context) string {
 	if sess := mcpserver.ClientSessionFromContext(ctx); sess != nil && sess.SessionID() != "" {
 		return ownerOfSession(sess.SessionID())
 	}
-	if s.opts.AuthToken != "" {
-		sum := sha256.Sum256([]byte(s.opts.AuthToken))
-		return "token:" + hex.EncodeToString(sum[:8])
-	}
-	return "transport:" + string(peerFrom(ctx).transport)
+	return s.principal(ctx).Key()
 }
 
 func ownerOfSession(id string) string { return "mcp:" + id }
@@ -194,7 +191,7 @@ func (s *Server) handleSessionCreate(ctx context.Context, req mcp.CallToolReques
 	if err := decodeArgs(req.GetRawArguments(), sessionCreateArgs(&a, &s.opts)); err != nil {
 		return mcp.NewToolResultError(err.Error()), nil
 	}
-	o := sessions.CreateOptions{Language: a.Language, Limits: s.opts.Limits, IdleTimeout: a.IdleTimeout, Packages: a.Packages}
+	o := sessions.CreateOptions{Language: a.Language, Limits: s.principal(ctx).Limits(s.opts.Limits), IdleTimeout: a.IdleTimeout, Packages: a.Packages}
 	info, err := s.createSession(ctx, req, o)
 	switch {
 	case isInputRequired(err):
@@ -225,6 +222,15 @@ func (s *Server) handleSessionCreate(ctx context.Context, req mcp.CallToolReques
 func (s *Server) createSession(ctx context.Context, call mcp.CallToolRequest, o sessions.CreateOptions) (sessions.Info, error) {
 	owner := s.owner(ctx)
 	if len(o.Packages) == 0 {
+		// Not a request of the runner chain: the principal's policy is
+		// held to here, as its principals.Guard would.
+		p := s.principal(ctx)
+		req := sandbox.Request{Language: o.Language, Limits: o.Limits, NewSession: &sandbox.NewSession{}}
+		if err := p.Check(req); err != nil {
+			return sessions.Info{}, err
+		}
+		req = p.Narrow(req)
+		o.Network, o.Quota = req.Network, req.NewSession.Quota
 		return s.opts.Sessions.Create(ctx, owner, o)
 	}
 	req := sandbox.Request{Language: o.Language, Packages: o.Packages, Limits: o.Limits, NewSession: &sandbox.NewSession{IdleTimeout: o.IdleTimeout}}
@@ -274,6 +280,8 @@ func sessionErrorMessage(err error) string {
 		return strings.Replace(msg, "so the code did not run", "so the session was not created", 1)
 	}
 	switch {
+	case errors.Is(err, principals.ErrRefused):
+		return err.Error()
 	case errors.Is(err, sessions.ErrUnknownSession):
 		return capitalize(err.Error()) + ". Start a new one with session_create (session_list shows yours)."
 	case errors.Is(err, sessions.ErrTooManySessions):

@@ -119,7 +119,7 @@ func (s *Server) installTaskHooks(hooks *mcpserver.Hooks, th *mcpserver.TaskHook
 		// JSON text of the arguments, and their parsed copy) until the
 		// handler returns, however long the task waits for a run slot.
 		// Arguments that do not decode stay, for the call to say why.
-		args, err := s.decodeTaskArgs(req.GetRawArguments())
+		args, err := s.decodeTaskArgs(ctx, req.GetRawArguments())
 		l.mu.Lock()
 		l.byCtx[ctx] = token
 		if err == nil {
@@ -184,8 +184,8 @@ func (s *Server) executeLegacyTask(ctx context.Context, req mcp.CallToolRequest)
 	owner := s.owner(ctx)
 	if !decoded {
 		var err error
-		if args, err = s.decodeTaskArgs(req.GetRawArguments()); err != nil {
-			s.log.Info("request rejected", "tool", ToolExecute, "reason", err.Error())
+		if args, err = s.decodeTaskArgs(ctx, req.GetRawArguments()); err != nil {
+			s.logRejected(ctx, ToolExecute, err)
 			return mcp.NewToolResultError(err.Error()), nil
 		}
 	}
@@ -253,8 +253,7 @@ func (s *Server) taskExtension(next http.Handler) http.Handler {
 // messages that are the extension's (see utf8Lines.intercept) and answers
 // them off the read loop (tasks/cancel waits for the run to stop).
 func (s *Server) stdioTasks(line []byte, reply func([]byte)) bool {
-	values := context.WithValue(context.Background(), peerKey{}, peer{transport: TransportStdio})
-	answer, ok := s.extensionMessage(values, line, "")
+	answer, ok := s.extensionMessage(s.stdioContext(context.Background()), line, "")
 	if ok {
 		go func() { reply(answer()) }()
 	}
@@ -355,11 +354,10 @@ type taskRPCError struct {
 func (e *taskRPCError) Error() string { return e.Message }
 
 // Who owns a task (Server.owner, as for sessions): on 2025-11-25 the MCP
-// client session that made it; on 2026-07-28, which has no sessions, every
-// client that may call the server (holds its token, or reaches its
-// transport) is one owner, and task ids are unguessable. The store's caps
-// per client count the tasks of each owner; once principals exist, the
-// principal is the owner.
+// client session that made it (which only its principal can use); on
+// 2026-07-28, which has no sessions, its principal, all of whose clients
+// are one owner. The store's caps per client count the tasks of each
+// owner.
 
 // taskObject renders a task as the extension's Task (with result, error or
 // inputRequests as its status has them).
@@ -428,7 +426,7 @@ func (s *Server) taskMethod(owner, method string, p taskParams) (any, *taskRPCEr
 // with its CreateTaskResult, or with a complete result that says why the
 // server's task caps refused it.
 func (s *Server) startModernTask(values context.Context, body []byte) (any, *taskRPCError) {
-	call, args, decoded, err := s.modernTaskCall(body)
+	call, args, decoded, err := s.modernTaskCall(values, body)
 	if err != nil {
 		return nil, &taskRPCError{Code: mcp.INVALID_PARAMS, Message: err.Error()}
 	}
@@ -462,7 +460,7 @@ func (s *Server) startModernTask(values context.Context, body []byte) (any, *tas
 // arguments decode (decoded), without its code, stdin and files, which the
 // task keeps decoded in args instead of as JSON text that each round would
 // parse again. Arguments that do not decode stay, for the call to say why.
-func (s *Server) modernTaskCall(body []byte) (call []byte, args ExecuteArgs, decoded bool, err error) {
+func (s *Server) modernTaskCall(ctx context.Context, body []byte) (call []byte, args ExecuteArgs, decoded bool, err error) {
 	var msg map[string]any
 	if err := json.Unmarshal(body, &msg); err != nil {
 		return nil, args, false, fmt.Errorf("invalid request: %w", err)
@@ -474,7 +472,7 @@ func (s *Server) modernTaskCall(body []byte) (call []byte, args ExecuteArgs, dec
 		delete(ext, TasksExtension)
 	}
 	if raw, ok := params["arguments"].(map[string]any); ok {
-		if args, err = s.decodeTaskArgs(raw); err == nil {
+		if args, err = s.decodeTaskArgs(ctx, raw); err == nil {
 			decoded = true
 			for _, k := range []string{"code", "stdin", "files"} {
 				delete(raw, k)
@@ -491,9 +489,9 @@ func (s *Server) modernTaskCall(body []byte) (call []byte, args ExecuteArgs, dec
 type decodedArgsKey struct{}
 
 // decodeTaskArgs decodes the arguments of a call of code_execute made a
-// task, whose timeout may ask up to the task cap.
-func (s *Server) decodeTaskArgs(raw any) (ExecuteArgs, error) {
-	opts := s.opts
+// task, whose timeout may ask up to the task cap, for the caller of ctx.
+func (s *Server) decodeTaskArgs(ctx context.Context, raw any) (ExecuteArgs, error) {
+	opts := s.callOptions(ctx)
 	opts.MaxTimeout = opts.TaskMaxTimeout
 	return DecodeExecuteArgs(raw, opts)
 }

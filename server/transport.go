@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/codeexec/codeexec/server/httpserve"
+	"github.com/codeexec/codeexec/server/principals"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 )
 
@@ -53,9 +54,7 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) er
 	mcpserver.WithWorkerPoolSize(maxWorkers)(stdio)
 	mcpserver.WithQueueSize(10000)(stdio)
 	stdio.SetErrorLogger(slog.NewLogLogger(s.log.Handler(), slog.LevelWarn))
-	stdio.SetContextFunc(func(ctx context.Context) context.Context {
-		return context.WithValue(ctx, peerKey{}, peer{transport: TransportStdio})
-	})
+	stdio.SetContextFunc(s.stdioContext)
 	// Every message is checked for valid UTF-8 before mcp-go decodes it
 	// (see utf8check.go); the answers to those that are not share the
 	// output with mcp-go's, one whole message per write.
@@ -69,6 +68,12 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) er
 		return nil
 	}
 	return err
+}
+
+// stdioContext is the context of a request over stdio: its peer and its
+// principal, the registry's one.
+func (s *Server) stdioContext(ctx context.Context) context.Context {
+	return principals.WithPrincipal(context.WithValue(ctx, peerKey{}, peer{transport: TransportStdio}), s.principal(ctx))
 }
 
 // mcpCORS is what the scripts of a listed origin may do with the MCP
@@ -102,12 +107,13 @@ func (s *Server) HTTPHandler(transport Transport, baseURL string) (http.Handler,
 			// httpserve.Protect, around everything, checks Host with the
 			// same rule, the listen address on every interface allowed.
 			mcpserver.WithDisableLocalhostProtection(true),
+			mcpserver.WithSessionIdManagerResolver(s.sessionIDs),
 		)
 		var mcpHandler http.Handler = notificationMeta(h)
 		if s.tasks != nil {
 			mcpHandler = s.taskExtension(mcpHandler)
 		}
-		mux.Handle("/mcp", mcpHandler)
+		mux.Handle("/mcp", s.bindStreamableSessions(mcpHandler))
 		shutdown = h.Shutdown
 	case TransportSSE:
 		h := mcpserver.NewSSEServer(s.mcp,
@@ -116,9 +122,10 @@ func (s *Server) HTTPHandler(transport Transport, baseURL string) (http.Handler,
 			mcpserver.WithKeepAliveInterval(15*time.Second),
 			mcpserver.WithSSEContextFunc(withPeer),
 			mcpserver.WithSSEDisableLocalhostProtection(true), // as above
+			mcpserver.WithSessionIDGenerator(s.sseSessionID),
 		)
 		mux.Handle("/sse", h.SSEHandler())
-		mux.Handle("/message", h.MessageHandler())
+		mux.Handle("/message", s.bindSSESessions(h.MessageHandler()))
 		shutdown = h.Shutdown
 		sse = func(session string, resp json.RawMessage) error { return h.SendEventToSession(session, resp) }
 	default:
@@ -127,7 +134,7 @@ func (s *Server) HTTPHandler(transport Transport, baseURL string) (http.Handler,
 	// JSON escaping can double text; base64 adds a third to files.
 	maxBody := s.opts.MaxCode + s.opts.MaxStdin*2 + s.opts.Files.MaxTotalBytes*2 + 1<<20
 	var h http.Handler = limitBody(rejectInvalidUTF8(mux, sse, s.log), maxBody)
-	h = requireToken(httpserve.RequireJSON(h), s.opts.AuthToken)
+	h = s.authenticate(httpserve.RequireJSON(h))
 	root := http.NewServeMux()
 	root.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -156,11 +163,6 @@ func (s *Server) ServeHTTP(ctx context.Context, transport Transport, addr string
 		ready(ln.Addr())
 	}
 	return httpserve.Serve(ctx, ln, handler, 5*time.Second, shutdownMCP)
-}
-
-// requireToken is the MCP transports' bearer check (CODE_EXEC_AUTH_TOKEN).
-func requireToken(next http.Handler, token string) http.Handler {
-	return httpserve.RequireBearer(next, token, "codeexec", "CODE_EXEC_AUTH_TOKEN")
 }
 
 // limitBody rejects request bodies over max bytes with 413.

@@ -47,7 +47,7 @@ func (r *Runner) Requested(a approvals.Ask, p approvals.Policy) error {
 	return r.append(Entry{
 		Event: EventRequest, ID: a.ID, CodeSHA256: a.CodeSHA256, Language: a.Language, Code: a.Code, Files: withoutText(a.Files),
 		Workspace: a.Workspace, Packages: a.Packages, Action: a.Action, StdinSize: &stdin, TimeoutMS: &timeout, Policy: p,
-		Reasons: a.Reasons, Requester: &a.Requester, Session: a.Session, Time: a.Created, NetworkPolicy: r.next.Capabilities().Egress,
+		Reasons: a.Reasons, Requester: &a.Requester, Session: a.Session, Time: a.Created, NetworkPolicy: a.Network,
 	})
 }
 
@@ -66,6 +66,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 			return nil, err
 		}
 		d = approvals.Decision{ID: a.ID, CodeSHA256: a.CodeSHA256}
+		ctx = approvals.WithDecided(ctx, d)
 	}
 	res, err := r.next.Run(ctx, req)
 	e := Entry{Event: EventRun, ID: d.ID, CodeSHA256: d.CodeSHA256, Session: req.Session, Sandbox: string(r.next.Capabilities().Mode)}

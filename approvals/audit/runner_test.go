@@ -235,6 +235,49 @@ func TestWhatARequestIsRecordedWith(t *testing.T) {
 	}
 }
 
+// TestPrincipalsAreRecorded: a request is recorded with its principal and
+// organisation, and the network policy it runs under is the run's own
+// allowlist where it has one (a principal's network); a request no Gate
+// decided on goes on with the id of its record, for the run token.
+func TestPrincipalsAreRecorded(t *testing.T) {
+	t.Parallel()
+	allow, _ := egress.ParseAllowlist([]string{"pypi.org", "api.example.com"})
+	narrow, _ := egress.ParseAllowlist([]string{"api.example.com"})
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	log, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = log.Close() })
+	var decided approvals.Decision
+	fake := &sandboxtest.Fake{Caps: sandbox.Capabilities{Mode: sandbox.ModeProcess, Egress: egress.Policy{Allow: allow}.Info(true, "127.0.0.1:3128")},
+		RunFunc: func(ctx context.Context, _ sandbox.Request) (*sandbox.Result, error) {
+			decided, _ = approvals.Decided(ctx)
+			return &sandbox.Result{Sandbox: sandbox.ModeProcess}, nil
+		}}
+	ch := chain{runner: Wrap(fake, log, slog.New(slog.DiscardHandler)), path: path}
+	ctx := approvals.WithCall(context.Background(), approvals.Call{Requester: approvals.Requester{Principal: "analytics-agent", Org: "acme", Transport: "http"}})
+	for _, network := range []*egress.Allowlist{narrow, {}, nil} {
+		req := harmless
+		req.Network = network
+		if _, err := ch.runner.Run(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	es, text := ch.entries(t)
+	if len(es) != 6 || es[0].Requester == nil || es[0].Requester.Principal != "analytics-agent" || es[0].Requester.Org != "acme" {
+		t.Fatalf("the principal is not recorded:\n%s", text)
+	}
+	for i, want := range [][]string{{"api.example.com"}, {}, {"pypi.org", "api.example.com"}} {
+		if p := es[2*i].NetworkPolicy; p == nil || !reflect.DeepEqual(p.Allow, want) {
+			t.Errorf("request %d is recorded under the network policy %+v, want %q", i, p, want)
+		}
+	}
+	if decided.ID != es[4].ID || decided.ID == "" {
+		t.Errorf("the run went on with the id %q, its record has %q", decided.ID, es[4].ID)
+	}
+}
+
 // TestNothingRunsUnrecorded: a request that cannot be recorded does not run.
 func TestNothingRunsUnrecorded(t *testing.T) {
 	t.Parallel()

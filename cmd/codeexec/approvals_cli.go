@@ -254,6 +254,13 @@ func printAsk(w io.Writer, a approvals.Ask) {
 		row("asks", "to create a "+a.Language+" session with the packages below (no code runs now; every call in it is approved on its own)")
 	}
 	row("language", a.Language)
+	if a.Requester.Principal != "" {
+		who := a.Requester.Principal
+		if a.Requester.Org != "" {
+			who += " (org " + a.Requester.Org + ")"
+		}
+		row("principal", who)
+	}
 	row("requester", a.Requester.String())
 	if a.Session != "" {
 		row("session", a.Session)

@@ -13,6 +13,8 @@ import (
 	"github.com/codeexec/codeexec/sandbox/pypolicy"
 	"github.com/codeexec/codeexec/sandbox/sessions"
 	"github.com/codeexec/codeexec/server/metrics"
+	"github.com/codeexec/codeexec/server/principals"
+	"github.com/codeexec/codeexec/server/runtoken"
 )
 
 // chain is the runner chain, built once by buildChain: every request of
@@ -20,14 +22,20 @@ import (
 // packages) goes through runner, in this order (docs/architecture.md draws
 // it), each layer there only when its concern is on:
 //
-//	metrics → approval gate → audit → concurrency limit → session router
-//	        → python policy → packages → the mode's runner
+//	metrics → principals → approval gate → audit → concurrency limit
+//	        → session router → python policy → packages → run token
+//	        → the mode's runner
 //
 // with the metrics' stage markers right inside the gate (approved) and
 // the limit (started). The server calls the few parts it must call
 // directly, gate and sessions, through its Options.
 type chain struct {
 	runner sandbox.Runner
+	// guard holds each request to its principal's policy and limits.
+	guard *principals.Guard
+	// consoleOn: runs may wait for a person and the approvals console is
+	// served (see approvalsNeeded).
+	consoleOn bool
 	// gate is the approval gate (nil with CODE_EXEC_APPROVAL=never).
 	gate *approvals.Gate
 	// record is the audit record (nil without a gate or
@@ -43,14 +51,19 @@ type chain struct {
 }
 
 // buildChain starts the mode's sandbox and builds the chain around it,
-// bottom up. m records the runs (nil records nothing). close undoes it.
-func buildChain(ctx context.Context, cfg *configs.Config, m *metrics.Metrics, log *slog.Logger) (*chain, error) {
+// bottom up; gated says whether runs may need approval (approvalsNeeded).
+// m records the runs (nil records nothing). close undoes it.
+func buildChain(ctx context.Context, cfg *configs.Config, gated bool, m *metrics.Metrics, log *slog.Logger) (*chain, error) {
 	md, err := newMode(ctx, cfg, log)
 	if err != nil {
 		log.Error("cannot start the sandbox", "mode", cfg.Sandbox, "err", err)
 		return nil, err
 	}
-	c := &chain{runner: md.runner, pool: md.pool}
+	c := &chain{runner: md.runner, pool: md.pool, consoleOn: gated && cfg.AdminListens()}
+	if err := c.addRunToken(cfg, log); err != nil {
+		c.close(log)
+		return nil, err
+	}
 	backend := md.sessions
 	if err := c.addPackages(ctx, cfg, &backend, log); err != nil {
 		c.close(log)
@@ -59,12 +72,38 @@ func buildChain(ctx context.Context, cfg *configs.Config, m *metrics.Metrics, lo
 	c.addPythonPolicy(cfg, &backend)
 	c.addSessions(cfg, backend, m, log)
 	c.runner = sandbox.Limit(m.Stage(metrics.StageStarted, c.runner), cfg.MaxConcurrency)
-	if err := c.addApprovals(cfg, m, log); err != nil {
+	if err := c.addApprovals(cfg, gated, m, log); err != nil {
 		c.close(log)
 		return nil, err
 	}
-	c.runner = m.Wrap(c.runner)
+	c.guard = principals.NewGuard(c.runner)
+	c.runner = m.Wrap(c.guard)
 	return c, nil
+}
+
+// addRunToken puts the run token layer (CODE_EXEC_RUN_TOKEN_KEY) right in
+// front of the mode's runner, whose runs must take its environment
+// (sandbox.Capabilities.RunEnv).
+func (c *chain) addRunToken(cfg *configs.Config, log *slog.Logger) error {
+	if cfg.RunTokenKey == "" {
+		return nil
+	}
+	caps := c.runner.Capabilities()
+	if !caps.RunEnv {
+		err := fmt.Errorf("CODE_EXEC_RUN_TOKEN_KEY is set, but %s mode cannot give runs an environment variable of their own yet, so its runs could get no token: unset it, or use docker or process mode", caps.Mode)
+		log.Error("cannot start", "err", err)
+		return err
+	}
+	signer, err := runtoken.NewSigner([]byte(cfg.RunTokenKey), cfg.RunTokenTTL)
+	if err != nil {
+		return fmt.Errorf("CODE_EXEC_RUN_TOKEN_KEY: %w", err)
+	}
+	log.Info("run tokens", "variable", runtoken.Variable, "ttl", cfg.RunTokenTTL, "algorithm", "HS256")
+	if !caps.Isolation.Environment {
+		log.Warn("!!! CODE_EXEC_RUN_TOKEN_KEY in " + string(caps.Mode) + " mode: runs see the server's environment, the key included, and can sign tokens of their own; use run tokens in docker or process mode !!!")
+	}
+	c.runner = runtoken.Wrap(c.runner, signer)
+	return nil
 }
 
 // addPackages puts the packages layer (CODE_EXEC_PACKAGES=true) next to
@@ -109,12 +148,12 @@ func (c *chain) addSessions(cfg *configs.Config, backend sessions.Backend, m *me
 }
 
 // addApprovals puts the audit record (CODE_EXEC_AUDIT_LOG) and the approval
-// gate (CODE_EXEC_APPROVAL other than never) in front of the concurrency
-// limit: approval is decided before a run takes a slot. The gate records
-// its requests and decisions in the audit layer, which records the runs;
-// without a log file the record keeps the latest entries for the console.
-func (c *chain) addApprovals(cfg *configs.Config, m *metrics.Metrics, log *slog.Logger) error {
-	gated := cfg.Approval != approvals.PolicyNever
+// gate (when runs may need approval: CODE_EXEC_APPROVAL other than never,
+// or a principal that asks) in front of the concurrency limit: approval is
+// decided before a run takes a slot. The gate records its requests and
+// decisions in the audit layer, which records the runs; without a log file
+// the record keeps the latest entries for the console.
+func (c *chain) addApprovals(cfg *configs.Config, gated bool, m *metrics.Metrics, log *slog.Logger) error {
 	if !gated && cfg.AuditLog == "" {
 		return nil
 	}
@@ -135,7 +174,7 @@ func (c *chain) addApprovals(cfg *configs.Config, m *metrics.Metrics, log *slog.
 		return nil
 	}
 	c.gate = approvals.NewGate(m.Stage(metrics.StageApproved, c.runner), approvals.GateConfig{
-		Policy: cfg.Approval, Timeout: cfg.ApprovalTimeout, Record: rec, OutOfBand: cfg.AdminEnabled(), Logger: log,
+		Policy: cfg.Approval, Timeout: cfg.ApprovalTimeout, Record: rec, OutOfBand: c.consoleOn, Logger: log,
 		RiskCheck:  riskCheck(cfg),
 		OnDecision: func(d approvals.Decision) { m.ApprovalDecided(d.Outcome) },
 	})

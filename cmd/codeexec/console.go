@@ -14,12 +14,13 @@ import (
 
 // startConsole serves the approvals console and its API for gate, whose
 // latest requests record keeps, on CODE_EXEC_ADMIN_ADDR, until ctx ends,
-// when people answer there (cfg.AdminEnabled); url is where it answers, ""
-// without one. cleanup removes the admin token file that the start wrote,
-// if any: call it once the server is done.
-func startConsole(ctx context.Context, cfg *configs.Config, env map[string]string, gate *approvals.Gate, record *audit.Log, log *slog.Logger) (url string, cleanup func(), err error) {
+// when people answer there (on: runs may need approval and
+// CODE_EXEC_ADMIN_ADDR is not off); url is where it answers, "" without
+// one. cleanup removes the admin token file that the start wrote, if any:
+// call it once the server is done.
+func startConsole(ctx context.Context, cfg *configs.Config, on bool, env map[string]string, gate *approvals.Gate, record *audit.Log, log *slog.Logger) (url string, cleanup func(), err error) {
 	cleanup = func() {}
-	if gate == nil || !cfg.AdminEnabled() {
+	if gate == nil || !on {
 		return "", cleanup, nil
 	}
 	ln, err := net.Listen("tcp", cfg.AdminAddr)

@@ -27,7 +27,7 @@ var layers = []struct {
 	{"foundations: the Runner contract and what every part shares", []string{"sandbox", "sandbox/artifacts", "sandbox/egress", "sandbox/datascience", "server/httpserve"}},
 	{"the parts of the sandboxes", []string{"sandbox/egress/proxy", "sandbox/sessions", "sandbox/internal/executor", "sandbox/internal/sessionproc", "sandbox/internal/runproto", "sandbox/internal/warmpool", "sandbox/internal/lifecycle", "sandbox/kube/internal/kubeapi"}},
 	{"the modes", []string{"sandbox/docker", "sandbox/process", "sandbox/process/early", "sandbox/host", "sandbox/kube"}},
-	{"the layers of the runner chain", []string{"sandbox/pypolicy", "sandbox/packages", "approvals", "approvals/audit", "server/metrics"}},
+	{"the layers of the runner chain", []string{"sandbox/pypolicy", "sandbox/packages", "approvals", "approvals/audit", "server/principals", "server/runtoken", "server/metrics"}},
 	{"test support", testSupport},
 	{"the MCP server", []string{"server", "server/progress", "server/tasks"}},
 	{"the configuration", []string{"configs"}},
@@ -48,9 +48,9 @@ var forbidden = []struct {
 	from, to []string
 	why      string
 }{
-	{[]string{"server", "server/progress", "server/tasks", "server/metrics", "server/httpserve"}, append([]string{"configs"}, modes...),
+	{[]string{"server", "server/progress", "server/tasks", "server/metrics", "server/principals", "server/runtoken", "server/httpserve"}, append([]string{"configs"}, modes...),
 		"the MCP server is given the runner chain and its Options by cmd/codeexec: it knows neither the modes nor the configuration"},
-	{[]string{"sandbox/pypolicy", "sandbox/packages", "approvals", "approvals/audit", "server/metrics", "sandbox/sessions"}, modes,
+	{[]string{"sandbox/pypolicy", "sandbox/packages", "approvals", "approvals/audit", "server/principals", "server/runtoken", "server/metrics", "sandbox/sessions"}, modes,
 		"a layer of the runner chain wraps any sandbox.Runner: only cmd/codeexec knows the modes"},
 	{[]string{"sandbox/docker", "sandbox/kube"}, []string{"sandbox/internal/executor", "sandbox/internal/sessionproc", "sandbox/process"},
 		"docker and kubernetes mode run their programs in containers, not on process mode's run core"},

@@ -33,6 +33,7 @@ import (
 	_ "github.com/codeexec/codeexec/sandbox/process/early"
 	"github.com/codeexec/codeexec/server"
 	"github.com/codeexec/codeexec/server/metrics"
+	"github.com/codeexec/codeexec/server/principals"
 	"github.com/codeexec/codeexec/server/tasks"
 )
 
@@ -176,14 +177,32 @@ func serve(ctx context.Context, cfg *configs.Config, env map[string]string, stdi
 		log.Error("cannot serve metrics", "err", err)
 		return failed(err)
 	}
-	c, err := buildChain(ctx, cfg, m, log)
+	// Who may call, before the sandbox starts: a file that is refused
+	// stops the server at once.
+	gated, err := approvalsNeeded(cfg)
+	if err != nil {
+		return failed(err)
+	}
+	var guard *principals.Guard
+	reg, err := newPrincipals(cfg, gated, func(l []*principals.Principal) {
+		if guard != nil {
+			guard.Reloaded(l)
+		}
+	}, log)
+	if err != nil {
+		log.Error("cannot start", "err", err)
+		return failed(err)
+	}
+	c, err := buildChain(ctx, cfg, gated, m, log)
 	if err != nil {
 		return failed(err)
 	}
 	defer c.close(log)
+	guard = c.guard
 	announce(log, cfg, c.runner.Capabilities())
 	watchReadiness(ctx, m, c.pool)
-	consoleURL, removeToken, err := startConsole(ctx, cfg, env, c.gate, c.record, log)
+	reloadPrincipals(ctx, reg)
+	consoleURL, removeToken, err := startConsole(ctx, cfg, c.consoleOn, env, c.gate, c.record, log)
 	defer removeToken()
 	if err != nil {
 		log.Error("cannot start approvals", "err", err)
@@ -195,7 +214,7 @@ func serve(ctx context.Context, cfg *configs.Config, env map[string]string, stdi
 	defer func() { _ = store.Close() }()
 
 	opts := serverOptions(cfg, log, consoleURL)
-	opts.Progress, opts.Tasks, opts.TaskLifetime = m, store, taskLifetime
+	opts.Progress, opts.Tasks, opts.TaskLifetime, opts.Principals = m, store, taskLifetime, reg
 	if c.packages != nil {
 		opts.Packages = c.packages
 	}
@@ -223,7 +242,7 @@ func listen(ctx context.Context, cfg *configs.Config, srv *server.Server, stdin 
 		return srv.ServeStdio(ctx, stdin, stdout)
 	}
 	return srv.ServeHTTP(ctx, server.Transport(cfg.Transport), cfg.Addr, func(a net.Addr) {
-		log.Info("listening", "transport", cfg.Transport, "addr", a.String(), "auth", cfg.AuthToken != "")
+		log.Info("listening", "transport", cfg.Transport, "addr", a.String(), "auth", cfg.AuthToken != "" || cfg.PrincipalsFile != "")
 	})
 }
 

@@ -43,16 +43,23 @@ func newMode(ctx context.Context, cfg *configs.Config, log *slog.Logger) (mode, 
 		if err != nil {
 			return mode{}, err
 		}
+		pool := cfg.DockerPoolSize
+		if cfg.RunTokenKey != "" && pool > 0 {
+			// Each run's container is created with its token: warm
+			// containers would wait for nothing.
+			log.Info("docker mode's warm pool is off: with CODE_EXEC_RUN_TOKEN_KEY each run's container is created with its token", "CODE_EXEC_DOCKER_POOL_SIZE", pool)
+			pool = 0
+		}
 		r, err := docker.New(ctx, docker.Config{Image: cfg.DockerImage, Runtime: cfg.DockerRuntime, Languages: cfg.Languages, Logger: log,
-			PoolSize: cfg.DockerPoolSize, PoolLimits: runLimits(cfg, cfg.Timeout), Egress: egressProxy, Workspace: workspace(cfg), PackagesCache: cache})
+			PoolSize: pool, PoolLimits: runLimits(cfg, cfg.Timeout), Egress: egressProxy, Workspace: workspace(cfg), PackagesCache: cache})
 		if err != nil {
 			return mode{}, err
 		}
-		pool := func() metrics.PoolStats {
+		stats := func() metrics.PoolStats {
 			st := r.PoolStats()
 			return metrics.PoolStats{Ready: st.Ready, Hits: st.Hits, Misses: st.Misses}
 		}
-		return mode{runner: r, sessions: r.Sessions(), pool: pool}, nil
+		return mode{runner: r, sessions: r.Sessions(), pool: stats}, nil
 	case sandbox.ModeProcess:
 		disable, err := process.ParseFeatures(cfg.ProcessDisable)
 		if err != nil {

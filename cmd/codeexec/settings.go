@@ -24,6 +24,14 @@ func checkSettings(cfg *configs.Config) error {
 	if _, err := uidRange(cfg); err != nil {
 		return err
 	}
+	// The principals file is read again, with the rest, when the server
+	// starts (and on each reload).
+	if err := cfg.ValidatePrincipals(); err != nil {
+		return err
+	}
+	if _, err := approvalsNeeded(cfg); err != nil {
+		return err
+	}
 	return nil
 }
 

@@ -37,6 +37,10 @@ type containerSpec struct {
 	// environment of lang.
 	packages *sandbox.PackageDir
 	lang     string
+	// env is more of the container's environment: a run's own
+	// (sandbox.Request.Env, its token), which only a container created for
+	// that run can have.
+	env []string
 	// stdout and stderr, when set, receive the container's output as it
 	// comes, instead of a run's streams (a session's supervisor).
 	stdout, stderr io.Writer
@@ -159,6 +163,7 @@ func (r *Runner) configs(spec containerSpec) (*container.Config, *container.Host
 		})
 		cfg.Env = append(slices.Clone(cfg.Env), sandbox.PackageEnv(spec.lang, sandbox.PackagesPath)...)
 	}
+	cfg.Env = sandbox.WithEnv(cfg.Env, spec.env)
 	return cfg, host
 }
 

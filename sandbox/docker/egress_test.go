@@ -71,6 +71,12 @@ func TestEgressAllowlist(t *testing.T) {
 			// after call, each call with a report of its own.
 			e.CheckSessionEgress(t, r.Sessions(), tc.allowPrivate, raws...)
 			if tc.allowPrivate {
+				// A run's own allowlist (a principal's network) narrows
+				// the proxy's, in a warm container, a cold one and a
+				// session's.
+				e.CheckNarrowedEgress(t, r, r.Sessions())
+			}
+			if tc.allowPrivate {
 				// A timeout kills the relay with the rest; the next
 				// call has it again.
 				sockets := func() int {

@@ -40,9 +40,14 @@ func ifEntry(entry string, pd *sandbox.PackageDir) *sandbox.PackageDir {
 
 // poolFor takes a warm container for req, or returns nil when req must
 // start a container of its own: warm containers have no package folder but
-// the cache's entries.
+// the cache's entries, and no environment but the one every run has.
 func (r *Runner) poolFor(lang string, req sandbox.Request, entry string) *session {
 	if req.PackageDir != nil && entry == "" {
+		return nil
+	}
+	if len(req.Env) > 0 {
+		// A warm container was created before the run's own environment
+		// (its token) existed.
 		return nil
 	}
 	if s, ok := r.pool.Take(lang, req.Limits); ok {

@@ -147,6 +147,8 @@ func (r *Runner) capabilities(langs []sandbox.LanguageStatus) sandbox.Capabiliti
 		Protections: ps,
 		Warnings:    warnings,
 		Workspace:   ws,
+		// A run with its own environment gets a container created for it.
+		RunEnv: true,
 	}
 }
 

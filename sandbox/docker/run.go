@@ -10,6 +10,7 @@ import (
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/artifacts"
+	"github.com/codeexec/codeexec/sandbox/egress"
 	"github.com/codeexec/codeexec/sandbox/internal/runproto"
 )
 
@@ -55,6 +56,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 
 	if s := r.poolFor(lang, req, entry); s != nil {
 		r.observe(s.id, true)
+		s.restrict(req.Network)
 		res, err, fault := r.exchange(ctx, s, input(), req.Limits, req.Observe, art, true)
 		if !fault {
 			r.networkReport(s, res)
@@ -66,7 +68,9 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		r.log.Info("a warm container broke before it took the program; running it in a new container", "id", shortID(s.id), "err", err)
 	}
 
-	s, err := r.start(ctx, r.runSpec(lang, req.Limits, roleRun, runDeadline(time.Now(), req.Limits.Timeout), ifEntry(entry, req.PackageDir)), lang)
+	spec := r.runSpec(lang, req.Limits, roleRun, runDeadline(time.Now(), req.Limits.Timeout), ifEntry(entry, req.PackageDir))
+	spec.env = req.Env
+	s, err := r.start(ctx, spec, lang)
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			return nil, fmt.Errorf("docker: run cancelled while starting (%v): %w", err, cerr)
@@ -74,10 +78,19 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		return nil, err
 	}
 	r.observe(s.id, false)
+	s.restrict(req.Network)
 	defer r.release(s)
 	res, err, _ := r.exchange(ctx, s, input(), req.Limits, req.Observe, art, false)
 	r.networkReport(s, res)
 	return res, err
+}
+
+// restrict narrows what the container's program may reach to the run's own
+// allowlist (sandbox.Request.Network), before the program is handed over.
+func (s *session) restrict(a *egress.Allowlist) {
+	if s.egress != nil {
+		s.egress.session.Restrict(a)
+	}
 }
 
 // networkReport ends the container's egress session, once the program has

@@ -115,6 +115,9 @@ func (b sessionBackend) Start(ctx context.Context, spec sessions.Spec) (sessions
 	if err != nil {
 		return nil, err
 	}
+	// No call has run yet: every call of the session reaches only what
+	// its own allowlist allows.
+	c.restrict(spec.Network)
 	s := &containerSession{r: r, spec: spec, c: c, conn: sessions.NewConn(c.attach.Conn, pr), diag: diag}
 	sctx, cancel := context.WithTimeout(ctx, engineTimeout)
 	defer cancel()

@@ -204,6 +204,33 @@ func (a *Allowlist) Strings() []string {
 	return out
 }
 
+// Covers reports whether a allows every destination that r allows: each
+// port of r, on r's host or, for a wildcard, on every name below its
+// suffix. A wildcard is covered only by a wildcard whose suffix it ends in
+// (*.example.com covers *.api.example.com), never by entries that name
+// hosts one by one.
+func (a *Allowlist) Covers(r Rule) bool {
+	for _, p := range r.Ports {
+		if !r.Suffix {
+			if a.Check(r.Host, p) != nil {
+				return false
+			}
+			continue
+		}
+		covered := false
+		for _, o := range a.Rules() {
+			if o.Suffix && (r.Host == o.Host || strings.HasSuffix(r.Host, "."+o.Host)) && o.allowsPort(p) {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			return false
+		}
+	}
+	return true
+}
+
 // Check tells whether host:port may be reached: nil, or an error that wraps
 // ErrNotAllowed (no rule names the host) or ErrPort (a rule names the host,
 // none the port). host may be a name or an IP address, in any case and with

@@ -109,6 +109,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		Isolation: sandbox.Isolation{},
 		Summary:   "none: code runs directly as the server's user with the server's environment",
 		Languages: langs,
+		RunEnv:    true,
 		Protections: []sandbox.Protection{
 			{Name: "timeout and output cap", Active: true},
 			{Name: "process group kill", Active: true, Detail: "the run's processes are killed when it ends"},
@@ -164,7 +165,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		return nil, err
 	}
 	res := &sandbox.Result{Sandbox: sandbox.ModeNone}
-	part, serve := proxy.NewPart(r.egress, filepath.Base(dir))
+	part, serve := proxy.NewPart(r.egress, filepath.Base(dir), req.Network)
 	defer func() { res.Network = part.Close() }()
 	run, err := r.programSpec(executor.ProgramOf(req, spec, in.Path, dir, file, serve))
 	if err != nil {
@@ -202,6 +203,7 @@ func (r *Runner) programSpec(p executor.Program) (executor.Spec, error) {
 		// path, with the server's permissions.
 		env = append(env, sandbox.PackageEnv(p.Lang, p.Packages.HostDir)...)
 	}
+	env = sandbox.WithEnv(env, p.Env)
 	if p.Lang == "python" && r.python != nil {
 		path, env = r.python.Python, executor.PythonEnv(env, r.python)
 	}

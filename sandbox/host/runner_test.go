@@ -90,6 +90,9 @@ func TestEgressIsAdviceOnly(t *testing.T) {
 	if res.Network == nil || len(res.Network.Reached) == 0 || len(res.Network.Refused) == 0 {
 		t.Fatalf("network report = %+v", res.Network)
 	}
+	// A run's own allowlist (a principal's network) narrows the proxy's,
+	// for runs and sessions.
+	e.CheckNarrowedEgress(t, r, r.Sessions())
 	// A session's calls are pointed at the proxy too (not at the server's
 	// own), each with a report of its own.
 	s := sandboxtest.StartSession(t, r.Sessions(), "python")

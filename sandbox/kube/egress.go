@@ -49,6 +49,14 @@ type podEgress struct {
 	report    *egress.Report
 }
 
+// restrict narrows what the pod's program may reach to the run's own
+// allowlist (sandbox.Request.Network), before the program is handed over.
+func (s *podSession) restrict(a *egress.Allowlist) {
+	if s.egress != nil {
+		s.egress.session.Restrict(a)
+	}
+}
+
 // startRelay execs the relay in the run container of s, waits until it
 // listens and serves the pod's proxy session on its connections. On error
 // nothing of it is left running (the caller discards the pod).

@@ -63,6 +63,11 @@ func TestEgressAllowlist(t *testing.T) {
 					t.Fatalf("no run took a warm pod: %v", warm)
 				}
 			}
+			if tc.allowPrivate {
+				// A run's own allowlist (a principal's network) narrows
+				// the proxy's, in a warm pod, a cold one and a session's.
+				e.CheckNarrowedEgress(t, runner, kubetest.Sessions{Backend: r.Sessions()})
+			}
 		})
 	}
 }

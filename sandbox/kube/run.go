@@ -45,6 +45,11 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	if req.PackageDir != nil {
 		return nil, fmt.Errorf("kubernetes: %w: packages are not available in kubernetes mode yet", sandbox.ErrSandboxUnavailable)
 	}
+	if len(req.Env) > 0 {
+		// Capabilities.RunEnv is false: the server gives none (it refuses
+		// CODE_EXEC_RUN_TOKEN_KEY in this mode), and none is dropped.
+		return nil, fmt.Errorf("kubernetes: %w: a run's own environment (a run token) is not available in kubernetes mode yet", sandbox.ErrSandboxUnavailable)
+	}
 	art, err := runproto.CheckFiles(lang, req)
 	if err != nil {
 		return nil, err
@@ -63,6 +68,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 
 	if s, ok := r.pool.Take(lang, req.Limits); ok {
 		r.observe(s.name, true)
+		s.restrict(req.Network)
 		res, err, fault := r.exchange(ctx, s, input(), req.Limits, req.Observe, art, true)
 		r.networkReport(s, res)
 		r.release(s)
@@ -77,6 +83,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		return nil, err
 	}
 	r.observe(s.name, false)
+	s.restrict(req.Network)
 	defer r.release(s)
 	res, err, _ := r.exchange(ctx, s, input(), req.Limits, req.Observe, art, false)
 	r.networkReport(s, res)

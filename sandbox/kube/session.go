@@ -172,6 +172,9 @@ func (b sessionBackend) Start(ctx context.Context, spec sessions.Spec) (sessions
 	s := &sessionPod{r: r, name: name, lang: lang, state: st}
 	if r.cfg.Egress != nil {
 		s.egress = r.newSessionEgress(name)
+		// Before anything of the session runs: every call reaches only
+		// what the session's own allowlist allows.
+		s.egress.session.Restrict(spec.Network)
 	}
 	// Under the allowlist, the relay runs and the supervisor keeps it
 	// before anything of the session runs.

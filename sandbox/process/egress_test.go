@@ -35,6 +35,11 @@ func TestEgressAllowlist(t *testing.T) {
 			// A session's calls reach what a run reaches, each with a
 			// report of its own.
 			e.CheckSessionEgress(t, r.Sessions(), allowPrivate, "127.0.0.1")
+			if allowPrivate {
+				// A run's own allowlist (a principal's network) narrows
+				// the proxy's, for runs and sessions.
+				e.CheckNarrowedEgress(t, r, r.Sessions())
+			}
 		})
 	}
 }

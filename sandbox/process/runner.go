@@ -212,6 +212,7 @@ func (r *Runner) capabilities(langs []sandbox.LanguageStatus, ws *sandbox.Worksp
 		Languages:   langs,
 		Protections: r.protections(),
 		Workspace:   ws,
+		RunEnv:      true,
 	}
 	if ws != nil && !ws.Enforced {
 		caps.Warnings = append(caps.Warnings, "CODE_EXEC_WORKSPACE_MODE=ro is not enforced on this host: "+ws.Detail)
@@ -509,7 +510,7 @@ func (r *Runner) runIn(ctx context.Context, s *slot, req sandbox.Request, spec s
 	var part *proxy.Part
 	var serve func(net.Listener)
 	if r.egress != nil {
-		part, serve = proxy.NewPart(r.egress, fmt.Sprintf("process-%d", r.runSeq.Add(1)))
+		part, serve = proxy.NewPart(r.egress, fmt.Sprintf("process-%d", r.runSeq.Add(1)), req.Network)
 		defer func() { res.Network = part.Close() }()
 	}
 	run, err := r.programSpec(g, s.isolation(), executor.ProgramOf(req, spec, in.Path, dir, file, serve))
@@ -567,6 +568,7 @@ func (r *Runner) programSpec(g *runGuard, iso executor.Isolation, p executor.Pro
 	if p.Serve != nil {
 		env, egressAddr = append(env, egress.ProxyEnv(EgressAddr)...), EgressAddr
 	}
+	env = sandbox.WithEnv(env, p.Env)
 	return executor.Spec{
 		EgressAddr:          egressAddr,
 		EgressServe:         p.Serve,

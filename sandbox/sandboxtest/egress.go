@@ -376,3 +376,74 @@ func RawTargets(ip string) []string {
 	}
 	return targets
 }
+
+// CheckNarrowedEgress checks, on r and in a python session of b (nil for
+// none), whose programs go through a proxy with e.Policy(t, true), that a
+// run's own allowlist (sandbox.Request.Network, sessions.Spec.Network)
+// narrows the proxy's: with only allowed.test's HTTP port on it, the
+// program reaches that and nothing else the proxy allows (allowed.test's
+// TLS port and private.test are refused, and said so in the
+// report, allowed.test's TLS port for its port); with an empty one, it
+// reaches nothing.
+func (e *Egress) CheckNarrowedEgress(t *testing.T, r sandbox.Runner, b sessions.Backend) {
+	t.Helper()
+	only, err := egress.ParseAllowlist([]string{"allowed.test:" + strconv.Itoa(e.HTTPPort)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string, res *sandbox.Result, err error, none bool) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		want := map[string]string{"http": "200 plain-ok", "connect": "refused", "private": "HTTP 403"}
+		if none {
+			want["http"] = "HTTP 403"
+		}
+		for name, w := range want {
+			if got := Line(res.Stdout, name); !strings.HasPrefix(got, w) {
+				t.Errorf("%s: %s: %q, want %q\nstdout:\n%s\nstderr:\n%s", what, name, got, w, res.Stdout, res.Stderr)
+			}
+		}
+		if res.Network == nil {
+			t.Fatalf("%s: no network report", what)
+		}
+		refused := map[string]egress.Reason{}
+		for _, f := range res.Network.Refused {
+			refused[net.JoinHostPort(f.Host, strconv.Itoa(f.Port))] = f.Reason
+		}
+		wantRefused := map[string]egress.Reason{
+			// allowed.test is on the run's list, but not this port.
+			net.JoinHostPort("allowed.test", strconv.Itoa(e.TLSPort)):  egress.ReasonPort,
+			net.JoinHostPort("private.test", strconv.Itoa(e.HTTPPort)): egress.ReasonNotAllowed,
+		}
+		if none {
+			wantRefused[net.JoinHostPort("allowed.test", strconv.Itoa(e.TLSPort))] = egress.ReasonNotAllowed
+			wantRefused[net.JoinHostPort("allowed.test", strconv.Itoa(e.HTTPPort))] = egress.ReasonNotAllowed
+		}
+		for d, reason := range wantRefused {
+			if refused[d] != reason {
+				t.Errorf("%s: %s refused for %q, want %q; report %+v", what, d, refused[d], reason, res.Network)
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	req := Req("python", e.Program())
+	req.Network = only
+	res, err := r.Run(ctx, req)
+	check("a run with its own allowlist", res, err, false)
+	req.Network = &egress.Allowlist{}
+	res, err = r.Run(ctx, req)
+	check("a run with an empty allowlist", res, err, true)
+	if b == nil {
+		return
+	}
+	s, err := b.Start(ctx, sessions.Spec{ID: "ses_narrow", Language: "python", Limits: DefaultLimits(), Deadline: time.Now().Add(time.Hour), Network: only})
+	if err != nil {
+		t.Fatalf("starting a session with its own allowlist: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	res, err = s.Exec(ctx, Req("python", e.Program()))
+	check("a session call with the session's own allowlist", res, err, false)
+}

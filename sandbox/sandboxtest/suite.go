@@ -155,6 +155,7 @@ var runnerCases = []runnerCase{
 	{name: "localhost reaches the program's own loopback server", test: runnerLocalhostReachesTheProgramsOwnLoopbackServer},
 	{name: "unknown language", test: runnerUnknownLanguage},
 	{name: "server environment does not leak", test: runnerServerEnvironmentDoesNotLeak, only: func(o Options) bool { return o.ScrubsEnv }},
+	{name: "request environment reaches the program", test: runnerRequestEnvironment},
 	{name: "sequential runs stay correct", test: runnerSequentialRunsStayCorrect},
 }
 
@@ -534,6 +535,35 @@ for f in /proc/[0-9]*/environ; do tr '\0' '\n' < "$f" 2>/dev/null; done | grep -
 	pres := rs.run(t, Req("python", "import os\nprint(sorted(os.environ))"))
 	if strings.Contains(pres.Stdout, SecretName) {
 		t.Fatalf("python sees %s: %s", SecretName, pres.Stdout)
+	}
+}
+
+// runnerRequestEnvironment is the case "request environment reaches the
+// program": a runner that says it gives programs Request.Env
+// (Capabilities.RunEnv) does, in every language, each variable replacing
+// one of the same name; one that does not say so is skipped.
+func runnerRequestEnvironment(t *testing.T, rs *runnerSuite) {
+	if !rs.r.Capabilities().RunEnv {
+		t.Skip("the runner does not give programs a request's environment (Capabilities.RunEnv)")
+	}
+	for lang, code := range map[string]string{
+		"python":     "import os\nprint(os.environ['CODEEXEC_TEST_VAR'], os.environ['HOME'] == 'replaced')",
+		"javascript": "console.log(process.env.CODEEXEC_TEST_VAR, process.env.HOME === 'replaced')",
+		"bash":       `echo "$CODEEXEC_TEST_VAR" $( [ "$HOME" = replaced ] && echo true || echo false )`,
+	} {
+		if st, ok := rs.r.Capabilities().Language(lang); !ok || !st.Available {
+			continue
+		}
+		req := Req(lang, code)
+		req.Env = []string{"CODEEXEC_TEST_VAR=from the request", "HOME=replaced"}
+		res := rs.run(t, req)
+		want := "from the request True\n"
+		if lang != "python" {
+			want = "from the request true\n"
+		}
+		if res.Stdout != want {
+			t.Errorf("%s: stdout %q, stderr %q, want %q", lang, res.Stdout, abbrev(res.Stderr), want)
+		}
 	}
 }
 

@@ -31,7 +31,8 @@ func (r *Router) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	switch {
 	case req.NewSession != nil:
 		start := time.Now()
-		info, err := r.m.Create(ctx, owner, CreateOptions{Language: req.Language, Limits: req.Limits, IdleTimeout: req.NewSession.IdleTimeout, Packages: req.Packages})
+		info, err := r.m.Create(ctx, owner, CreateOptions{Language: req.Language, Limits: req.Limits, IdleTimeout: req.NewSession.IdleTimeout,
+			Packages: req.Packages, Network: req.Network, Quota: req.NewSession.Quota})
 		if err != nil {
 			return nil, err
 		}

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/egress"
 )
 
 // Backend starts the sandbox of a session. It is implemented once per
@@ -62,6 +63,11 @@ type Spec struct {
 	// PackageDir, when not nil, is the folder of installed packages that
 	// every call of the session sees read-only (see sandbox.Request).
 	PackageDir *sandbox.PackageDir
+	// Network, when not nil, narrows what every call of the session may
+	// reach through the egress proxy, as sandbox.Request.Network narrows a
+	// run's: the backend restricts the session's proxy session with it
+	// before the first call.
+	Network *egress.Allowlist
 }
 
 // Session is a started session's sandbox.
@@ -137,7 +143,9 @@ type Manager struct {
 	mu       sync.Mutex
 	sessions map[string]*entry
 	starting int // sessions being started, counted against MaxSessions
-	closed   bool
+	// startingBy counts the sessions being started by quota key.
+	startingBy map[string]int
+	closed     bool
 
 	stop    chan struct{}
 	stopped chan struct{}
@@ -147,6 +155,7 @@ type Manager struct {
 // entry is one session of the Manager.
 type entry struct {
 	id, owner, lang string
+	quota           string // the Quota.Key it was created with
 	packages        []string
 	created         time.Time
 	idle            time.Duration
@@ -173,7 +182,7 @@ func New(cfg Config) *Manager {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m := &Manager{cfg: cfg, log: log, now: time.Now, sessions: map[string]*entry{}, stop: make(chan struct{}), stopped: make(chan struct{}), kick: make(chan struct{}, 1)}
+	m := &Manager{cfg: cfg, log: log, now: time.Now, sessions: map[string]*entry{}, startingBy: map[string]int{}, stop: make(chan struct{}), stopped: make(chan struct{}), kick: make(chan struct{}, 1)}
 	go m.janitor()
 	return m
 }
@@ -198,6 +207,11 @@ type CreateOptions struct {
 	IdleTimeout time.Duration
 	// Packages are given to the Backend in Spec.Packages.
 	Packages []string
+	// Network is given to the Backend in Spec.Network.
+	Network *egress.Allowlist
+	// Quota, when its Key is set, caps the sessions that share that key
+	// (a principal's max_sessions) besides the Manager's MaxSessions.
+	Quota sandbox.SessionQuota
 }
 
 // Create starts a session for owner, the key of the client that asks (its
@@ -213,12 +227,23 @@ func (m *Manager) Create(ctx context.Context, owner string, o CreateOptions) (In
 		n := len(m.sessions) + m.starting
 		m.mu.Unlock()
 		return Info{}, fmt.Errorf("%w: this server allows at most %d at once (CODE_EXEC_MAX_SESSIONS) and %d exist", ErrTooManySessions, m.cfg.MaxSessions, n)
+	case o.Quota.Key != "" && m.quotaHeldLocked(o.Quota.Key) >= o.Quota.Max:
+		n := m.quotaHeldLocked(o.Quota.Key)
+		m.mu.Unlock()
+		return Info{}, fmt.Errorf("%w: %s allows at most %d at once and %d exist", ErrTooManySessions, o.Quota.Setting, o.Quota.Max, n)
 	}
 	m.starting++
+	m.startingBy[o.Quota.Key]++
 	m.mu.Unlock()
+	started := func() {
+		m.starting--
+		if m.startingBy[o.Quota.Key]--; m.startingBy[o.Quota.Key] <= 0 {
+			delete(m.startingBy, o.Quota.Key)
+		}
+	}
 	release := func() {
 		m.mu.Lock()
-		m.starting--
+		started()
 		m.mu.Unlock()
 	}
 
@@ -227,9 +252,9 @@ func (m *Manager) Create(ctx context.Context, owner string, o CreateOptions) (In
 	if o.IdleTimeout > 0 && o.IdleTimeout < idle {
 		idle = o.IdleTimeout
 	}
-	e := &entry{id: newID(), owner: owner, lang: o.Language, packages: o.Packages, created: now, idle: idle,
+	e := &entry{id: newID(), owner: owner, quota: o.Quota.Key, lang: o.Language, packages: o.Packages, created: now, idle: idle,
 		deadline: now.Add(m.cfg.MaxLifetime), lastUsed: now, turn: make(chan struct{}, 1)}
-	sess, err := m.cfg.Backend.Start(ctx, Spec{ID: e.id, Language: o.Language, Limits: o.Limits, Deadline: e.deadline, Packages: o.Packages})
+	sess, err := m.cfg.Backend.Start(ctx, Spec{ID: e.id, Language: o.Language, Limits: o.Limits, Deadline: e.deadline, Packages: o.Packages, Network: o.Network})
 	if err != nil {
 		release()
 		return Info{}, err
@@ -239,7 +264,7 @@ func (m *Manager) Create(ctx context.Context, owner string, o CreateOptions) (In
 	// Idle from when it is ready: a start slower than the idle timeout
 	// (a busy engine) must not end the session before its first call.
 	e.lastUsed = m.now()
-	m.starting--
+	started()
 	if m.closed {
 		m.mu.Unlock()
 		_ = sess.Close()
@@ -254,6 +279,18 @@ func (m *Manager) Create(ctx context.Context, owner string, o CreateOptions) (In
 	}
 	m.log.Info("session created", "session", e.id, "language", e.lang, "idle_timeout", idle, "deadline", e.deadline)
 	return info, nil
+}
+
+// quotaHeldLocked counts the sessions of quota key key, open or being
+// started; the caller holds mu.
+func (m *Manager) quotaHeldLocked(key string) int {
+	n := m.startingBy[key]
+	for _, e := range m.sessions {
+		if e.quota == key {
+			n++
+		}
+	}
+	return n
 }
 
 // unknown is the error for an id that the owner cannot use.

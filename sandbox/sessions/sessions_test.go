@@ -178,6 +178,48 @@ func TestMaxSessions(t *testing.T) {
 	}
 }
 
+// TestQuota: the sessions of a quota key (a principal's) are capped across
+// their owners (its MCP clients), besides the Manager's cap, naming the
+// setting; a failed start frees its place; other keys are not counted.
+func TestQuota(t *testing.T) {
+	t.Parallel()
+	fail := false
+	b := &fakeBackend{start: func(Spec) error {
+		if fail {
+			return errors.New("no engine")
+		}
+		return nil
+	}}
+	m := newManager(t, b, func(c *Config) { c.MaxSessions = 10 })
+	ctx := context.Background()
+	q := sandbox.SessionQuota{Key: "principal:p", Max: 2, Setting: "principal p's max_sessions"}
+	first, err := m.Create(ctx, "client-1", CreateOptions{Language: "python", Quota: q})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Create(ctx, "client-2", CreateOptions{Language: "python", Quota: q}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Create(ctx, "client-3", CreateOptions{Language: "python", Quota: q})
+	if want := "too many sessions: principal p's max_sessions allows at most 2 at once and 2 exist"; !errors.Is(err, ErrTooManySessions) || err.Error() != want {
+		t.Fatalf("a third session of the key: %v, want %q", err, want)
+	}
+	if _, err := m.Create(ctx, "client-3", CreateOptions{Language: "python", Quota: sandbox.SessionQuota{Key: "principal:other", Max: 1}}); err != nil {
+		t.Errorf("another key's session: %v", err)
+	}
+	if err := m.Close("client-1", first.ID); err != nil {
+		t.Fatal(err)
+	}
+	fail = true
+	if _, err := m.Create(ctx, "client-3", CreateOptions{Language: "python", Quota: q}); err == nil {
+		t.Fatal("the backend's failure was not returned")
+	}
+	fail = false
+	if _, err := m.Create(ctx, "client-3", CreateOptions{Language: "python", Quota: q}); err != nil {
+		t.Errorf("after a close and a failed start there is room again: %v", err)
+	}
+}
+
 func TestFailedStartFreesItsSlot(t *testing.T) {
 	t.Parallel()
 	boom := errors.New("no engine")

@@ -52,12 +52,27 @@ func RequireBearer(next http.Handler, token, realm, setting string) http.Handler
 		return next
 	}
 	want := sha256.Sum256([]byte(token))
+	return Authenticate(next, realm, setting, func(r *http.Request, got string, present bool) (*http.Request, bool) {
+		sum := sha256.Sum256([]byte(got))
+		return r, subtle.ConstantTimeCompare(sum[:], want[:]) == 1 && present
+	})
+}
+
+// Authenticate passes to next the requests that check accepts, given the
+// bearer token each sent ("Authorization: Bearer <token>"; present says
+// whether it sent one: without it, token is ""), as the request check
+// returns (with what it learned of the caller in its context); it answers
+// the others 401, naming what to send (credential) and realm.
+func Authenticate(next http.Handler, realm, credential string, check func(r *http.Request, token string, present bool) (*http.Request, bool)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
-		if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+		got, present := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !present {
+			got = ""
+		}
+		r, ok := check(r, strings.TrimSpace(got), present)
+		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="`+realm+`"`)
-			http.Error(w, "401 unauthorized: send Authorization: Bearer <"+setting+">", http.StatusUnauthorized)
+			http.Error(w, "401 unauthorized: send Authorization: Bearer <"+credential+">", http.StatusUnauthorized)
 			return
 		}
 		next.ServeHTTP(w, r)

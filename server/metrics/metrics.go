@@ -35,9 +35,20 @@ const (
 	OutcomeDenied        = "denied"         // approval denied, timed out or withdrawn
 	OutcomeInputRequired = "input_required" // the approval question went back to the client
 	OutcomeCancelled     = "cancelled"      // the client cancelled or went away
-	OutcomeRejected      = "rejected"       // unknown or unavailable language
+	OutcomeRejected      = "rejected"       // unknown or unavailable language, or not allowed to its principal
+	OutcomeLimited       = "limited"        // over its principal's max_concurrent or runs_per_minute
 	OutcomeError         = "error"          // the sandbox failed
 )
+
+// MaxPrincipals bounds the values of the principal label: the first
+// MaxPrincipals principals to run something have their own, any later one
+// is counted as OtherPrincipal (a principals file that names more, or
+// reloads that rename many, cannot grow the series without bound).
+const MaxPrincipals = 100
+
+// OtherPrincipal is the principal label of the principals beyond
+// MaxPrincipals.
+const OtherPrincipal = "other"
 
 // PoolStats is what a warm pool of containers reports at scrape time.
 type PoolStats struct {
@@ -65,6 +76,7 @@ type Metrics struct {
 	progressDrops prometheus.Counter
 
 	mu       sync.Mutex
+	named    map[string]bool // the principal label's values
 	ready    func(context.Context) error
 	pool     func() PoolStats
 	pending  func() int
@@ -83,11 +95,11 @@ var latencyBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
 // New returns Metrics registered in a fresh private registry, with the Go
 // runtime and process collectors under the codeexec_ prefix.
 func New(info Info) *Metrics {
-	m := &Metrics{reg: prometheus.NewRegistry()}
+	m := &Metrics{reg: prometheus.NewRegistry(), named: map[string]bool{}}
 	m.runs = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: Namespace, Name: "runs_total",
-		Help: "Runs of code_execute by sandbox mode, language and outcome (ok, exit_nonzero, timeout, oom, output_limit, denied, input_required, cancelled, rejected, error).",
-	}, []string{"mode", "language", "outcome"})
+		Help: "Runs of code_execute by sandbox mode, language, principal (the caller; at most 100 names, later ones as \"other\") and outcome (ok, exit_nonzero, timeout, oom, output_limit, denied, input_required, cancelled, rejected, limited, error).",
+	}, []string{"mode", "language", "principal", "outcome"})
 	m.runDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: Namespace, Name: "run_duration_seconds",
 		Help:    "Wall-clock time of runs in the sandbox, from taking a run slot to the end of the run.",
@@ -221,6 +233,20 @@ func (m *Metrics) Ready(ctx context.Context) error {
 		return errStarting
 	}
 	return f(ctx)
+}
+
+// principalLabel is the principal label of a run of name: its name while
+// fewer than MaxPrincipals have one, OtherPrincipal after.
+func (m *Metrics) principalLabel(name string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.named[name] {
+		if len(m.named) >= MaxPrincipals {
+			return OtherPrincipal
+		}
+		m.named[name] = true
+	}
+	return name
 }
 
 // ApprovalDecided counts one approval decision.

@@ -23,6 +23,7 @@ import (
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 	"github.com/codeexec/codeexec/server/httpserve"
 	"github.com/codeexec/codeexec/server/metrics"
+	"github.com/codeexec/codeexec/server/principals"
 )
 
 // scrape fetches /metrics from h and parses it with the Prometheus text parser.
@@ -111,6 +112,8 @@ func TestRunsByOutcome(t *testing.T) {
 		{nil, &approvals.InputRequiredError{}, metrics.OutcomeInputRequired},
 		{nil, fmt.Errorf("waiting: %w", context.Canceled), metrics.OutcomeCancelled},
 		{nil, fmt.Errorf("x: %w", sandbox.ErrLanguageUnavailable), metrics.OutcomeRejected},
+		{nil, &principals.RefusedError{Principal: "p", Field: "languages"}, metrics.OutcomeRejected},
+		{nil, &principals.LimitedError{Principal: "p", Field: "runs_per_minute"}, metrics.OutcomeLimited},
 		{nil, fmt.Errorf("docker: %w: engine gone", sandbox.ErrSandboxUnavailable), metrics.OutcomeError},
 		{nil, nil, metrics.OutcomeError},
 	}
@@ -121,6 +124,35 @@ func TestRunsByOutcome(t *testing.T) {
 				t.Errorf("Outcome(%+v, %v) = %q, want %q", tt.res, tt.err, got, tt.outcome)
 			}
 		})
+	}
+}
+
+// TestRunsByPrincipal: runs are counted by principal, at most
+// MaxPrincipals names, the later ones as "other".
+func TestRunsByPrincipal(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(metrics.Info{Version: "dev", Mode: sandbox.ModeProcess})
+	r := m.Wrap(&sandboxtest.Fake{Caps: sandbox.Capabilities{Mode: sandbox.ModeProcess}})
+	run := func(name string) {
+		ctx := principals.WithPrincipal(context.Background(), principals.Builtin(name, principals.Defaults{}))
+		if _, err := r.Run(ctx, sandbox.Request{Language: "python", Code: "x"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run("first")
+	run("first")
+	for i := range metrics.MaxPrincipals + 5 {
+		run(fmt.Sprintf("p%03d", i))
+	}
+	fams := scrape(t, m.Handler("", httpserve.Policy{}), "")
+	if got := value(fams, "codeexec_runs_total", map[string]string{"principal": "first", "outcome": "ok"}); got != 2 {
+		t.Errorf("runs of principal first: %v, want 2", got)
+	}
+	if got := value(fams, "codeexec_runs_total", map[string]string{"principal": metrics.OtherPrincipal}); got != 6 {
+		t.Errorf("runs of the principals beyond the first %d: %v, want 6", metrics.MaxPrincipals, got)
+	}
+	if n := len(fams["codeexec_runs_total"].GetMetric()); n != metrics.MaxPrincipals+1 {
+		t.Errorf("%d series of codeexec_runs_total, want %d", n, metrics.MaxPrincipals+1)
 	}
 }
 

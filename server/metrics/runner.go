@@ -8,6 +8,7 @@ import (
 
 	"github.com/codeexec/codeexec/approvals"
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/server/principals"
 )
 
 // Stage names a point in a run's way through the runner chain.
@@ -89,7 +90,11 @@ func (r *recorded) Run(ctx context.Context, req sandbox.Request) (*sandbox.Resul
 		r.m.queueWait.Observe(started.Sub(from).Seconds())
 		r.m.runDuration.WithLabelValues(r.mode, req.Language).Observe(end.Sub(started).Seconds())
 	}
-	r.m.runs.WithLabelValues(r.mode, req.Language, Outcome(res, err)).Inc()
+	who := ""
+	if p := principals.From(ctx); p != nil {
+		who = p.Name
+	}
+	r.m.runs.WithLabelValues(r.mode, req.Language, r.m.principalLabel(who), Outcome(res, err)).Inc()
 	return res, err
 }
 
@@ -146,7 +151,9 @@ func Outcome(res *sandbox.Result, err error) string {
 		return OutcomeDenied
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return OutcomeCancelled
-	case errors.Is(err, sandbox.ErrUnknownLanguage), errors.Is(err, sandbox.ErrLanguageUnavailable):
+	case errors.As(err, new(*principals.LimitedError)):
+		return OutcomeLimited
+	case errors.Is(err, sandbox.ErrUnknownLanguage), errors.Is(err, sandbox.ErrLanguageUnavailable), errors.Is(err, principals.ErrRefused):
 		return OutcomeRejected
 	}
 	return OutcomeError

@@ -17,8 +17,9 @@ type Part struct {
 
 // NewPart returns a part of p for a program that id names in logs, and the
 // function that the mode hands the program's listener to (see Serve); nil
-// ones without a proxy (p nil).
-func NewPart(p *Proxy, id string) (*Part, func(net.Listener)) {
+// ones without a proxy (p nil). narrow is the program's own allowlist
+// (sandbox.Request.Network, see Session.Restrict): nil for the proxy's.
+func NewPart(p *Proxy, id string, narrow *egress.Allowlist) (*Part, func(net.Listener)) {
 	if p == nil {
 		return nil, nil
 	}
@@ -27,6 +28,7 @@ func NewPart(p *Proxy, id string) (*Part, func(net.Listener)) {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		e.s = p.Serve(id, l)
+		e.s.Restrict(narrow)
 	}
 }
 

@@ -70,6 +70,10 @@ type Session struct {
 	rec       recorder
 	served    chan struct{}
 
+	// narrow, when set, is the run's own allowlist (Restrict): a
+	// destination must be on it too.
+	narrow atomic.Pointer[egress.Allowlist]
+
 	mu        sync.Mutex
 	closed    bool
 	conns     map[net.Conn]struct{} // upstream connections and hijacked clients
@@ -124,6 +128,16 @@ func (p *Proxy) Serve(id string, l net.Listener) *Session {
 		go s.reapIdle(t)
 	}
 	return s
+}
+
+// Restrict narrows what the session's run may reach to the destinations
+// that are on both the proxy's allowlist and a: an empty a refuses every
+// destination; nil leaves the proxy's allowlist alone. A mode calls it
+// when it hands a run (or a session) its proxy session, before the
+// program starts, with sandbox.Request.Network. It is safe to call at any
+// time; a later call replaces the earlier one's narrowing.
+func (s *Session) Restrict(a *egress.Allowlist) {
+	s.narrow.Store(a)
 }
 
 // Close stops the session: it closes the listener and every connection of
@@ -330,6 +344,11 @@ func (s *Session) dialChecked(ctx context.Context, host string, port int) (net.C
 	pol := s.p.policy
 	if err := pol.Allow.Check(host, port); err != nil {
 		return nil, err
+	}
+	if narrow := s.narrow.Load(); narrow != nil {
+		if err := narrow.Check(host, port); err != nil {
+			return nil, fmt.Errorf("%w (this run's own allowlist is narrower than the server's)", err)
+		}
 	}
 	if err := s.takeConnection(); err != nil {
 		return nil, err

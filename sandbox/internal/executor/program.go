@@ -23,6 +23,9 @@ type Program struct {
 	// HTTP_PROXY and HTTPS_PROXY point at, before the program starts: the
 	// program reaches the network through the egress proxy only.
 	Serve func(net.Listener)
+	// Env is more of the program's environment (sandbox.Request.Env),
+	// added after the mode's own.
+	Env []string
 }
 
 // ProgramOf is the Program of the one-off run of req, whose program file
@@ -37,5 +40,6 @@ func ProgramOf(req sandbox.Request, lang sandbox.LanguageSpec, path, dir, file s
 		Packages: req.PackageDir,
 		Limits:   req.Limits,
 		Serve:    serve,
+		Env:      req.Env,
 	}
 }

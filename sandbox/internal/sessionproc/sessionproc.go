@@ -170,7 +170,7 @@ func (s *Session) startSupervisor(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	part, serve := proxy.NewPart(s.h.Egress, s.spec.ID)
+	part, serve := proxy.NewPart(s.h.Egress, s.spec.ID, s.spec.Network)
 	spec, cleanup, err := s.supervisorSpec(ctx, ch, serve)
 	if err != nil {
 		_ = part.Close()
