@@ -492,7 +492,11 @@ type execResult struct {
 	Sandbox    string  `json:"sandbox"`
 	Language   string  `json:"language"`
 	Signal     string  `json:"signal"`
-	Packages   *struct {
+	// StdoutOmitted and StderrOmitted are set when the result summarised
+	// a long output.
+	StdoutOmitted *outputOmission `json:"stdout_omitted"`
+	StderrOmitted *outputOmission `json:"stderr_omitted"`
+	Packages      *struct {
 		List   []string `json:"list"`
 		Cached bool     `json:"cached"`
 	} `json:"packages"`
@@ -511,14 +515,39 @@ func call(t *testing.T, cs *mcp.ClientSession, tool string, args any) *mcp.CallT
 }
 
 // execute calls code_execute and decodes its structuredContent, which it
-// requires.
+// requires. Where the result summarised a long stdout or stderr (see
+// TestLongOutputIsSummarised), Stdout and Stderr are the whole output, read
+// back with resources/read, so that a test checks all the program wrote.
 func execute(t *testing.T, cs *mcp.ClientSession, args map[string]any) (*mcp.CallToolResult, execResult) {
 	t.Helper()
 	res := call(t, cs, "code_execute", args)
 	if res.StructuredContent == nil {
 		t.Fatalf("code_execute(%v): no structuredContent; isError=%v text=%q", abbrev(fmt.Sprint(args)), res.IsError, text(res))
 	}
-	return res, decodeExec(t, res)
+	out := decodeExec(t, res)
+	out.Stdout = wholeOutput(t, cs, "stdout", out.Stdout, out.StdoutOmitted)
+	out.Stderr = wholeOutput(t, cs, "stderr", out.Stderr, out.StderrOmitted)
+	return res, out
+}
+
+// wholeOutput is the whole of a stream that a result showed as shown: shown
+// itself, or, when om says the result left some of it out, the text that
+// resources/read serves at om.URI.
+func wholeOutput(t *testing.T, cs *mcp.ClientSession, stream, shown string, om *outputOmission) string {
+	t.Helper()
+	if om == nil {
+		return shown
+	}
+	if om.URI == "" {
+		t.Fatalf("the result left %d bytes of %s out and kept no whole copy: %s", om.Bytes, stream, abbrev(shown))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rr, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: om.URI})
+	if err != nil || len(rr.Contents) != 1 {
+		t.Fatalf("resources/read %s (the whole %s): %v", om.URI, stream, err)
+	}
+	return rr.Contents[0].Text
 }
 
 func decodeExec(t *testing.T, res *mcp.CallToolResult) execResult {

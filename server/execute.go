@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -20,16 +21,22 @@ import (
 
 // ExecuteOutput is code_execute's structuredContent.
 type ExecuteOutput struct {
-	ExitCode   int          `json:"exit_code" jsonschema:"Exit status; 128+N when killed by signal N."`
-	Stdout     string       `json:"stdout"`
-	Stderr     string       `json:"stderr"`
-	TimedOut   bool         `json:"timed_out" jsonschema:"The timeout stopped the run."`
-	OOMKilled  bool         `json:"oom_killed" jsonschema:"The memory limit stopped the run."`
-	Truncated  bool         `json:"truncated" jsonschema:"The output cap was reached and the run stopped."`
-	DurationMS float64      `json:"duration_ms" jsonschema:"Wall-clock duration of the run in milliseconds."`
-	Sandbox    sandbox.Mode `json:"sandbox" jsonschema:"The sandbox mode that ran the code."`
-	Language   string       `json:"language" schema:"optional"`
-	Signal     string       `json:"signal,omitempty" jsonschema:"The signal that ended the program, if any."`
+	ExitCode int `json:"exit_code" jsonschema:"Exit status; 128+N when killed by signal N."`
+	// Stdout and Stderr are the run's output, each shown whole up to
+	// outputHead+outputTail bytes and otherwise as its head and tail with
+	// a line between them (StdoutOmitted, StderrOmitted say what was left
+	// out and where the whole is).
+	Stdout        string          `json:"stdout" jsonschema:"What the program wrote to stdout; when it is long, its head and its tail with a line between them that says what was left out (see stdout_omitted)."`
+	Stderr        string          `json:"stderr" jsonschema:"What the program wrote to stderr; when it is long, its head and its tail with a line between them that says what was left out (see stderr_omitted)."`
+	StdoutOmitted *OutputOmission `json:"stdout_omitted,omitempty" jsonschema:"Present when stdout was too long to show whole: how much the stdout field leaves out, and the URI of the whole stdout."`
+	StderrOmitted *OutputOmission `json:"stderr_omitted,omitempty" jsonschema:"Present when stderr was too long to show whole: how much the stderr field leaves out, and the URI of the whole stderr."`
+	TimedOut      bool            `json:"timed_out" jsonschema:"The timeout stopped the run."`
+	OOMKilled     bool            `json:"oom_killed" jsonschema:"The memory limit stopped the run."`
+	Truncated     bool            `json:"truncated" jsonschema:"The output cap was reached and the run stopped."`
+	DurationMS    float64         `json:"duration_ms" jsonschema:"Wall-clock duration of the run in milliseconds."`
+	Sandbox       sandbox.Mode    `json:"sandbox" jsonschema:"The sandbox mode that ran the code."`
+	Language      string          `json:"language" schema:"optional"`
+	Signal        string          `json:"signal,omitempty" jsonschema:"The signal that ended the program, if any."`
 	// Network is what the run reached and what was refused, under
 	// CODE_EXEC_NETWORK=allowlist.
 	Network   *egress.Report `json:"network,omitempty" jsonschema:"What the run reached and what was refused, when runs reach the network through codeexec's egress proxy (CODE_EXEC_NETWORK=allowlist)."`
@@ -267,6 +274,7 @@ func (s *Server) runResult(ctx context.Context, args ExecuteArgs, res *sandbox.R
 		StateLost:  res.StateLost,
 		Packages:   res.Packages,
 	}
+	links := s.summariseOutput(ctx, &out)
 	var extra []mcp.Content
 	out.Artifacts, extra, out.ArtifactsNote = s.artifactResults(ctx, res.Artifacts)
 	if res.Artifacts != nil {
@@ -277,7 +285,7 @@ func (s *Server) runResult(ctx context.Context, args ExecuteArgs, res *sandbox.R
 		"duration_ms", out.DurationMS, "limit", res.LimitHit(), "stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr),
 		"files_in", len(args.Files), "artifacts", len(out.Artifacts))
 	return &mcp.CallToolResult{
-		Content:           append([]mcp.Content{mcp.NewTextContent(RenderText(out, args.Timeout, formatBytes(s.opts.Limits.OutputBytes)))}, extra...),
+		Content:           slices.Concat([]mcp.Content{mcp.NewTextContent(RenderText(out, args.Timeout, formatBytes(s.opts.Limits.OutputBytes)))}, links, extra),
 		StructuredContent: out,
 		IsError:           res.LimitHit() != "",
 	}

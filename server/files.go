@@ -118,6 +118,13 @@ type ArtifactOutput struct {
 // content; older clients get a text content that names the URI instead.
 const resourceLinkSince = "2025-06-18"
 
+// resourceLinks reports whether the client of ctx's request takes
+// resource_link content.
+func resourceLinks(ctx context.Context) bool {
+	v := mcpserver.RequestProtocolVersion(ctx)
+	return v == "" || v >= resourceLinkSince
+}
+
 // artifactResults keeps a run's artifacts in the store, for the client
 // session that asked, and returns their listing for structuredContent, the
 // contents that carry them to the model (images, embedded text, links), and
@@ -134,10 +141,7 @@ func (s *Server) artifactResults(ctx context.Context, c *artifacts.Collection) (
 			notes = append(notes, fmt.Sprintf("%d of the files could not be kept for resources/read (CODE_EXEC_ARTIFACT_STORE_BYTES is full) and are only listed.", len(arts)-kept))
 		}
 	}
-	links := true
-	if v := mcpserver.RequestProtocolVersion(ctx); v != "" && v < resourceLinkSince {
-		links = false
-	}
+	links := resourceLinks(ctx)
 	list := make([]ArtifactOutput, 0, len(arts))
 	var content []mcp.Content
 	for _, a := range arts {
@@ -174,11 +178,11 @@ func (s *Server) ttl() string {
 }
 
 // artifactTemplate is the resource template that resources/read serves
-// artifacts under.
+// artifacts, and the whole output of summarised runs, under.
 func artifactTemplate() mcp.ResourceTemplate {
 	return mcp.NewResourceTemplate(artifacts.URITemplate, "run artifacts",
-		mcp.WithTemplateTitle("Files made by code_execute runs"),
-		mcp.WithTemplateDescription("A file that a code_execute run created or changed in its working directory, served for a while after the run (CODE_EXEC_ARTIFACT_TTL) to the client session that ran it. code_execute's results link to them."))
+		mcp.WithTemplateTitle("Files and output of code_execute runs"),
+		mcp.WithTemplateDescription("A file that a code_execute run created or changed in its working directory, or the whole stdout or stderr of a run whose result showed only its head and tail, served for a while after the run (CODE_EXEC_ARTIFACT_TTL) to the client session that ran it. code_execute's results link to them."))
 }
 
 // readArtifact serves resources/read for an artifact URI.

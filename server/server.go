@@ -97,9 +97,11 @@ type Options struct {
 	// (CODE_EXEC_MAX_ARTIFACTS, CODE_EXEC_MAX_ARTIFACT_BYTES); MaxArtifacts
 	// 0 brings nothing back.
 	Artifacts artifacts.Options
-	// Store keeps the artifacts of recent runs and serves them to
-	// resources/read at codeexec://runs/<run id>/<path>; nil keeps none
-	// (artifacts too large to embed are then only listed).
+	// Store keeps the artifacts of recent runs, and the whole stdout and
+	// stderr of those whose result shows only their head and tail, and
+	// serves them to resources/read at codeexec://runs/<run id>/<path>;
+	// nil keeps none (artifacts too large to embed are then only listed,
+	// and the rest of a long output is gone).
 	Store *artifacts.Store
 
 	// Principals are who may call, each with its policy: over HTTP the
