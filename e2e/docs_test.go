@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -195,4 +196,61 @@ func headingSlug(h string) string {
 		}
 	}
 	return b.String()
+}
+
+// docSection is the text of the section of markdown under heading (a
+// "## " line), up to the next heading of that level.
+func docSection(t *testing.T, file, markdown, heading string) string {
+	t.Helper()
+	_, rest, ok := strings.Cut(markdown, "\n"+heading+"\n")
+	if !ok {
+		t.Fatalf("%s has no section %q", file, heading)
+	}
+	if i := strings.Index(rest, "\n## "); i >= 0 {
+		rest = rest[:i]
+	}
+	return rest
+}
+
+// TestClientDocsListEveryTool: the client set-up lists exactly the tools
+// that the server advertises (tools/list of the real binary, sessions on as
+// by default), the README's client section names each of them, and every
+// configuration example of docs/clients.md is valid JSON.
+func TestClientDocsListEveryTool(t *testing.T) {
+	t.Parallel()
+	cs, _ := connect(t, stdio, serverEnv(t, nil), connectOpts{})
+	advertised := map[string]bool{}
+	for _, tool := range listTools(t, cs).Tools {
+		advertised[tool.Name] = true
+	}
+	_, clients := moduleFile(t, "docs/clients.md")
+	listed := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\|").FindAllStringSubmatch(docSection(t, "docs/clients.md", clients, "## What the server offers"), -1) {
+		listed[m[1]] = true
+	}
+	_, readme := moduleFile(t, "README.md")
+	readmeClients := docSection(t, "README.md", readme, "## Connecting a client")
+	for name := range advertised {
+		if !listed[name] {
+			t.Errorf("docs/clients.md's table of tools lacks %s, which the server advertises", name)
+		}
+		if !strings.Contains(readmeClients, "`"+name+"`") {
+			t.Errorf("README.md's client section does not name the tool %s", name)
+		}
+	}
+	for name := range listed {
+		if !advertised[name] {
+			t.Errorf("docs/clients.md lists %s, which the server does not advertise", name)
+		}
+	}
+	blocks := regexp.MustCompile("(?s)```json\n(.*?)```").FindAllStringSubmatch(clients, -1)
+	if len(blocks) < 5 {
+		t.Errorf("docs/clients.md has %d JSON examples, want one per client at least", len(blocks))
+	}
+	for _, b := range blocks {
+		var v map[string]any
+		if err := json.Unmarshal([]byte(b[1]), &v); err != nil {
+			t.Errorf("docs/clients.md: a JSON example does not parse (%v):\n%s", err, b[1])
+		}
+	}
 }
