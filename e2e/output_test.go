@@ -9,16 +9,9 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-)
 
-// numberedLines is n lines "line 00001", "line 00002", ….
-func numberedLines(n int) string {
-	var b strings.Builder
-	for i := 1; i <= n; i++ {
-		fmt.Fprintf(&b, "line %05d\n", i)
-	}
-	return b.String()
-}
+	"github.com/codeexec/codeexec/sandbox/sandboxtest"
+)
 
 // outputOmission is structuredContent's stdout_omitted or stderr_omitted.
 type outputOmission struct {
@@ -75,7 +68,7 @@ func TestLongOutputIsSummarised(t *testing.T) {
 func checkLongOutput(t *testing.T, cs *mcp.ClientSession) string {
 	t.Helper()
 	const n = 20000
-	want := numberedLines(n)
+	want := sandboxtest.NumberedLines(n)
 	res := call(t, cs, "code_execute", map[string]any{"language": "python",
 		"code": fmt.Sprintf("import sys\nfor i in range(1, %d):\n    print(f'line {i:05d}')\nprint('a warning', file=sys.stderr)", n+1)})
 	out := decodeExec(t, res) // as sent, not execute's whole output

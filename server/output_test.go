@@ -17,15 +17,6 @@ import (
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 )
 
-// numbered is n lines "line 00001", "line 00002", ….
-func numbered(n int) string {
-	var b strings.Builder
-	for i := 1; i <= n; i++ {
-		fmt.Fprintf(&b, "line %05d\n", i)
-	}
-	return b.String()
-}
-
 // summary is a summarised stream as a result shows it: the head, the
 // omission line and the tail.
 type summary struct {
@@ -74,13 +65,13 @@ func TestLongOutputIsSummarised(t *testing.T) {
 		{name: "short", stdout: "hello\n", stderr: "careful\n"},
 		{name: "exactly at the limit", stdout: strings.Repeat("x", head+tail-1) + "\n"},
 		{name: "one byte over the limit", stdout: strings.Repeat("x", head+tail) + "\n"},
-		{name: "many lines", stdout: numbered(20000), byLines: true},
-		{name: "stderr alone", stdout: "ok\n", stderr: numbered(3000), byLines: true},
-		{name: "both streams", stdout: numbered(1000), stderr: strings.Repeat("warning: deprecated\n", 1000), byLines: true},
+		{name: "many lines", stdout: sandboxtest.NumberedLines(20000), byLines: true},
+		{name: "stderr alone", stdout: "ok\n", stderr: sandboxtest.NumberedLines(3000), byLines: true},
+		{name: "both streams", stdout: sandboxtest.NumberedLines(1000), stderr: strings.Repeat("warning: deprecated\n", 1000), byLines: true},
 		{name: "one line of 3-byte runes", stdout: strings.Repeat("€", 10000)},
 		{name: "4-byte runes between lines", stdout: strings.Repeat("🙂🙂🙂 ok\n", 3000), byLines: true},
 		{name: "a long line at each cut", stdout: "first\n" + strings.Repeat("é", 9000) + "\n" + strings.Repeat("ü", 9000) + "\nlast\n"},
-		{name: "no final newline", stdout: strings.TrimSuffix(numbered(5000), "\n"), byLines: true},
+		{name: "no final newline", stdout: strings.TrimSuffix(sandboxtest.NumberedLines(5000), "\n"), byLines: true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -183,7 +174,7 @@ func abbrevTest(s string) string {
 
 // A client older than resource_link content reads the URI in the text.
 func TestOldClientsReadTheOutputsURIInTheText(t *testing.T) {
-	long := numbered(5000)
+	long := sandboxtest.NumberedLines(5000)
 	s := newTestServer(t, func(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
 		return &sandbox.Result{Sandbox: sandbox.ModeProcess, Stdout: long}, nil
 	})
@@ -201,7 +192,7 @@ func TestOldClientsReadTheOutputsURIInTheText(t *testing.T) {
 func TestOutputNotKeptIsSaid(t *testing.T) {
 	opts := testOptions()
 	opts.Store = artifacts.NewStore(opts.Store.TTL(), 1<<10)
-	long := numbered(5000)
+	long := sandboxtest.NumberedLines(5000)
 	s := New(&sandboxtest.Fake{RunFunc: func(ctx context.Context, req sandbox.Request) (*sandbox.Result, error) {
 		return &sandbox.Result{Sandbox: sandbox.ModeProcess, Stdout: long}, nil
 	}, Caps: sandbox.Capabilities{Mode: sandbox.ModeProcess}}, opts)
