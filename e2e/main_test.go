@@ -531,7 +531,7 @@ func execute(t *testing.T, cs *mcp.ClientSession, args map[string]any) (*mcp.Cal
 }
 
 // wholeOutput is the whole of a stream that a result showed as shown: shown
-// itself, or, when om says the result left some of it out, the text that
+// itself, or, when om says the result left some of it out, what
 // resources/read serves at om.URI.
 func wholeOutput(t *testing.T, cs *mcp.ClientSession, stream, shown string, om *outputOmission) string {
 	t.Helper()
@@ -546,6 +546,9 @@ func wholeOutput(t *testing.T, cs *mcp.ClientSession, stream, shown string, om *
 	rr, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: om.URI})
 	if err != nil || len(rr.Contents) != 1 {
 		t.Fatalf("resources/read %s (the whole %s): %v", om.URI, stream, err)
+	}
+	if c := rr.Contents[0]; c.Blob != nil {
+		return string(c.Blob) // an output with NUL bytes is not text
 	}
 	return rr.Contents[0].Text
 }
