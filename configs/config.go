@@ -226,7 +226,9 @@ type Config struct {
 }
 
 // Load reads the configuration from environ (KEY=value pairs, as from
-// os.Environ) and validates it.
+// os.Environ) and validates it. A name that looks like a setting but is
+// none (see CheckNames) is an error too, named before the bad values.
+// Enumerated values are matched case-insensitively (Docker is docker).
 func Load(environ []string) (*Config, error) {
 	vars := map[string]string{}
 	for _, kv := range environ {
@@ -234,19 +236,25 @@ func Load(environ []string) (*Config, error) {
 			vars[k] = v
 		}
 	}
+	unknown := CheckNames(environ)
 	var c Config
 	err := env.ParseWithOptions(&c, env.Options{Prefix: Prefix, Environment: vars})
 	if err != nil {
-		return nil, explain(err, vars)
+		return nil, joinOneLine(slices.DeleteFunc([]error{unknown, explain(err, vars)}, isNil))
 	}
 	c.Languages = normalizeList(c.Languages, sandbox.CanonicalLanguage)
 	c.AllowedOrigins = normalizeList(c.AllowedOrigins, httpserve.ParseOrigin)
 	c.PythonAllowedImports = normalizeList(c.PythonAllowedImports, func(m string) (string, error) { return m, nil })
-	if err := c.Validate(); err != nil {
-		return nil, err
+	for _, v := range []*string{&c.WorkspaceMode, &c.PythonPolicy, &c.K8sNetworkCheck, &c.LogLevel, &c.LogFormat} {
+		*v = strings.ToLower(strings.TrimSpace(*v))
+	}
+	if errs := slices.DeleteFunc([]error{unknown, c.Validate()}, isNil); len(errs) > 0 {
+		return nil, joinOneLine(errs)
 	}
 	return &c, nil
 }
+
+func isNil(err error) bool { return err == nil }
 
 // normalizeList writes each entry of a list setting as canonical does
 // (language aliases as their names, origins as browsers send them) and drops

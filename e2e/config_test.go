@@ -66,6 +66,11 @@ func TestConfigErrors(t *testing.T) {
 		{"http beyond loopback without token", nil, []string{"--transport", "http", "--addr", "0.0.0.0:0"}, []string{"CODE_EXEC_AUTH_TOKEN"}},
 		{"sse beyond loopback without token", map[string]string{"CODE_EXEC_TRANSPORT": "sse", "CODE_EXEC_ADDR": ":0"}, nil, []string{"CODE_EXEC_AUTH_TOKEN"}},
 		{"bad address", nil, []string{"--transport", "http", "--addr", "nonsense"}, []string{"CODE_EXEC_ADDR"}},
+		// A misspelled setting, or a near miss of the prefix, is no default.
+		{"misspelled sandbox", map[string]string{configs.Prefix + "SANDBOX_MODE": "docker"}, nil, []string{configs.Prefix + "SANDBOX_MODE is not a codeexec setting", "did you mean CODE_EXEC_SANDBOX?"}},
+		{"misspelled timeout", map[string]string{configs.Prefix + "TIMOUT": "30s"}, nil, []string{configs.Prefix + "TIMOUT", "did you mean CODE_EXEC_TIMEOUT?"}},
+		{"prefix without underscore", map[string]string{"CODEEXEC_SANDBOX": "docker"}, nil, []string{"CODEEXEC_SANDBOX", "did you mean CODE_EXEC_SANDBOX?"}},
+		{"misspelled secret", map[string]string{configs.Prefix + "AUTH_TOKN": secretValue}, []string{"--transport", "http"}, []string{"did you mean CODE_EXEC_AUTH_TOKEN?"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -94,6 +99,14 @@ func TestConfigErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSettingValuesIgnoreCase: an enumerated setting's value is matched in
+// any case: the server starts in the mode meant and runs the example.
+func TestSettingValuesIgnoreCase(t *testing.T) {
+	t.Parallel()
+	cs, _ := connect(t, stdio, serverEnv(t, map[string]string{"CODE_EXEC_SANDBOX": "Process", "CODE_EXEC_NETWORK": "None", "CODE_EXEC_LOG_FORMAT": "JSON"}), connectOpts{})
+	checkExample(t, cs, "process")
 }
 
 // TestConfigErrorsTogether: several bad settings are all named.
