@@ -229,3 +229,74 @@ func TestApprovalsListShowsASessionCreation(t *testing.T) {
 	}
 	<-errc
 }
+
+// TestApprovalsFlagsAfterTheID: the documented `codeexec approvals approve
+// ID --by NAME --note TEXT` works, as does every order of flags and id for
+// approve and deny; -- ends the flags; anything but one id is refused with
+// a line that says what was given.
+func TestApprovalsFlagsAfterTheID(t *testing.T) {
+	t.Parallel()
+	f := newAdminFixture(t, testAdminToken)
+	env := []string{"CODE_EXEC_ADMIN_ADDR=" + strings.TrimPrefix(f.srv.URL, "http://"), "CODE_EXEC_ADMIN_TOKEN=" + testAdminToken}
+	for _, c := range []struct {
+		args    func(id string) []string
+		outcome approvals.Outcome
+		by      string
+		note    string
+	}{
+		{func(id string) []string { return []string{"approve", id, "--by", "alice", "--note", "looks fine"} }, approvals.OutcomeApproved, "alice", "looks fine"},
+		{func(id string) []string { return []string{"deny", id, "--note", "no network, please"} }, approvals.OutcomeDenied, "", "no network, please"},
+		{func(id string) []string { return []string{"approve", "--by=bob", id, "-note", "mixed"} }, approvals.OutcomeApproved, "bob", "mixed"},
+		{func(id string) []string { return []string{"deny", "--note", "--", "--by", "carol", id} }, approvals.OutcomeDenied, "carol", "--"},
+		{func(id string) []string { return []string{"approve", "--by", "dave", "--", id} }, approvals.OutcomeApproved, "dave", ""},
+	} {
+		ask, errc := f.startRun(t, "print(1)")
+		args := c.args(ask.ID)
+		var out, errb bytes.Buffer
+		if code := approvalsCommand(args, env, &out, &errb); code != 0 || !strings.Contains(out.String(), string(c.outcome)) {
+			t.Fatalf("%q = %d %q %q, want 0 and %s", args, code, out.String(), errb.String(), c.outcome)
+		}
+		<-errc
+		var got audit.Entry
+		for _, e := range auditEntries(t, f.audit) {
+			if e.Event == audit.EventDecision && e.ID == ask.ID {
+				got = e
+			}
+		}
+		if got.Outcome != c.outcome || got.Note != c.note || c.by != "" && !strings.HasPrefix(got.By, c.by) {
+			t.Errorf("%q: the audit log records %+v, want %s by %q with the note %q", args, got, c.outcome, c.by, c.note)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"approve", "abc", "def", "--by", "x"}, "give exactly one request id, not 2 (abc def)"},
+		{[]string{"deny", "--note", "why"}, "give exactly one request id, not 0"},
+		{[]string{"approve", "abc", "--bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"list", "--json", "abc"}, "Usage:"},
+	} {
+		var out, errb bytes.Buffer
+		if code := approvalsCommand(c.args, env, &out, &errb); code != 2 || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("%q = %d %q, want 2 and %q", c.args, code, errb.String(), c.want)
+		}
+	}
+}
+
+// auditEntries reads the entries of the audit log at path.
+func auditEntries(t *testing.T, path string) []audit.Entry {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []audit.Entry
+	for _, line := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+		var e audit.Entry
+		if err := json.Unmarshal(line, &e); err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		out = append(out, e)
+	}
+	return out
+}
