@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -107,6 +108,31 @@ func TestSettingValuesIgnoreCase(t *testing.T) {
 	t.Parallel()
 	cs, _ := connect(t, stdio, serverEnv(t, map[string]string{"CODE_EXEC_SANDBOX": "Process", "CODE_EXEC_NETWORK": "None", "CODE_EXEC_LOG_FORMAT": "JSON"}), connectOpts{})
 	checkExample(t, cs, "process")
+}
+
+// TestAuditLogErrors: an audit log the server cannot open stops it with a
+// last line that names the setting, what is wrong and what to do, and with
+// approvals off says nothing of approvals.
+func TestAuditLogErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "no-such-folder", "audit.jsonl")
+	for _, c := range []struct {
+		path string
+		want string
+	}{
+		{missing, "codeexec: CODE_EXEC_AUDIT_LOG=" + missing + " cannot be opened: no such file or directory; create its folder (mkdir -p " + filepath.Dir(missing) + ")"},
+		{dir, "codeexec: CODE_EXEC_AUDIT_LOG=" + dir + " is a folder: name a file in it, such as " + filepath.Join(dir, "audit.jsonl")},
+	} {
+		code, stdout, stderr := runBinary(t, serverEnv(t, map[string]string{"CODE_EXEC_AUDIT_LOG": c.path, "CODE_EXEC_LOG_FORMAT": "text"}))
+		lines := strings.Split(strings.TrimSpace(stderr), "\n")
+		if code != 1 || stdout != "" || !strings.HasPrefix(lines[len(lines)-1], c.want) {
+			t.Errorf("CODE_EXEC_AUDIT_LOG=%s: exit %d, stdout %q, last line of stderr %q; want 1, nothing and %q", c.path, code, stdout, lines[len(lines)-1], c.want)
+		}
+		if strings.Contains(strings.ToLower(stderr), "approval") {
+			t.Errorf("CODE_EXEC_AUDIT_LOG=%s with approvals off: stderr speaks of approvals:\n%s", c.path, stderr)
+		}
+	}
 }
 
 // TestConfigErrorsTogether: several bad settings are all named.

@@ -5,11 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -299,4 +303,27 @@ func auditEntries(t *testing.T, path string) []audit.Entry {
 		out = append(out, e)
 	}
 	return out
+}
+
+// TestAuditLogError: an audit log that cannot be opened is named with what
+// is wrong and the fix, whatever the reason.
+func TestAuditLogError(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "missing", "audit.jsonl")
+	for _, c := range []struct {
+		path string
+		err  error
+		want string
+	}{
+		{path, &fs.PathError{Op: "open", Path: path, Err: syscall.ENOENT}, "CODE_EXEC_AUDIT_LOG=" + path + " cannot be opened: no such file or directory; create its folder (mkdir -p " + filepath.Dir(path) + ") or name a file in a folder that exists"},
+		{path, &fs.PathError{Op: "open", Path: path, Err: syscall.EACCES}, "cannot be opened: permission denied; the server's user (uid " + strconv.Itoa(os.Geteuid()) + ") may not write there: name a file it may write, or change the permissions"},
+		{path, &fs.PathError{Op: "open", Path: path, Err: syscall.EROFS}, "cannot be opened: read-only file system; name a file that the server's user"},
+		{dir, &fs.PathError{Op: "open", Path: dir, Err: syscall.EISDIR}, "CODE_EXEC_AUDIT_LOG=" + dir + " is a folder: name a file in it, such as " + filepath.Join(dir, "audit.jsonl")},
+		{path, fmt.Errorf("the audit log %s does not verify (move it aside to start a new one): %w", path, audit.ErrTampered), "CODE_EXEC_AUDIT_LOG: the audit log " + path + " does not verify (move it aside"},
+	} {
+		if got := auditLogError(c.path, c.err).Error(); !strings.Contains(got, c.want) {
+			t.Errorf("auditLogError(%v) = %q, want it to say %q", c.err, got, c.want)
+		}
+	}
 }
