@@ -149,7 +149,8 @@ func TestConfigErrorsTogether(t *testing.T) {
 	}
 }
 
-// TestHelp: --help exits 0 and lists every setting.
+// TestHelp: --help exits 0 and lists every setting, in lines of at most
+// 100 columns (a tab counted as 8).
 func TestHelp(t *testing.T) {
 	t.Parallel()
 	for _, flag := range []string{"--help", "-h"} {
@@ -169,6 +170,11 @@ func TestHelp(t *testing.T) {
 		for _, n := range names {
 			if !strings.Contains(stdout, n) {
 				t.Errorf("%s does not list %s", flag, n)
+			}
+		}
+		for i, line := range strings.Split(stdout, "\n") {
+			if w := len([]rune(strings.ReplaceAll(line, "\t", "        "))); w > 100 {
+				t.Errorf("%s: line %d is %d columns wide, more than 100: %q", flag, i+1, w, line)
 			}
 		}
 		for _, f := range []string{"--transport", "--addr"} {

@@ -81,7 +81,7 @@ Flags:
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 	fmt.Fprint(w, `
-Settings (environment variables):
+Settings (environment variables; a CODE_EXEC_* name that is none stops the server):
 `)
 	configs.WriteHelp(w)
 	fmt.Fprint(w, `
