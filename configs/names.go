@@ -35,7 +35,8 @@ var IgnoredNames = []string{
 
 // nearPrefix matches the names that begin like Prefix: CODE_EXEC_, and near
 // misses in any case with other separators or none (CODEEXEC_, code-exec-,
-// CODE_EXECSANDBOX). The separator after EXEC is the second group.
+// CODE_EXECSANDBOX). Its first group is the separator after EXEC, its
+// second what follows.
 var nearPrefix = regexp.MustCompile(`^(?i)code[^a-z0-9]*exec([^a-z0-9]*)(.*)$`)
 
 // CheckNames reports the variables of environ (KEY=value pairs) that look
