@@ -19,7 +19,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/caarlos0/env/v11"
@@ -226,7 +225,9 @@ type Config struct {
 }
 
 // Load reads the configuration from environ (KEY=value pairs, as from
-// os.Environ) and validates it.
+// os.Environ) and validates it. A name that looks like a setting but is
+// none (see CheckNames) is an error too, named before the bad values.
+// Enumerated values are matched case-insensitively (Docker is docker).
 func Load(environ []string) (*Config, error) {
 	vars := map[string]string{}
 	for _, kv := range environ {
@@ -234,19 +235,25 @@ func Load(environ []string) (*Config, error) {
 			vars[k] = v
 		}
 	}
+	unknown := CheckNames(environ)
 	var c Config
 	err := env.ParseWithOptions(&c, env.Options{Prefix: Prefix, Environment: vars})
 	if err != nil {
-		return nil, explain(err, vars)
+		return nil, joinOneLine(slices.DeleteFunc([]error{unknown, explain(err, vars)}, isNil))
 	}
 	c.Languages = normalizeList(c.Languages, sandbox.CanonicalLanguage)
 	c.AllowedOrigins = normalizeList(c.AllowedOrigins, httpserve.ParseOrigin)
 	c.PythonAllowedImports = normalizeList(c.PythonAllowedImports, func(m string) (string, error) { return m, nil })
-	if err := c.Validate(); err != nil {
-		return nil, err
+	for _, v := range []*string{&c.WorkspaceMode, &c.PythonPolicy, &c.K8sNetworkCheck, &c.LogLevel, &c.LogFormat} {
+		*v = strings.ToLower(strings.TrimSpace(*v))
+	}
+	if errs := slices.DeleteFunc([]error{unknown, c.Validate()}, isNil); len(errs) > 0 {
+		return nil, joinOneLine(errs)
 	}
 	return &c, nil
 }
+
+func isNil(err error) bool { return err == nil }
 
 // normalizeList writes each entry of a list setting as canonical does
 // (language aliases as their names, origins as browsers send them) and drops
@@ -576,16 +583,66 @@ func Settings() []Setting {
 	return out
 }
 
-// WriteHelp writes the settings table of --help.
+// HelpWidth is the most columns a line of --help takes.
+const HelpWidth = 100
+
+// WriteHelp writes the settings of --help, one block each: the name and
+// its default, then what it does and the values it accepts, wrapped to
+// HelpWidth columns.
 func WriteHelp(w io.Writer) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "VARIABLE\tDEFAULT\tMEANING")
+	const indent = "      "
 	for _, s := range Settings() {
 		def := s.Default
 		if def == "" {
 			def = "(empty)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s [%s]\n", s.Name, def, s.Help, s.Accepted)
+		if head := "  " + s.Name + "   default: " + def; len(head) <= HelpWidth {
+			fmt.Fprintln(w, head)
+		} else {
+			fmt.Fprintln(w, "  "+s.Name)
+			wrap(w, indent+"default: ", indent+"  ", def, HelpWidth)
+		}
+		wrap(w, indent, indent, s.Help, HelpWidth)
+		wrap(w, indent+"accepted: ", indent+"  ", s.Accepted, HelpWidth)
 	}
-	_ = tw.Flush()
+}
+
+// wrap writes text to w in lines of at most width columns, the first
+// after first and the others after indent, breaking at spaces (and, in a
+// word too long for a line, such as a comma-separated list, after its
+// commas).
+func wrap(w io.Writer, first, indent, text string, width int) {
+	line, empty := first, true
+	for _, word := range strings.Fields(text) {
+		for i, part := range splitAfterCommas(word, width-max(len(first), len(indent))) {
+			sep := " "
+			if empty || i > 0 {
+				sep = ""
+			}
+			if !empty && len(line)+len(sep)+len(part) > width {
+				fmt.Fprintln(w, line)
+				line, sep = indent, ""
+			}
+			line += sep + part
+			empty = false
+		}
+	}
+	if !empty {
+		fmt.Fprintln(w, line)
+	}
+}
+
+// splitAfterCommas returns word whole when it has at most n characters,
+// and otherwise in pieces of at most n that end after a comma where one is.
+func splitAfterCommas(word string, n int) []string {
+	var out []string
+	for len(word) > n {
+		cut := strings.LastIndex(word[:n], ",") + 1
+		if cut == 0 {
+			cut = n
+		}
+		out = append(out, word[:cut])
+		word = word[cut:]
+	}
+	return append(out, word)
 }

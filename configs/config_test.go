@@ -155,15 +155,25 @@ func TestByteSize(t *testing.T) {
 	}
 }
 
+// TestHelpListsEverySetting: --help lists every setting with its default,
+// its help and its accepted values, whole, in lines of at most HelpWidth.
 func TestHelpListsEverySetting(t *testing.T) {
 	var b bytes.Buffer
 	WriteHelp(&b)
+	for i, line := range strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n") {
+		if len(line) > HelpWidth || strings.TrimSpace(line) == "" || strings.HasSuffix(line, " ") {
+			t.Errorf("line %d of the settings' help is %d columns, empty or ends in a space: %q", i+1, len(line), line)
+		}
+	}
+	squeezed := strings.Join(strings.Fields(b.String()), "")
 	for _, s := range Settings() {
 		if !strings.HasPrefix(s.Name, "CODE_EXEC_") || s.Help == "" || s.Accepted == "" {
 			t.Errorf("setting %+v lacks a name, help or accepted values", s)
 		}
-		if !strings.Contains(b.String(), s.Name) {
-			t.Errorf("--help does not list %s", s.Name)
+		for _, part := range []string{s.Name, s.Default, s.Help, s.Accepted} {
+			if !strings.Contains(squeezed, strings.Join(strings.Fields(part), "")) {
+				t.Errorf("--help does not show %s's %q whole", s.Name, part)
+			}
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -66,6 +67,11 @@ func TestConfigErrors(t *testing.T) {
 		{"http beyond loopback without token", nil, []string{"--transport", "http", "--addr", "0.0.0.0:0"}, []string{"CODE_EXEC_AUTH_TOKEN"}},
 		{"sse beyond loopback without token", map[string]string{"CODE_EXEC_TRANSPORT": "sse", "CODE_EXEC_ADDR": ":0"}, nil, []string{"CODE_EXEC_AUTH_TOKEN"}},
 		{"bad address", nil, []string{"--transport", "http", "--addr", "nonsense"}, []string{"CODE_EXEC_ADDR"}},
+		// A misspelled setting, or a near miss of the prefix, is no default.
+		{"misspelled sandbox", map[string]string{configs.Prefix + "SANDBOX_MODE": "docker"}, nil, []string{configs.Prefix + "SANDBOX_MODE is not a codeexec setting", "did you mean CODE_EXEC_SANDBOX?"}},
+		{"misspelled timeout", map[string]string{configs.Prefix + "TIMOUT": "30s"}, nil, []string{configs.Prefix + "TIMOUT", "did you mean CODE_EXEC_TIMEOUT?"}},
+		{"prefix without underscore", map[string]string{"CODEEXEC_SANDBOX": "docker"}, nil, []string{"CODEEXEC_SANDBOX", "did you mean CODE_EXEC_SANDBOX?"}},
+		{"misspelled secret", map[string]string{configs.Prefix + "AUTH_TOKN": secretValue}, []string{"--transport", "http"}, []string{"did you mean CODE_EXEC_AUTH_TOKEN?"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -96,6 +102,39 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
+// TestSettingValuesIgnoreCase: an enumerated setting's value is matched in
+// any case: the server starts in the mode meant and runs the example.
+func TestSettingValuesIgnoreCase(t *testing.T) {
+	t.Parallel()
+	cs, _ := connect(t, stdio, serverEnv(t, map[string]string{"CODE_EXEC_SANDBOX": "Process", "CODE_EXEC_NETWORK": "None", "CODE_EXEC_LOG_FORMAT": "JSON"}), connectOpts{})
+	checkExample(t, cs, "process")
+}
+
+// TestAuditLogErrors: an audit log the server cannot open stops it with a
+// last line that names the setting, what is wrong and what to do, and with
+// approvals off says nothing of approvals.
+func TestAuditLogErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "no-such-folder", "audit.jsonl")
+	for _, c := range []struct {
+		path string
+		want string
+	}{
+		{missing, "codeexec: CODE_EXEC_AUDIT_LOG=" + missing + " cannot be opened: no such file or directory; create its folder (mkdir -p " + filepath.Dir(missing) + ")"},
+		{dir, "codeexec: CODE_EXEC_AUDIT_LOG=" + dir + " is a folder: name a file in it, such as " + filepath.Join(dir, "audit.jsonl")},
+	} {
+		code, stdout, stderr := runBinary(t, serverEnv(t, map[string]string{"CODE_EXEC_AUDIT_LOG": c.path, "CODE_EXEC_LOG_FORMAT": "text"}))
+		lines := strings.Split(strings.TrimSpace(stderr), "\n")
+		if code != 1 || stdout != "" || !strings.HasPrefix(lines[len(lines)-1], c.want) {
+			t.Errorf("CODE_EXEC_AUDIT_LOG=%s: exit %d, stdout %q, last line of stderr %q; want 1, nothing and %q", c.path, code, stdout, lines[len(lines)-1], c.want)
+		}
+		if strings.Contains(strings.ToLower(stderr), "approval") {
+			t.Errorf("CODE_EXEC_AUDIT_LOG=%s with approvals off: stderr speaks of approvals:\n%s", c.path, stderr)
+		}
+	}
+}
+
 // TestConfigErrorsTogether: several bad settings are all named.
 func TestConfigErrorsTogether(t *testing.T) {
 	t.Parallel()
@@ -110,7 +149,8 @@ func TestConfigErrorsTogether(t *testing.T) {
 	}
 }
 
-// TestHelp: --help exits 0 and lists every setting.
+// TestHelp: --help exits 0 and lists every setting, in lines of at most
+// 100 columns (a tab counted as 8).
 func TestHelp(t *testing.T) {
 	t.Parallel()
 	for _, flag := range []string{"--help", "-h"} {
@@ -130,6 +170,11 @@ func TestHelp(t *testing.T) {
 		for _, n := range names {
 			if !strings.Contains(stdout, n) {
 				t.Errorf("%s does not list %s", flag, n)
+			}
+		}
+		for i, line := range strings.Split(stdout, "\n") {
+			if w := len([]rune(strings.ReplaceAll(line, "\t", "        "))); w > 100 {
+				t.Errorf("%s: line %d is %d columns wide, more than 100: %q", flag, i+1, w, line)
 			}
 		}
 		for _, f := range []string{"--transport", "--addr"} {

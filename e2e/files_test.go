@@ -5,11 +5,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"image"
 	_ "image/png" // image.Decode reads PNG
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -90,22 +92,45 @@ func artifactsOf(t *testing.T, res *mcp.CallToolResult) artifactsOut {
 	return a
 }
 
-// salesCSV is the CSV of the README's example.
-const salesCSV = "month,revenue,costs\nJan,120,80\nFeb,135,82\nMar,160,90\nApr,150,95\nMay,190,99\nJun,210,104\n"
+// csvExample is the README's "Files in, charts out" example: a request
+// (the CSV it brings as sales.csv, and the program, which prints a summary
+// and shows a chart without saving it) and the summary the README shows.
+type csvExample struct {
+	csv, code, table string
+}
 
-// chartCode is the README's example: a summary and a chart that the
-// program shows, without saving it.
-const chartCode = `import pandas as pd
-import matplotlib.pyplot as plt
-
-df = pd.read_csv("sales.csv")
-df["profit"] = df["revenue"] - df["costs"]
-print(df.describe().loc[["mean", "max"]].round(1).to_string())
-
-df.plot(x="month", y=["revenue", "costs", "profit"], marker="o", title="Sales, first half")
-plt.ylabel("k€")
-plt.show()
-`
+// readmeCSVExample reads the example from README.md: the python block of
+// the section, whose first comment lines are the call with the CSV's
+// content as a JSON string, and the output block after it.
+func readmeCSVExample(t *testing.T) csvExample {
+	t.Helper()
+	_, readme := moduleFile(t, "README.md")
+	_, section, ok := strings.Cut(readme, "\n## Files in, charts out\n")
+	if !ok {
+		t.Fatal("README.md has no '## Files in, charts out' section")
+	}
+	m := regexp.MustCompile("(?s)```python\n(.*?)```\n\n```\n(.*?)```").FindStringSubmatch(section)
+	if m == nil {
+		t.Fatal("the section has no ```python block followed by an output block")
+	}
+	var call, code []string
+	for _, line := range strings.SplitAfter(m[1], "\n") {
+		if len(code) == 0 && strings.HasPrefix(line, "#") {
+			call = append(call, line)
+		} else {
+			code = append(code, line)
+		}
+	}
+	content := regexp.MustCompile(`"content": ("(?:[^"\\]|\\.)*")`).FindStringSubmatch(strings.Join(call, ""))
+	if content == nil {
+		t.Fatalf("the call %q brings no file content", call)
+	}
+	var csv string
+	if err := json.Unmarshal([]byte(content[1]), &csv); err != nil {
+		t.Fatalf("the file's content %s: %v", content[1], err)
+	}
+	return csvExample{csv: csv, code: strings.Join(code, ""), table: m[2]}
+}
 
 // TestFilesAndArtifacts is the data-science workflow of the README in
 // process and docker modes, over the official SDK client: a CSV in, a
@@ -140,10 +165,11 @@ func TestFilesAndArtifacts(t *testing.T) {
 			})
 
 			t.Run("a CSV in, a summary and a chart out", func(t *testing.T) {
-				res, out := execute(t, cs, map[string]any{"language": "python", "code": chartCode, "timeout_seconds": 180,
-					"files": []any{map[string]any{"path": "sales.csv", "content": salesCSV}}})
-				if res.IsError || out.ExitCode != 0 || !strings.Contains(out.Stdout, "mean") || !strings.Contains(out.Stdout, "profit") {
-					t.Fatalf("isError=%v exit=%d stdout=%q stderr=%q", res.IsError, out.ExitCode, out.Stdout, out.Stderr)
+				ex := readmeCSVExample(t)
+				res, out := execute(t, cs, map[string]any{"language": "python", "code": ex.code, "timeout_seconds": 180,
+					"files": []any{map[string]any{"path": "sales.csv", "content": ex.csv}}})
+				if res.IsError || out.ExitCode != 0 || out.Stdout != ex.table {
+					t.Fatalf("isError=%v exit=%d stdout=%q stderr=%q; want the README's table %q", res.IsError, out.ExitCode, out.Stdout, out.Stderr, ex.table)
 				}
 				var images []*mcp.ImageContent
 				for _, c := range res.Content {

@@ -59,7 +59,7 @@ func checkSessionFilesAndArtifacts(t *testing.T, mode string) {
 	}
 
 	// Call 2: a CSV in; a chart, a summary and a large file out.
-	res, out = inSession(t, cs, py, "python", pngChartCode, "files", []any{map[string]any{"path": "sales.csv", "content": salesCSV}})
+	res, out = inSession(t, cs, py, "python", pngChartCode, "files", []any{map[string]any{"path": "sales.csv", "content": readmeCSVExample(t).csv}})
 	wantStdout(t, res, out, "Jan,120,80\n")
 	byPath := map[string]artifactOut{}
 	for _, a := range artifactsOf(t, res).Artifacts {

@@ -36,10 +36,11 @@ const (
 // Modes lists every mode in the order the documentation gives them.
 var Modes = []Mode{ModeDocker, ModeProcess, ModeNone, ModeKubernetes}
 
-// ParseMode returns the Mode named s, or an error that lists the accepted values.
+// ParseMode returns the Mode named s, in any case (Docker is docker), or an
+// error that lists the accepted values.
 func ParseMode(s string) (Mode, error) {
 	for _, m := range Modes {
-		if string(m) == s {
+		if string(m) == strings.ToLower(strings.TrimSpace(s)) {
 			return m, nil
 		}
 	}

@@ -133,8 +133,10 @@ func approvalsCommand(args, environ []string, stdout, stderr io.Writer) int {
 	usage := func() {
 		fmt.Fprint(stderr, `Usage:
   codeexec approvals list [--json]
-  codeexec approvals approve [--by NAME] [--note TEXT] ID
-  codeexec approvals deny    [--by NAME] [--note TEXT] ID
+  codeexec approvals approve ID [--by NAME] [--note TEXT]
+  codeexec approvals deny    ID [--by NAME] [--note TEXT]
+
+Flags may come before or after the ID; -- ends them (for an ID that begins with -).
 
 Talks to the approvals console of a running codeexec at CODE_EXEC_ADMIN_ADDR
 (default 127.0.0.1:8081) with its token: CODE_EXEC_ADMIN_TOKEN if set, else the
@@ -153,7 +155,8 @@ $XDG_RUNTIME_DIR/codeexec/admin-HOST-PORT.token, or the same name in
 	by := fs.String("by", defaultApprover(), "who decides (recorded in the audit log)")
 	note := fs.String("note", "", "why (recorded in the audit log)")
 	addr := fs.String("addr", "", "admin address (overrides CODE_EXEC_ADMIN_ADDR)")
-	if err := fs.Parse(args[1:]); err != nil {
+	operands, err := parseInterspersed(fs, args[1:])
+	if err != nil {
 		fmt.Fprintf(stderr, "codeexec approvals: %v\n", err)
 		usage()
 		return 2
@@ -176,7 +179,7 @@ $XDG_RUNTIME_DIR/codeexec/admin-HOST-PORT.token, or the same name in
 	defer cancel()
 	switch args[0] {
 	case "list", "ls":
-		if fs.NArg() != 0 {
+		if len(operands) != 0 {
 			usage()
 			return 2
 		}
@@ -199,15 +202,17 @@ $XDG_RUNTIME_DIR/codeexec/admin-HOST-PORT.token, or the same name in
 		}
 		return 0
 	case "approve", "deny":
-		if fs.NArg() != 1 {
-			fmt.Fprintf(stderr, "codeexec approvals %s: give exactly one request id (see codeexec approvals list)\n", args[0])
+		if len(operands) != 1 {
+			fmt.Fprintf(stderr, "codeexec approvals %s: give exactly one request id, not %d (%s); flags such as --by and --note may come before or after it (see codeexec approvals list)\n",
+				args[0], len(operands), shown(strings.Join(operands, " ")))
 			return 2
 		}
-		d, err := c.Answer(ctx, fs.Arg(0), args[0] == "approve", server.Answer{By: *by, Note: *note})
+		id := operands[0]
+		d, err := c.Answer(ctx, id, args[0] == "approve", server.Answer{By: *by, Note: *note})
 		if err != nil {
 			var ae *adminError
 			if errors.As(err, &ae) && ae.Status == http.StatusConflict {
-				fmt.Fprintf(stderr, "codeexec approvals: request %s was already decided; the first answer stands\n", shown(fs.Arg(0)))
+				fmt.Fprintf(stderr, "codeexec approvals: request %s was already decided; the first answer stands\n", shown(id))
 				return 1
 			}
 			fmt.Fprintf(stderr, "codeexec approvals: %s\n", shown(err.Error()))
@@ -219,6 +224,44 @@ $XDG_RUNTIME_DIR/codeexec/admin-HOST-PORT.token, or the same name in
 	fmt.Fprintf(stderr, "codeexec approvals: unknown command %q\n", args[0])
 	usage()
 	return 2
+}
+
+// parseInterspersed parses args with fs, flags and operands in any order
+// (approve ID --by NAME as well as approve --by NAME ID), and returns the
+// operands in their order. "--" ends the flags: what follows it is operands
+// all, unless it is the value of the flag before it (--note --).
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var operands []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return operands, nil
+		}
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" && !(used > 1 && takesValue(fs, args[used-2])) {
+			return append(operands, rest...), nil
+		}
+		operands = append(operands, rest[0])
+		args = rest[1:]
+	}
+}
+
+// takesValue reports whether arg is a flag of fs that takes the next
+// argument as its value (-name or --name, not a boolean, without =value).
+func takesValue(fs *flag.FlagSet, arg string) bool {
+	name, ok := strings.CutPrefix(arg, "-")
+	name = strings.TrimPrefix(name, "-")
+	if !ok || name == "" || strings.Contains(name, "=") {
+		return false
+	}
+	f := fs.Lookup(name)
+	if f == nil {
+		return false
+	}
+	b, isBool := f.Value.(interface{ IsBoolFlag() bool })
+	return !isBool || !b.IsBoolFlag()
 }
 
 // What `codeexec approvals list` prints comes from MCP clients: the code,

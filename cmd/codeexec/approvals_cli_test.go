@@ -5,11 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -228,4 +232,98 @@ func TestApprovalsListShowsASessionCreation(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-errc
+}
+
+// TestApprovalsFlagsAfterTheID: the documented `codeexec approvals approve
+// ID --by NAME --note TEXT` works, as does every order of flags and id for
+// approve and deny; -- ends the flags; anything but one id is refused with
+// a line that says what was given.
+func TestApprovalsFlagsAfterTheID(t *testing.T) {
+	t.Parallel()
+	f := newAdminFixture(t, testAdminToken)
+	env := []string{"CODE_EXEC_ADMIN_ADDR=" + strings.TrimPrefix(f.srv.URL, "http://"), "CODE_EXEC_ADMIN_TOKEN=" + testAdminToken}
+	for _, c := range []struct {
+		args    func(id string) []string
+		outcome approvals.Outcome
+		by      string
+		note    string
+	}{
+		{func(id string) []string { return []string{"approve", id, "--by", "alice", "--note", "looks fine"} }, approvals.OutcomeApproved, "alice", "looks fine"},
+		{func(id string) []string { return []string{"deny", id, "--note", "no network, please"} }, approvals.OutcomeDenied, "", "no network, please"},
+		{func(id string) []string { return []string{"approve", "--by=bob", id, "-note", "mixed"} }, approvals.OutcomeApproved, "bob", "mixed"},
+		{func(id string) []string { return []string{"deny", "--note", "--", "--by", "carol", id} }, approvals.OutcomeDenied, "carol", "--"},
+		{func(id string) []string { return []string{"approve", "--by", "dave", "--", id} }, approvals.OutcomeApproved, "dave", ""},
+	} {
+		ask, errc := f.startRun(t, "print(1)")
+		args := c.args(ask.ID)
+		var out, errb bytes.Buffer
+		if code := approvalsCommand(args, env, &out, &errb); code != 0 || !strings.Contains(out.String(), string(c.outcome)) {
+			t.Fatalf("%q = %d %q %q, want 0 and %s", args, code, out.String(), errb.String(), c.outcome)
+		}
+		<-errc
+		var got audit.Entry
+		for _, e := range auditEntries(t, f.audit) {
+			if e.Event == audit.EventDecision && e.ID == ask.ID {
+				got = e
+			}
+		}
+		if got.Outcome != c.outcome || got.Note != c.note || c.by != "" && !strings.HasPrefix(got.By, c.by) {
+			t.Errorf("%q: the audit log records %+v, want %s by %q with the note %q", args, got, c.outcome, c.by, c.note)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"approve", "abc", "def", "--by", "x"}, "give exactly one request id, not 2 (abc def)"},
+		{[]string{"deny", "--note", "why"}, "give exactly one request id, not 0"},
+		{[]string{"approve", "abc", "--bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"list", "--json", "abc"}, "Usage:"},
+	} {
+		var out, errb bytes.Buffer
+		if code := approvalsCommand(c.args, env, &out, &errb); code != 2 || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("%q = %d %q, want 2 and %q", c.args, code, errb.String(), c.want)
+		}
+	}
+}
+
+// auditEntries reads the entries of the audit log at path.
+func auditEntries(t *testing.T, path string) []audit.Entry {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []audit.Entry
+	for _, line := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+		var e audit.Entry
+		if err := json.Unmarshal(line, &e); err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// TestAuditLogError: an audit log that cannot be opened is named with what
+// is wrong and the fix, whatever the reason.
+func TestAuditLogError(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "missing", "audit.jsonl")
+	for _, c := range []struct {
+		path string
+		err  error
+		want string
+	}{
+		{path, &fs.PathError{Op: "open", Path: path, Err: syscall.ENOENT}, "CODE_EXEC_AUDIT_LOG=" + path + " cannot be opened: no such file or directory; create its folder (mkdir -p " + filepath.Dir(path) + ") or name a file in a folder that exists"},
+		{path, &fs.PathError{Op: "open", Path: path, Err: syscall.EACCES}, "cannot be opened: permission denied; the server's user (uid " + strconv.Itoa(os.Geteuid()) + ") may not write there: name a file it may write, or change the permissions"},
+		{path, &fs.PathError{Op: "open", Path: path, Err: syscall.EROFS}, "cannot be opened: read-only file system; name a file that the server's user"},
+		{dir, &fs.PathError{Op: "open", Path: dir, Err: syscall.EISDIR}, "CODE_EXEC_AUDIT_LOG=" + dir + " is a folder: name a file in it, such as " + filepath.Join(dir, "audit.jsonl")},
+		{path, fmt.Errorf("the audit log %s does not verify (move it aside to start a new one): %w", path, audit.ErrTampered), "CODE_EXEC_AUDIT_LOG: the audit log " + path + " does not verify (move it aside"},
+	} {
+		if got := auditLogError(c.path, c.err).Error(); !strings.Contains(got, c.want) {
+			t.Errorf("auditLogError(%v) = %q, want it to say %q", c.err, got, c.want)
+		}
+	}
 }

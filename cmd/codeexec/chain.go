@@ -2,8 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
 
 	"github.com/codeexec/codeexec/approvals"
 	"github.com/codeexec/codeexec/approvals/audit"
@@ -147,6 +152,28 @@ func (c *chain) addSessions(cfg *configs.Config, backend sessions.Backend, m *me
 	c.runner = sessions.Route(c.sessions, c.runner)
 }
 
+// auditLogError is the start-up error of an audit log that audit.Open
+// refused: the setting, what is wrong and what to do.
+func auditLogError(path string, err error) error {
+	var pe *fs.PathError
+	if errors.Is(err, audit.ErrTampered) || !errors.As(err, &pe) {
+		return fmt.Errorf("CODE_EXEC_AUDIT_LOG: %w", err) // it says what to do
+	}
+	user := "the server's user (uid " + strconv.Itoa(os.Geteuid()) + ")"
+	var fix string
+	switch fi, serr := os.Stat(path); {
+	case serr == nil && fi.IsDir():
+		return fmt.Errorf("CODE_EXEC_AUDIT_LOG=%s is a folder: name a file in it, such as %s", path, filepath.Join(path, "audit.jsonl"))
+	case errors.Is(err, fs.ErrNotExist):
+		fix = "create its folder (mkdir -p " + filepath.Dir(path) + ") or name a file in a folder that exists"
+	case errors.Is(err, fs.ErrPermission):
+		fix = user + " may not write there: name a file it may write, or change the permissions"
+	default:
+		fix = "name a file that " + user + " may create and append to"
+	}
+	return fmt.Errorf("CODE_EXEC_AUDIT_LOG=%s cannot be opened: %v; %s", path, pe.Err, fix)
+}
+
 // addApprovals puts the audit record (CODE_EXEC_AUDIT_LOG) and the approval
 // gate (when runs may need approval: CODE_EXEC_APPROVAL other than never,
 // or a principal that asks) in front of the concurrency limit: approval is
@@ -159,8 +186,8 @@ func (c *chain) addApprovals(cfg *configs.Config, gated bool, m *metrics.Metrics
 	}
 	record, err := audit.Open(cfg.AuditLog)
 	if err != nil {
-		err = fmt.Errorf("CODE_EXEC_AUDIT_LOG: %w", err)
-		log.Error("cannot start approvals", "err", err)
+		err = auditLogError(cfg.AuditLog, err)
+		log.Error("cannot open the audit log", "err", err)
 		return err
 	}
 	if cfg.AuditLog != "" {

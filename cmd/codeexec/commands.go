@@ -28,7 +28,7 @@ var commands = func() map[string]command {
 		"approvals": {run: approvalsCommand, args: "list|approve ID|deny ID", help: "answer pending runs (see CODE_EXEC_APPROVAL)"},
 		"audit": {run: func(args, _ []string, stdout, stderr io.Writer) int { return auditCommand(args, stdout, stderr) },
 			args: "verify FILE", help: "check a CODE_EXEC_AUDIT_LOG file"},
-		"token": {run: tokenCommand, args: "verify TOKEN|-", help: "check a run token (CODEEXEC_RUN_TOKEN) with CODE_EXEC_RUN_TOKEN_KEY"},
+		"token": {run: tokenCommand, args: "verify TOKEN|-", help: "check a run token (CODEEXEC_RUN_TOKEN) with its key"},
 	}
 	for name, helper := range process.Helpers() {
 		c[name] = command{run: func([]string, []string, io.Writer, io.Writer) int { return helper() }, internal: true}

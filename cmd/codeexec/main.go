@@ -81,7 +81,7 @@ Flags:
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 	fmt.Fprint(w, `
-Settings (environment variables):
+Settings (environment variables; a CODE_EXEC_* name that is none stops the server):
 `)
 	configs.WriteHelp(w)
 	fmt.Fprint(w, `
@@ -93,10 +93,15 @@ Examples:
 }
 
 // run is main without the process exit, for tests: a subcommand, or the
-// server.
+// server. A name that looks like a setting but is none stops the server
+// (configs.Load refuses it); a subcommand, which reads few settings and
+// may run in any shell, warns about it on stderr and goes on.
 func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) > 0 {
 		if c, ok := commands[args[0]]; ok {
+			if err := configs.CheckNames(environ); !c.internal && err != nil {
+				fmt.Fprintf(stderr, "codeexec %s: warning: %v\n", args[0], err)
+			}
 			return c.run(args[1:], environ, stdout, stderr)
 		}
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -75,5 +76,39 @@ func TestPythonPolicy(t *testing.T) {
 	p := pythonPolicy(load(t, "CODE_EXEC_PYTHON_ALLOWED_IMPORTS= math, json,math,,"))
 	if !slices.Equal(p.AllowedImports, []string{"math", "json"}) {
 		t.Errorf("allowed imports %q, want math and json once each", p.AllowedImports)
+	}
+}
+
+// TestUnknownSettings: a name that looks like a setting but is none stops
+// the server with status 2 and one line that names it and the setting
+// meant; the subcommands warn about it the same way on stderr and go on.
+func TestUnknownSettings(t *testing.T) {
+	t.Parallel()
+	typo := configs.Prefix + "SANDBOX_MODE=docker"
+	var stdout, stderr bytes.Buffer
+	status := run(nil, []string{typo}, strings.NewReader(""), &stdout, &stderr)
+	want := configs.Prefix + "SANDBOX_MODE is not a codeexec setting: did you mean CODE_EXEC_SANDBOX?"
+	if status != 2 || stdout.Len() != 0 || strings.Count(stderr.String(), "\n") != 1 || !strings.Contains(stderr.String(), "codeexec: configuration error: "+want) {
+		t.Errorf("server: status %d, stdout %q, stderr %q; want 2, nothing and one line saying %q", status, stdout.String(), stderr.String(), want)
+	}
+
+	f := newAdminFixture(t, testAdminToken)
+	admin := []string{"CODE_EXEC_ADMIN_ADDR=" + strings.TrimPrefix(f.srv.URL, "http://"), "CODE_EXEC_ADMIN_TOKEN=" + testAdminToken}
+	for _, c := range []struct {
+		args   []string
+		env    []string
+		status int
+		out    string
+	}{
+		{[]string{"approvals", "list"}, append([]string{"CODEEXEC_ADMIN_TOKEN=x"}, admin...), 0, "codeexec approvals: warning: CODEEXEC_ADMIN_TOKEN is not a codeexec setting: did you mean CODE_EXEC_ADMIN_TOKEN?"},
+		{[]string{"token", "verify", "x.y.z"}, []string{configs.Prefix + "RUN_TOKEN_KY=0123456789abcdef0123456789abcdef"}, 2, "codeexec token: warning: " + configs.Prefix + "RUN_TOKEN_KY is not a codeexec setting: did you mean CODE_EXEC_RUN_TOKEN_KEY?"},
+		{[]string{"audit", "verify", filepath.Join(t.TempDir(), "none.jsonl")}, []string{typo}, 1, "codeexec audit: warning: " + want},
+	} {
+		stdout.Reset()
+		stderr.Reset()
+		status := run(c.args, c.env, strings.NewReader(""), &stdout, &stderr)
+		if lines := strings.Split(stderr.String(), "\n"); status != c.status || lines[0] != c.out+" (codeexec --help lists every setting)" {
+			t.Errorf("%q: status %d, stderr %q; want %d and first the line %q", c.args, status, stderr.String(), c.status, c.out)
+		}
 	}
 }

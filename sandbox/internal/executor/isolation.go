@@ -64,8 +64,15 @@ func (i Isolation) Namespaces() bool {
 // host user, yet the program has no uid 0 to become (setuid(0) fails), no
 // capability, and no claim on the supervisor, whose user namespace is not
 // its own. An ordinary user's server can do this too: a single mapping of
-// one's own uid needs no privilege.
-const ProgramUID = 1000
+// one's own uid needs no privilege. It is docker mode's uid (the sandbox
+// image's user), which hosts seldom give an account, unlike 1000.
+const ProgramUID = 10001
+
+// RunUserName is the name of the program's user (and group) in a run whose
+// minimal root shows the host's /etc: the run's own /etc/passwd and
+// /etc/group name it so, as docker mode's image does, and name no host
+// account.
+const RunUserName = "sandbox"
 
 // TmpfsInodes caps the files (inodes) of each tmpfs a run writes to: its
 // work directory, /tmp and /dev/shm. Docker mode's /tmp has the same cap.

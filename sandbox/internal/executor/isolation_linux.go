@@ -137,6 +137,9 @@ func buildRoot(spec Spec) error {
 			return err
 		}
 	}
+	if err := bindUserDatabase(root, spec); err != nil {
+		return err
+	}
 	tmpSize := max(iso.TmpBytes, 1<<20)
 	sized := "size=" + strconv.FormatInt(tmpSize, 10) + ",nr_inodes=" + strconv.Itoa(TmpfsInodes)
 	tmpOpts := sized + ",mode=1777"
@@ -255,6 +258,62 @@ func mountTmpfs(dir, opts string) error {
 		return fmt.Errorf("mounting a tmpfs at %s: %w", dir, err)
 	}
 	return nil
+}
+
+// bindUserDatabase puts the run's own /etc/passwd and /etc/group over the
+// host's in the minimal root, when it shows the host's /etc: the program's
+// user is RunUserName there (whoami, id -un, ls -l and python's getpass say
+// so), its group too, and no host account's name is seen (uid 1000, say, is
+// often a person's). They list root and nobody as well: the ids that files
+// of the host show as (the overflow id for every id the run's user
+// namespace does not map). Each file is written in the root's tmpfs, bound
+// read-only, and unlinked: the bind keeps it.
+func bindUserDatabase(root string, spec Spec) error {
+	uid, ok := programUser(spec)
+	if !ok {
+		return nil
+	}
+	id := strconv.Itoa(uid)
+	files := []struct{ name, content string }{
+		{"passwd", "root:x:0:0:root:/root:/usr/sbin/nologin\n" +
+			RunUserName + ":x:" + id + ":" + id + ":codeexec run:" + spec.Dir + ":/bin/sh\n" +
+			"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"},
+		{"group", "root:x:0:\n" + RunUserName + ":x:" + id + ":\nnogroup:x:65534:\n"},
+	}
+	for _, f := range files {
+		dst := filepath.Join(root, "etc", f.name)
+		if fi, err := os.Lstat(dst); err != nil || !fi.Mode().IsRegular() {
+			continue // none on the host, or a link: nothing to hide
+		}
+		src := filepath.Join(root, ".codeexec-"+f.name)
+		if err := os.WriteFile(src, []byte(f.content), 0o644); err != nil {
+			return fmt.Errorf("writing the run's /etc/%s: %w", f.name, err)
+		}
+		err := unix.Mount(src, dst, "", unix.MS_BIND, "")
+		if err == nil {
+			err = unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+		}
+		if rerr := os.Remove(src); err == nil {
+			err = rerr
+		}
+		if err != nil {
+			return fmt.Errorf("binding the run's /etc/%s: %w", f.name, err)
+		}
+	}
+	return nil
+}
+
+// programUser is the uid the program has in its mount namespace: ProgramUID
+// in a user namespace of its own, its host user without one; false when it
+// runs as the server's own user (no user of its own to name).
+func programUser(spec Spec) (int, bool) {
+	switch {
+	case spec.Isolation.User:
+		return ProgramUID, true
+	case spec.Credential != nil:
+		return int(spec.Credential.UID), true
+	}
+	return 0, false
 }
 
 // bindDir makes the host folder src visible at dst, nosuid and nodev, and
