@@ -167,6 +167,9 @@ type Runner struct {
 
 	egressDir   string // holds the runs' egress socket directories
 	relayPython string // python3 in the image, which runs the egress relay
+	// workspaceWarning names entries of the workspace that runs cannot
+	// read, from the probe ("" for none).
+	workspaceWarning string
 
 	pool *warmpool.Pool[*session]
 
