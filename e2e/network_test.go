@@ -25,13 +25,9 @@ func TestNetworkAllowlist(t *testing.T) {
 	for _, mode := range []string{"process", "docker"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			ip := "127.0.0.1"
+			ip := listenAddrFor(t, mode)
 			extra := map[string]string{}
 			if mode == "docker" {
-				dockerEngine(t)
-				if b := bridgeAddr(); b != "" {
-					ip = b
-				}
 				extra["CODE_EXEC_DOCKER_POOL_SIZE"] = "1"
 			}
 			e := sandboxtest.StartEgress(t, ip)
@@ -144,6 +140,23 @@ func TestNetworkNoneIsDefault(t *testing.T) {
 	}
 }
 
+// listenAddrFor is the address a listener of a test should be on for
+// runs of mode to reach it through the egress proxy: loopback, or for
+// docker mode (which it skips without an engine, see dockerEngine) the
+// Docker bridge's own address, which a run container must not reach
+// directly.
+func listenAddrFor(t *testing.T, mode string) string {
+	t.Helper()
+	if mode != "docker" {
+		return "127.0.0.1"
+	}
+	dockerEngine(t)
+	if b := bridgeAddr(); b != "" {
+		return b
+	}
+	return "127.0.0.1"
+}
+
 // bridgeAddr is the IPv4 address of the default Docker bridge, or "".
 func bridgeAddr() string {
 	ifi, err := net.InterfaceByName("docker0")
@@ -227,13 +240,7 @@ func TestNodeUsesTheProxyAsSaid(t *testing.T) {
 	for _, mode := range []string{"none", "process", "docker"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			ip := "127.0.0.1"
-			if mode == "docker" {
-				dockerEngine(t)
-				if b := bridgeAddr(); b != "" {
-					ip = b
-				}
-			}
+			ip := listenAddrFor(t, mode)
 			if mode == "process" && os.Getenv("CODE_EXEC_TEST_NO_USERNS") == "1" && os.Geteuid() != 0 {
 				t.Skip("without user namespaces an ordinary user's process mode has no network namespace, and refuses CODE_EXEC_NETWORK=allowlist (TestNetworkAllowlist checks that)")
 			}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -214,8 +213,12 @@ func runAsUser(t *testing.T, id uint32) string {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	b, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
 	bin := filepath.Join(dir, "docker.test")
-	if err := copyFile(self, bin, 0o755); err != nil {
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -233,21 +236,4 @@ func runAsUser(t *testing.T, id uint32) string {
 		t.Fatalf("the helper as uid %d: %v\nstdout: %s\nstderr: %s", id, err, stdout.String(), stderr.String())
 	}
 	return strings.TrimSpace(stdout.String())
-}
-
-func copyFile(src, dst string, mode os.FileMode) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		_ = out.Close()
-		return err
-	}
-	return out.Close()
 }
