@@ -337,3 +337,91 @@ func TestWorkspace(t *testing.T) {
 		})
 	}
 }
+
+// TestWorkspaceRunsCannotUse: in process mode, a workspace that the runs'
+// user cannot use as configured stops the server at start, with a message
+// that names the folder and the exact fix, instead of a PermissionError in
+// every program that reads it; files below it that runs cannot read are
+// named in a warning at start and in sandbox_info. As root each run is a
+// host user of its own, for whom the folder's permissions for others apply;
+// as another user, runs are that user.
+func TestWorkspaceRunsCannotUse(t *testing.T) {
+	t.Parallel()
+	root := os.Geteuid() == 0
+	// What the runs' user lacks in each case, and the fix the server gives.
+	private, fix, fileMode, fileFix := os.FileMode(0o700), "chmod o+rx ", os.FileMode(0o600), "chmod -R o+rX "
+	if !root {
+		private, fix, fileMode, fileFix = 0o300, "chmod u+rx ", 0o200, "chmod -R u+rX "
+	}
+	workspace := func(t *testing.T, mode os.FileMode) string {
+		t.Helper()
+		parent := t.TempDir()
+		ws := filepath.Join(parent, "project")
+		if err := os.Mkdir(ws, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(ws, "notes.md"), []byte("# notes\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for p, m := range map[string]os.FileMode{parent: 0o755, ws: mode} {
+			if err := os.Chmod(p, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Cleanup(func() { _ = os.Chmod(ws, 0o755) }) // so that the test can remove it
+		return ws
+	}
+	cases := []struct {
+		name, mode string
+		perm       os.FileMode
+		fix        string
+	}{{"private folder", "ro", private, fix}}
+	if root {
+		cases = append(cases, struct {
+			name, mode string
+			perm       os.FileMode
+			fix        string
+		}{"read-write without write permission", "rw", 0o755, "chmod o+rwx "})
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ws := workspace(t, c.perm)
+			code, stdout, stderr := runBinary(t, serverEnv(t, map[string]string{"CODE_EXEC_WORKSPACE": ws, "CODE_EXEC_WORKSPACE_MODE": c.mode, "CODE_EXEC_LANGUAGES": "python"}))
+			if code != 1 || stdout != "" {
+				t.Errorf("exit code %d, stdout %q; want 1 and nothing", code, stdout)
+			}
+			last := stderr[strings.LastIndex(strings.TrimSuffix(stderr, "\n"), "\n")+1:]
+			for _, w := range []string{"codeexec: ", "CODE_EXEC_WORKSPACE", c.fix + ws} {
+				if !strings.Contains(last, w) {
+					t.Errorf("the last line of stderr does not say %q: %s", w, last)
+				}
+			}
+		})
+	}
+	t.Run("a file runs cannot read", func(t *testing.T) {
+		t.Parallel()
+		ws := workspace(t, 0o755)
+		secret := filepath.Join(ws, "private.key")
+		if err := os.WriteFile(secret, []byte("key\n"), fileMode); err != nil {
+			t.Fatal(err)
+		}
+		cs, s := connect(t, stdio, serverEnv(t, map[string]string{"CODE_EXEC_WORKSPACE": ws, "CODE_EXEC_LANGUAGES": "python"}), connectOpts{})
+		info := sandboxInfo(t, cs)
+		want := fileFix + ws
+		found := false
+		for _, w := range info.Warnings {
+			found = found || strings.Contains(w, "private.key") && strings.Contains(w, want)
+		}
+		if !found {
+			t.Errorf("sandbox_info's warnings %q do not name private.key with %q", info.Warnings, want)
+		}
+		if !s.waitLog("private.key", 10*time.Second) {
+			t.Errorf("the start-up log does not name private.key:\n%s", s.logTail())
+		}
+		res, out := execute(t, cs, map[string]any{"language": "python", "code": `import os; print(open(os.path.join(os.environ["WORKSPACE"], "notes.md")).read())`})
+		if res.IsError || !strings.HasPrefix(out.Stdout, "# notes") {
+			t.Errorf("reading a readable file of the workspace: isError=%v stdout=%q stderr=%q", res.IsError, out.Stdout, out.Stderr)
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -24,13 +25,9 @@ func TestNetworkAllowlist(t *testing.T) {
 	for _, mode := range []string{"process", "docker"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			ip := "127.0.0.1"
+			ip := listenAddrFor(t, mode)
 			extra := map[string]string{}
 			if mode == "docker" {
-				dockerEngine(t)
-				if b := bridgeAddr(); b != "" {
-					ip = b
-				}
 				extra["CODE_EXEC_DOCKER_POOL_SIZE"] = "1"
 			}
 			e := sandboxtest.StartEgress(t, ip)
@@ -143,6 +140,23 @@ func TestNetworkNoneIsDefault(t *testing.T) {
 	}
 }
 
+// listenAddrFor is the address a listener of a test should be on for
+// runs of mode to reach it through the egress proxy: loopback, or for
+// docker mode (which it skips without an engine, see dockerEngine) the
+// Docker bridge's own address, which a run container must not reach
+// directly.
+func listenAddrFor(t *testing.T, mode string) string {
+	t.Helper()
+	if mode != "docker" {
+		return "127.0.0.1"
+	}
+	dockerEngine(t)
+	if b := bridgeAddr(); b != "" {
+		return b
+	}
+	return "127.0.0.1"
+}
+
 // bridgeAddr is the IPv4 address of the default Docker bridge, or "".
 func bridgeAddr() string {
 	ifi, err := net.InterfaceByName("docker0")
@@ -156,4 +170,137 @@ func bridgeAddr() string {
 		}
 	}
 	return ""
+}
+
+// TestAllowlistEntriesNeverReachedWarn: an allowlist entry that the egress
+// proxy can never let a run reach is named at start, once, with the fix: a
+// loopback, private or link-local address, localhost, or a name that
+// CODE_EXEC_NETWORK_RESOLVE pins to one, without
+// CODE_EXEC_NETWORK_ALLOW_PRIVATE=true; an address that is refused whatever
+// it says (documentation) in any case. Entries that can be reached are not
+// named. (The server runs in mode none, and to the end of its stdin: the
+// warning comes before the mode starts, whatever the mode.)
+func TestAllowlistEntriesNeverReachedWarn(t *testing.T) {
+	t.Parallel()
+	allow := "127.0.0.1:8080,localhost:3000,10.1.2.3,api.test,[fd00::1]:443,192.0.2.7,public.test"
+	resolve := "api.test=192.168.1.5,public.test=93.184.215.14"
+	const private, remove = "unless CODE_EXEC_NETWORK_ALLOW_PRIVATE=true", "; remove the entry"
+	for _, c := range []struct {
+		allowPrivate string
+		warned       map[string]string // entry: the fix its warning says
+	}{
+		{"false", map[string]string{"127.0.0.1:8080": private, "localhost:3000": private, "10.1.2.3": private, "api.test": private, "[fd00::1]:443": private, "192.0.2.7": remove}},
+		{"true", map[string]string{"192.0.2.7": remove}},
+	} {
+		t.Run("allow private "+c.allowPrivate, func(t *testing.T) {
+			t.Parallel()
+			env := serverEnv(t, map[string]string{
+				"CODE_EXEC_SANDBOX": "none", "CODE_EXEC_LANGUAGES": "bash",
+				"CODE_EXEC_NETWORK": "allowlist", "CODE_EXEC_NETWORK_ALLOW": allow, "CODE_EXEC_NETWORK_RESOLVE": resolve,
+				"CODE_EXEC_NETWORK_ALLOW_PRIVATE": c.allowPrivate,
+			})
+			_, _, stderr := runBinary(t, env)
+			counts := map[string]int{}
+			for _, line := range strings.Split(stderr, "\n") {
+				var rec struct{ Level, Msg string }
+				if jsonUnmarshal([]byte(line), &rec) != nil || rec.Level != "WARN" || !strings.Contains(rec.Msg, "can never be reached") {
+					continue
+				}
+				entry := strings.Fields(strings.TrimPrefix(rec.Msg, "CODE_EXEC_NETWORK_ALLOW entry "))[0]
+				counts[entry]++
+				if fix, ok := c.warned[entry]; ok && !strings.Contains(rec.Msg, fix) {
+					t.Errorf("the warning %q does not say %q", rec.Msg, fix)
+				}
+			}
+			for e := range c.warned {
+				if counts[e] != 1 {
+					t.Errorf("the entry %s is named by %d warnings, want 1", e, counts[e])
+				}
+				delete(counts, e)
+			}
+			for e, n := range counts {
+				t.Errorf("the entry %s, which can be reached, is named by %d warnings", e, n)
+			}
+			if t.Failed() {
+				t.Logf("stderr:\n%s", stderr)
+			}
+		})
+	}
+}
+
+// TestNodeUsesTheProxyAsSaid: javascript runs get NODE_USE_ENV_PROXY=1
+// with the proxy variables, and Node.js's fetch and http module go through
+// the egress proxy exactly when code_execute's description and sandbox_info
+// say they do, which depends on the runs' Node.js (22.21, or 24.5, and
+// later). The destination is a listener of this test on an address the
+// allowlist names; a request that bypasses the proxy reaches it directly
+// (mode none) or fails, and is not in the run's network report.
+func TestNodeUsesTheProxyAsSaid(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"none", "process", "docker"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			ip := listenAddrFor(t, mode)
+			if mode == "process" && os.Getenv("CODE_EXEC_TEST_NO_USERNS") == "1" && os.Geteuid() != 0 {
+				t.Skip("without user namespaces an ordinary user's process mode has no network namespace, and refuses CODE_EXEC_NETWORK=allowlist (TestNetworkAllowlist checks that)")
+			}
+			e := sandboxtest.StartEgress(t, ip)
+			dest := net.JoinHostPort(ip, strconv.Itoa(e.HTTPPort))
+			cs, _ := connect(t, stdio, serverEnv(t, map[string]string{
+				"CODE_EXEC_SANDBOX": mode, "CODE_EXEC_LANGUAGES": "javascript", "CODE_EXEC_TIMEOUT": "30s",
+				"CODE_EXEC_NETWORK": "allowlist", "CODE_EXEC_NETWORK_ALLOW": dest, "CODE_EXEC_NETWORK_ALLOW_PRIVATE": "true",
+			}), connectOpts{})
+			var info struct {
+				Network   string `json:"network"`
+				Languages []struct {
+					Name    string `json:"name"`
+					Version string `json:"version"`
+				} `json:"languages"`
+			}
+			remarshal(t, call(t, cs, "sandbox_info", map[string]any{}).StructuredContent, &info)
+			var node string
+			for _, l := range info.Languages {
+				if l.Name == "javascript" {
+					node = l.Version
+				}
+			}
+			said := egress.ProxyClients(node)
+			if !strings.Contains(info.Network, said) {
+				t.Errorf("sandbox_info's network %q does not say %q", info.Network, said)
+			}
+			for _, tool := range listTools(t, cs).Tools {
+				if tool.Name == "code_execute" && !strings.Contains(tool.Description, said) {
+					t.Errorf("code_execute's description %q does not say %q", tool.Description, said)
+				}
+			}
+			fetchSaid, httpSaid := egress.NodeProxySupport(node)
+			url := "http://" + dest + "/"
+			for _, c := range []struct {
+				client, code string
+				said         bool
+			}{
+				{"fetch", `fetch(URL).then(r => r.text()).then(b => console.log("got: " + b), e => console.log("failed: " + (e.cause ? e.cause.code || e.cause : e)))`, fetchSaid},
+				{"http", `require("http").get(URL, r => { let b = ""; r.on("data", d => b += d); r.on("end", () => console.log("got: " + b)) }).on("error", e => console.log("failed: " + e.code))`, httpSaid},
+			} {
+				res := call(t, cs, "code_execute", map[string]any{"language": "javascript",
+					"code": "const URL = " + strconv.Quote(url) + `; console.log("env: " + process.env.NODE_USE_ENV_PROXY); ` + c.code})
+				var out struct {
+					Stdout  string         `json:"stdout"`
+					Network *egress.Report `json:"network"`
+				}
+				remarshal(t, res.StructuredContent, &out)
+				if got := sandboxtest.Line(out.Stdout, "env"); got != "1" {
+					t.Errorf("%s: NODE_USE_ENV_PROXY is %q in the run, want 1", c.client, got)
+				}
+				proxied := out.Network != nil && len(out.Network.Reached) == 1 && out.Network.Reached[0].Port == e.HTTPPort
+				t.Logf("Node.js %s's %s went through the proxy: %v", node, c.client, proxied)
+				if proxied != c.said {
+					t.Errorf("Node.js %s's %s went through the proxy: %v; what the server says: %v (%q)\nstdout: %s", node, c.client, proxied, c.said, said, out.Stdout)
+				}
+				if proxied && sandboxtest.Line(out.Stdout, "got") != "plain-ok" {
+					t.Errorf("%s through the proxy: %q", c.client, out.Stdout)
+				}
+			}
+		})
+	}
 }

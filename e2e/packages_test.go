@@ -36,13 +36,7 @@ func eachPackagesMode(t *testing.T, check func(t *testing.T, mode, ip string)) {
 	for _, mode := range []string{"process", "docker"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			ip := "127.0.0.1"
-			if mode == "docker" {
-				dockerEngine(t)
-				if b := bridgeAddr(); b != "" {
-					ip = b
-				}
-			}
+			ip := listenAddrFor(t, mode)
 			check(t, mode, ip)
 		})
 	}

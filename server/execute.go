@@ -68,6 +68,9 @@ func executeTool(caps sandbox.Capabilities, o *Options) mcp.Tool {
 		"Languages: " + languageList(caps.Languages) + ". " + slate +
 		"Print results to stdout. Files given in the files argument are written into its working directory first, and files the program writes there come back (charts as images). " +
 		"Limits (time, memory, output, files) apply; call sandbox_info to see them."
+	if caps.Egress != nil {
+		desc += " Network goes through codeexec's HTTP proxy (HTTP_PROXY/HTTPS_PROXY), which lets through only the destinations of sandbox_info's network_policy: " + egress.ProxyClients(nodeVersion(caps)) + "."
+	}
 	if o.Packages != nil {
 		desc += " Packages named in the packages argument (pinned versions from the operator's index) are installed first and cached; the program itself keeps no network access."
 	}
@@ -85,6 +88,15 @@ func executeTool(caps sandbox.Capabilities, o *Options) mcp.Tool {
 			OpenWorldHint:   mcp.ToBoolPtr(openWorld),
 		},
 	}
+}
+
+// nodeVersion is the version of the Node.js that runs javascript, or ""
+// when javascript cannot run.
+func nodeVersion(caps sandbox.Capabilities) string {
+	if l, ok := caps.Language("javascript"); ok && l.Available {
+		return l.Version
+	}
+	return ""
 }
 
 // toolLanguages orders the languages in code_execute's description, each

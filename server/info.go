@@ -131,11 +131,11 @@ func (s *Server) infoFor(p *principals.Principal) InfoOutput {
 	network := "not isolated: code can reach the network like any program of the server's user"
 	switch {
 	case egressInfo != nil && !egressInfo.Enforced:
-		network = "not isolated, allowlist NOT enforced: programs are pointed at codeexec's egress proxy, which applies the allowlist to what goes through it, but they can bypass it and reach the network like any program of the server's user"
+		network = "not isolated, allowlist NOT enforced: programs are pointed at codeexec's egress proxy, which applies the allowlist to what goes through it, but they can bypass it and reach the network like any program of the server's user; " + egress.ProxyClients(nodeVersion(caps))
 	case egressInfo != nil && len(egressInfo.Allow) == 0:
 		network = "none for principal " + p.Name + " (its network: none): each run has a loopback interface of its own and its only way out, codeexec's egress proxy, refuses every destination"
 	case egressInfo != nil:
-		network = "allowlist: each run has a loopback interface of its own and reaches the network only through codeexec's egress proxy (HTTP_PROXY/HTTPS_PROXY), which lets through the allowed destinations (network_policy) and refuses the rest"
+		network = "allowlist: each run has a loopback interface of its own and reaches the network only through codeexec's egress proxy (HTTP_PROXY/HTTPS_PROXY), which lets through the allowed destinations (network_policy) and refuses the rest; " + egress.ProxyClients(nodeVersion(caps))
 	case caps.Isolation.Network:
 		network = "none: each run has no network but a loopback interface of its own"
 	}

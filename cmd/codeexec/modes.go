@@ -8,6 +8,7 @@ import (
 	"github.com/codeexec/codeexec/configs"
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/docker"
+	"github.com/codeexec/codeexec/sandbox/egress"
 	"github.com/codeexec/codeexec/sandbox/egress/proxy"
 	"github.com/codeexec/codeexec/sandbox/host"
 	"github.com/codeexec/codeexec/sandbox/process"
@@ -33,6 +34,10 @@ func newMode(ctx context.Context, cfg *configs.Config, log *slog.Logger) (mode, 
 		egressProxy = proxy.New(policy, log.With("component", "egress"))
 		log.Info("network allowlist", "allow", policy.Allow.Strings(), "allow_private", policy.AllowPrivate,
 			"max_connections", policy.Caps.Connections, "max_bytes", cfg.NetworkMaxBytes.String())
+		pins, _ := egress.ParsePins(cfg.NetworkResolve)
+		for _, w := range egress.NeverReached(policy.Allow, policy.AllowPrivate, pins) {
+			log.Warn(w)
+		}
 		if policy.AllowPrivate {
 			log.Warn("CODE_EXEC_NETWORK_ALLOW_PRIVATE=true: allowed names may resolve to loopback, private, link-local and cloud-metadata addresses, so runs can reach this host's services, its private network and, on a cloud host, the metadata service and the credentials it hands out")
 		}

@@ -43,7 +43,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -168,6 +167,9 @@ type Runner struct {
 
 	egressDir   string // holds the runs' egress socket directories
 	relayPython string // python3 in the image, which runs the egress relay
+	// workspaceWarning names entries of the workspace that runs cannot
+	// read, from the probe ("" for none).
+	workspaceWarning string
 
 	pool *warmpool.Pool[*session]
 
@@ -297,15 +299,12 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 // connect pings the engine, negotiates the API version and reads the facts
 // that Capabilities reports.
 func (r *Runner) connect(ctx context.Context) error {
-	host := os.Getenv("DOCKER_HOST")
-	if host == "" {
-		host = r.cli.DaemonHost()
-	}
+	host := engineHost(r.cli)
 	r.engine.host = host
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := r.cli.Ping(pctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
-		return fmt.Errorf("docker: %w: no Docker Engine answers at %s; start one, or set DOCKER_HOST to a reachable engine (%v)", sandbox.ErrSandboxUnavailable, host, err)
+	if err := Ping(pctx, r.cli); err != nil {
+		return fmt.Errorf("docker: %w", err)
 	}
 	r.engine.apiVersion = r.cli.ClientVersion()
 	info, err := r.cli.Info(pctx, client.InfoOptions{})

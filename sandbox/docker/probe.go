@@ -26,7 +26,11 @@ var probeLimits = sandbox.Limits{
 // languages and the uid code runs as. It sets r.interps and returns the
 // status of every known language.
 func (r *Runner) probe(ctx context.Context) ([]sandbox.LanguageStatus, error) {
-	spec := containerSpec{role: roleProbe, cmd: []string{"/bin/sh", "-c", runproto.ProbeScript(r.cfg.Languages)}, limits: probeLimits, deadline: runDeadline(time.Now(), probeLimits.Timeout)}
+	script := runproto.ProbeScript(r.cfg.Languages)
+	if r.cfg.Workspace != nil {
+		script += workspaceProbe
+	}
+	spec := containerSpec{role: roleProbe, cmd: []string{"/bin/sh", "-c", script}, limits: probeLimits, deadline: runDeadline(time.Now(), probeLimits.Timeout)}
 	s, err := r.start(ctx, spec, "")
 	if err != nil {
 		return nil, fmt.Errorf("docker: probing the interpreters in %s: %w", r.cfg.Image, err)
@@ -58,6 +62,11 @@ func (r *Runner) parseProbe(out string) ([]sandbox.LanguageStatus, error) {
 		return nil, fmt.Errorf("docker: %w: the image %s lacks env --default-signal (GNU coreutils 8.31 or newer), which the run supervisor needs; rebuild it with %s", sandbox.ErrSandboxUnavailable, r.cfg.Image, BuildCommand)
 	}
 	r.decideNetns(p.Localhost, p.NetIfs)
+	warning, err := r.checkWorkspace(p.Other)
+	if err != nil {
+		return nil, err
+	}
+	r.workspaceWarning = warning
 	return p.Languages, nil
 }
 
@@ -126,6 +135,9 @@ func (r *Runner) capabilities(langs []sandbox.LanguageStatus) sandbox.Capabiliti
 		warnings = append(warnings, "code runs as root inside the container")
 	}
 	warnings = append(warnings, e.warnings...)
+	if r.workspaceWarning != "" {
+		warnings = append(warnings, r.workspaceWarning)
+	}
 	var ws *sandbox.WorkspaceStatus
 	if w := r.cfg.Workspace; w != nil {
 		ws = &sandbox.WorkspaceStatus{Path: sandbox.WorkspacePath, HostDir: w.Dir, Writable: w.Writable, Enforced: true,

@@ -1,6 +1,11 @@
 package egress
 
-import "errors"
+import (
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+)
 
 // Reason says why a destination was refused. The values appear in the
 // structured result of code_execute.
@@ -74,6 +79,33 @@ func ReasonOf(err error) Reason {
 	return ""
 }
 
+// Detail is what a refusal's error says beyond its Reason, for
+// Refused.Detail: err's text without the words of the reason's error that
+// begin it (ErrPrivateAddress's "address refused by the network policy")
+// and without the destination that Refused names already (host, or
+// host:port), so that "127.0.0.1 is loopback" is said, not the reason
+// again. It is "" when the error says nothing more.
+func Detail(err error, host string, port int) string {
+	s := err.Error()
+	for _, m := range refusals {
+		if errors.Is(err, m.err) {
+			s = strings.TrimPrefix(s, m.err.Error())
+			break
+		}
+	}
+	s = strings.TrimLeft(s, ": ")
+	for _, dest := range []string{net.JoinHostPort(host, strconv.Itoa(port)), host} {
+		if rest, ok := strings.CutPrefix(s, dest); ok && (rest == "" || rest[0] == ' ') {
+			s = strings.TrimSpace(rest)
+			break
+		}
+	}
+	if strings.HasPrefix(s, "(") && strings.HasSuffix(s, ")") {
+		s = s[1 : len(s)-1]
+	}
+	return s
+}
+
 // Report is what one run reached and what was refused, aggregated by
 // destination, each list in the order destinations were first seen.
 type Report struct {
@@ -108,7 +140,8 @@ type Refused struct {
 	Host   string `json:"host"`
 	Port   int    `json:"port,omitempty"`
 	Reason Reason `json:"reason"`
-	// Detail says more, for example which address was refused and why.
+	// Detail says more than the reason, for example which address was
+	// refused and why (see the function Detail).
 	Detail string `json:"detail,omitempty"`
 	// Count counts the attempts refused for this reason.
 	Count int `json:"count"`

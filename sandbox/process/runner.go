@@ -93,6 +93,9 @@ type Runner struct {
 	python *datascience.Env
 	// workspace is the operator's project folder, or nil.
 	workspace *executor.Bind
+	// workspaceWarning names entries of the workspace that runs cannot
+	// read ("" for none).
+	workspaceWarning string
 	// pool holds runs prepared ahead of demand (nil: none).
 	pool *warmPool
 }
@@ -217,6 +220,9 @@ func (r *Runner) capabilities(langs []sandbox.LanguageStatus, ws *sandbox.Worksp
 	if ws != nil && !ws.Enforced {
 		caps.Warnings = append(caps.Warnings, "CODE_EXEC_WORKSPACE_MODE=ro is not enforced on this host: "+ws.Detail)
 	}
+	if r.workspaceWarning != "" {
+		caps.Warnings = append(caps.Warnings, r.workspaceWarning)
+	}
 	if r.egress != nil {
 		caps.Egress = r.egress.Policy().Info(true, EgressAddr)
 	}
@@ -291,6 +297,14 @@ func (r *Runner) setWorkspace(w sandbox.Workspace) (*sandbox.WorkspaceStatus, er
 	if err != nil || !fi.IsDir() || !filepath.IsAbs(w.Dir) {
 		return nil, fmt.Errorf("process mode: the workspace %q is not an absolute path to a folder (CODE_EXEC_WORKSPACE): %v", w.Dir, err)
 	}
+	users := runUsers{uidRange: os.Geteuid() == 0 && runtime.GOOS == "linux", rng: r.uidRange}
+	// A root server's runs resolve the path themselves in a user
+	// namespace, or without a mount namespace; an ordinary user's always.
+	users.parents = !users.uidRange || r.iso.User || !r.iso.Mount
+	if err := users.checkWorkspace(w); err != nil {
+		return nil, err
+	}
+	r.workspaceWarning = users.unreadableBelow(w.Dir)
 	b := executor.Bind{Src: w.Dir, Dst: sandbox.WorkspacePath, Writable: w.Writable}
 	r.workspace = &b
 	r.iso.Binds = append(r.iso.Binds, b)

@@ -55,7 +55,7 @@ func (rec *recorder) refuse(host string, port int, err error) {
 		rec.omitted++
 		return
 	}
-	rec.refused = append(rec.refused, &egress.Refused{Host: host, Port: port, Reason: reason, Detail: err.Error(), Count: 1})
+	rec.refused = append(rec.refused, &egress.Refused{Host: host, Port: port, Reason: reason, Detail: egress.Detail(err, host, port), Count: 1})
 }
 
 func (rec *recorder) report() *egress.Report {
