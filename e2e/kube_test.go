@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -179,17 +180,31 @@ func TestKubernetesKilledServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := createSession(t, cs, map[string]any{"language": "python"})
+	pods, err := cluster.Pods.List(ctx, metav1.ListOptions{LabelSelector: ofReplica + ",codeexec.io/role=session"})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("the session's pod: %v %v", pods, err)
+	}
+	// The call's processes, as its pod sees them: under gVisor the node's
+	// /proc does not show a pod's processes.
+	sessionPod := pods.Items[0].Name
+	inPod := func(m string) bool {
+		procs, err := cluster.Processes(ctx, sessionPod, "run")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(procs, func(p string) bool { return strings.Contains(p, m) })
+	}
 	m := marker()
 	go func() {
 		_, _ = cs.CallTool(ctx, &mcp.CallToolParams{Name: "code_execute", Arguments: map[string]any{
-			"language": "python", "session_id": id, "code": "import subprocess; subprocess.run(['sleep', '" + m + "'])"}})
+			"language": "python", "session_id": id, "code": "import subprocess; subprocess.run(['sleep', '" + m + "'])", "timeout_seconds": 60}})
 	}()
-	waitAlive(t, m)
+	waitFor(t, eventWait, "the session call's process with marker "+m+" to appear in its pod", func() bool { return inPod(m) })
 	if err := s.cmd.Process.Signal(os.Kill); err != nil {
 		t.Fatal(err)
 	}
 	s.waitExit(t, time.Minute)
-	waitGone(t, m)
+	waitFor(t, eventWait, "the session call's process with marker "+m+" to end in its pod after the server was killed", func() bool { return !inPod(m) })
 
 	// The warm pods that waited end by themselves: the end of the attach
 	// stream closes their stdin. (The run's pod ends at its deadline; a pod

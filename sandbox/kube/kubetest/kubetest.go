@@ -5,10 +5,12 @@
 package kubetest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/kube/internal/kubeapi"
@@ -118,7 +121,10 @@ func (b Sessions) Start(ctx context.Context, spec sessions.Spec) (sessions.Sessi
 }
 
 // Cluster is the test cluster's API, as its admin (KUBECONFIG).
-type Cluster struct{ *kubeapi.Clients }
+type Cluster struct {
+	*kubeapi.Clients
+	namespace string
+}
 
 // Connect returns the test cluster's API for namespace, or skips (fails)
 // the test when KUBECONFIG names none.
@@ -133,7 +139,7 @@ func Connect(t testing.TB, namespace string) *Cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Cluster{c}
+	return &Cluster{c, namespace}
 }
 
 // WaitPods waits, following them with a watch, until cond holds for the
@@ -181,4 +187,29 @@ func (c *Cluster) WaitPods(ctx context.Context, selector string, cond func(map[s
 			return fmt.Errorf("pods %s: %w; they are: %v", selector, ctx.Err(), names)
 		}
 	}
+}
+
+// Processes returns the command lines of the live processes of a pod's
+// container, as a process of that container sees them (an exec of sh that
+// reads /proc): under gVisor, a pod's processes are not the node's, and the
+// node's /proc does not show them.
+func (c *Cluster) Processes(ctx context.Context, pod, container string) ([]string, error) {
+	opts := &corev1.PodExecOptions{Container: container, Stdout: true, Stderr: true,
+		Command: []string{"/bin/sh", "-c", `for f in /proc/[0-9]*/cmdline; do tr '\0' ' ' < "$f" 2>/dev/null; echo; done`}}
+	u := c.Core.Post().Namespace(c.namespace).Resource("pods").Name(pod).SubResource("exec").VersionedParams(opts, kubeapi.ParamCodec).URL()
+	x, err := remotecommand.NewWebSocketExecutor(c.Config, "GET", u.String())
+	if err != nil {
+		return nil, err
+	}
+	var out, errOut bytes.Buffer
+	if err := x.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &errOut}); err != nil {
+		return nil, fmt.Errorf("exec in pod %s: %v (%s)", pod, err, strings.TrimSpace(errOut.String()))
+	}
+	var procs []string
+	for l := range strings.Lines(out.String()) {
+		if l = strings.TrimSpace(l); l != "" {
+			procs = append(procs, l)
+		}
+	}
+	return procs, nil
 }
