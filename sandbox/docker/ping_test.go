@@ -77,7 +77,7 @@ func TestEngineUnreachableSaysWhy(t *testing.T) {
 
 // pingHelperEnv makes the test binary, started with it, run pingHelper
 // instead of the tests (see TestMain).
-const pingHelperEnv = "CODE_EXEC_DOCKER_TEST_PING_HELPER"
+const pingHelperEnv = "CODE_EXEC_TEST_DOCKER_PING_HELPER"
 
 // pingHelper runs, as the user TestEngineSocketRefusesUser started it as,
 // refusedMessages and prints them, one a line; or "@@may-use" when this
