@@ -158,6 +158,10 @@ type modeRunner struct {
 	// the list); such a runner runs the network cases only, which it must
 	// contain as the mode does without the allowlist.
 	egress bool
+	// skip is why the mode cannot run here (no runner): each of its cases
+	// is a subtest that skips with it, so that the count of skips says
+	// what did not run.
+	skip string
 }
 
 // name names the runner in subtests: its mode, and "-allowlist" with egress.
@@ -188,7 +192,8 @@ func newModeRunners(t *testing.T) []modeRunner {
 	}
 	out = append(out, modeRunner{mode: sandbox.ModeNone, runner: hr, host: "127.0.0.1"})
 	if testing.Short() {
-		t.Logf("SKIPPING docker and kubernetes modes in the containment suite: -short: %s, %s", sandboxtest.NeedsDocker, sandboxtest.NeedsKubernetes)
+		out = append(out, modeRunner{mode: sandbox.ModeDocker, skip: "-short: " + sandboxtest.NeedsDocker})
+		out = append(out, unavailable(sandbox.ModeKubernetes, "-short: "+sandboxtest.NeedsKubernetes)...)
 		return closeAtCleanup(t, out)
 	}
 	img := os.Getenv("CODE_EXEC_DOCKER_IMAGE")
@@ -201,13 +206,13 @@ func newModeRunners(t *testing.T) []modeRunner {
 	case err != nil && os.Getenv("CODE_EXEC_REQUIRE_DOCKER") == "1":
 		t.Fatalf("docker mode unavailable: %v", err)
 	case err != nil:
-		t.Logf("SKIPPING docker mode in the containment suite: %v", err)
+		out = append(out, modeRunner{mode: sandbox.ModeDocker, skip: fmt.Sprintf("docker mode unavailable: %v; set CODE_EXEC_REQUIRE_DOCKER=1 to fail instead of skipping", err)})
 	case bridge == "":
 		_ = dr.Close()
 		if os.Getenv("CODE_EXEC_REQUIRE_DOCKER") == "1" {
 			t.Fatal("no docker0 bridge address on this host")
 		}
-		t.Log("SKIPPING docker mode in the containment suite: no docker0 bridge address")
+		out = append(out, modeRunner{mode: sandbox.ModeDocker, skip: "no docker0 bridge address on this host; set CODE_EXEC_REQUIRE_DOCKER=1 to fail instead of skipping"})
 	default:
 		out = append(out, modeRunner{mode: sandbox.ModeDocker, runner: dr, host: bridge})
 	}
@@ -215,10 +220,19 @@ func newModeRunners(t *testing.T) []modeRunner {
 	return closeAtCleanup(t, out)
 }
 
+// unavailable are the runners of a mode that cannot run here, without and
+// with the allowlist, whose cases skip saying why.
+func unavailable(mode sandbox.Mode, why string) []modeRunner {
+	return []modeRunner{{mode: mode, skip: why}, {mode: mode, egress: true, skip: why}}
+}
+
 // closeAtCleanup closes the runners at the end of the test.
 func closeAtCleanup(t *testing.T, runners []modeRunner) []modeRunner {
 	t.Cleanup(func() {
 		for _, m := range runners {
+			if m.runner == nil {
+				continue
+			}
 			if err := m.runner.Close(); err != nil {
 				t.Errorf("closing %s: %v", m.name(), err)
 			}
@@ -240,8 +254,7 @@ func kubernetesRunners(t *testing.T, ctx context.Context, langs []string) []mode
 		if require {
 			t.Fatalf("kubernetes mode unavailable: %s (%s=1)", why, kubetest.RequireVariable)
 		}
-		t.Logf("SKIPPING kubernetes mode in the containment suite: %s", why)
-		return nil
+		return unavailable(sandbox.ModeKubernetes, fmt.Sprintf("kubernetes mode unavailable: %s; set %s=1 to fail instead of skipping", why, kubetest.RequireVariable))
 	}
 	if os.Getenv("KUBECONFIG") == "" {
 		return skip("KUBECONFIG is not set")
@@ -494,6 +507,9 @@ func TestContainment(t *testing.T) {
 					continue // unsafe to run where it is not contained
 				}
 				t.Run(fmt.Sprintf("%s/%s/%s", a.Name, lang, m.name()), func(t *testing.T) {
+					if m.skip != "" {
+						t.Skip(m.skip)
+					}
 					if a.ServerKeyring && !sandboxtest.SessionKeyringAvailable() {
 						t.Skip("the test could not run the server in a session keyring of its own (keyrings refused on this host)")
 					}
