@@ -9,7 +9,11 @@
 #      to $DOCKER_WAIT_SECONDS for the engine to answer;
 #   2. if a sandbox image is missing, build it with docker/build-sandbox-image.sh
 #      (codeexec-sandbox:latest, then codeexec-sandbox:datascience, which
-#      starts from the first one's layers).
+#      starts from the first one's layers);
+#   3. install docker-registry (Debian's package of the distribution project's
+#      registry) when missing: the docker-mode tests of pulling a missing image
+#      serve a registry of their own on loopback with it. Its packaged service
+#      (on :5000) is not left running.
 #
 # Needs root (or sudo without a password) to install or start the engine.
 set -euo pipefail
@@ -85,7 +89,7 @@ else
     say "Docker Engine $(docker version --format '{{.Server.Version}}') answers"
 fi
 
-# An image built by an earlier version of docker/sandbox/Dockerfile lacks
+# An image built by an earlier version of sandbox/docker/image/Dockerfile lacks
 # what its labels say the current one has: pip and npm
 # (io.codeexec.sandbox.installers, for CODE_EXEC_PACKAGES) and localhost
 # without /etc/hosts (io.codeexec.sandbox.localhost, for the runtime's own
@@ -112,4 +116,18 @@ ensure_image() { # image profile what
 }
 ensure_image "$image" default "sandbox image"
 ensure_image "$datascience_image" datascience "data-science image"
+
+if command -v docker-registry >/dev/null 2>&1; then
+    say "docker-registry present"
+else
+    say "installing docker-registry with apt-get (the image pull tests serve a registry on loopback with it)"
+    command -v apt-get >/dev/null 2>&1 || die "docker-registry is missing and apt-get is not available: install the distribution project's registry (docker-registry) by hand"
+    as_root apt-get update -q </dev/null || die "apt-get update failed"
+    as_root apt-get install -y -q --no-install-recommends docker-registry </dev/null || die "apt-get install docker-registry failed"
+    # The tests start their own registries; the package's service would
+    # listen on :5000 of every interface.
+    if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet docker-registry 2>/dev/null; then
+        as_root systemctl disable --now docker-registry >/dev/null 2>&1 || say "could not stop the docker-registry service"
+    fi
+fi
 say "ready: run the docker tests with CODE_EXEC_REQUIRE_DOCKER=1 go test ./sandbox/docker/"

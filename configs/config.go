@@ -169,8 +169,10 @@ type Config struct {
 	// model thinks, for a sequential agent loop.
 	ProcessPoolSize int `env:"PROCESS_POOL_SIZE" envDefault:"1" accepted:"a whole number from 0 to 16" help:"process mode, on Linux: runs prepared ahead of demand (their host user, cgroups and directories taken, their supervisor started in the run's namespaces and waiting); each serves one request; 0 prepares every run on demand"`
 
-	DockerImage   string `env:"DOCKER_IMAGE" envDefault:"codeexec-sandbox:latest" accepted:"an image reference" help:"sandbox image of docker mode (build it with docker/build-sandbox-image.sh)"`
-	DockerRuntime string `env:"DOCKER_RUNTIME" accepted:"a runtime the engine knows, such as runsc" help:"OCI runtime for docker mode containers (for example gVisor's runsc); empty means the engine's default"`
+	DockerImage     string `env:"DOCKER_IMAGE" envDefault:"codeexec-sandbox:latest" accepted:"an image reference" help:"sandbox image of docker mode; when the engine lacks it, docker mode pulls it if its name begins with a registry (registry.example.com/team/sandbox:1), and builds codeexec-sandbox:latest and codeexec-sandbox:datascience from the Dockerfile embedded in codeexec (see CODE_EXEC_DOCKER_PULL)"`
+	DockerBaseImage string `env:"DOCKER_BASE_IMAGE" envDefault:"debian:bookworm-slim" accepted:"an image reference of a Debian bookworm image" help:"docker mode: the base that a missing codeexec-sandbox:latest or codeexec-sandbox:datascience is built on at start; pulled first when the engine lacks it"`
+	DockerPull      string `env:"DOCKER_PULL" envDefault:"missing" accepted:"missing or never" help:"docker mode: what happens when the engine lacks the sandbox image: missing pulls it (a name that begins with a registry) or builds it (codeexec's own images), saying so in the log; never does neither, and the server stops with the command that gets it"`
+	DockerRuntime   string `env:"DOCKER_RUNTIME" accepted:"a runtime the engine knows, such as runsc" help:"OCI runtime for docker mode containers (for example gVisor's runsc); empty means the engine's default"`
 	// DockerPoolSize defaults to 2: one warm container serves a sequential
 	// agent loop (the next is made while the model thinks), the second
 	// absorbs a pair of calls, and 2 per language costs about 200 MB.
@@ -244,7 +246,7 @@ func Load(environ []string) (*Config, error) {
 	c.Languages = normalizeList(c.Languages, sandbox.CanonicalLanguage)
 	c.AllowedOrigins = normalizeList(c.AllowedOrigins, httpserve.ParseOrigin)
 	c.PythonAllowedImports = normalizeList(c.PythonAllowedImports, func(m string) (string, error) { return m, nil })
-	for _, v := range []*string{&c.WorkspaceMode, &c.PythonPolicy, &c.K8sNetworkCheck, &c.LogLevel, &c.LogFormat} {
+	for _, v := range []*string{&c.WorkspaceMode, &c.PythonPolicy, &c.K8sNetworkCheck, &c.DockerPull, &c.LogLevel, &c.LogFormat} {
 		*v = strings.ToLower(strings.TrimSpace(*v))
 	}
 	if errs := slices.DeleteFunc([]error{unknown, c.Validate()}, isNil); len(errs) > 0 {
@@ -335,6 +337,8 @@ func (c *Config) Validate() error {
 	check(c.SessionIdleTimeout >= time.Second && c.SessionIdleTimeout <= 24*time.Hour, "SessionIdleTimeout", c.SessionIdleTimeout, "it is out of range")
 	check(c.SessionMaxLifetime >= time.Second && c.SessionMaxLifetime <= 168*time.Hour, "SessionMaxLifetime", c.SessionMaxLifetime, "it is out of range")
 	check(c.DockerPoolSize >= 0 && c.DockerPoolSize <= 64, "DockerPoolSize", c.DockerPoolSize, "it is out of range")
+	check(c.DockerPull == "missing" || c.DockerPull == "never", "DockerPull", c.DockerPull, "unknown value")
+	check(strings.TrimSpace(c.DockerBaseImage) != "", "DockerBaseImage", `""`, "it is empty")
 	check(c.ProcessPoolSize >= 0 && c.ProcessPoolSize <= 16, "ProcessPoolSize", c.ProcessPoolSize, "it is out of range")
 	check(c.MaxFiles >= 0 && c.MaxFiles <= 1000, "MaxFiles", c.MaxFiles, "it is out of range")
 	check(c.MaxFilesBytes >= 0 && c.MaxFilesBytes <= c.FileSize, "MaxFilesBytes", c.MaxFilesBytes, "the files must fit in a run's working directory, whose size CODE_EXEC_FILE_SIZE caps")

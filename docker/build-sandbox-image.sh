@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Builds an image that codeexec's docker mode runs code in, on a host that
-# may not be able to pull base images from a registry.
+# may not be able to pull base images from a registry. (docker mode builds a
+# missing codeexec-sandbox:latest or :datascience by itself at start, from
+# the same Dockerfile embedded in the binary, on a base it pulls; this
+# script is for hosts that cannot pull one, and for other names.)
 #
 # Usage: docker/build-sandbox-image.sh [--profile default|datascience] [--image NAME]
 #
@@ -9,8 +12,9 @@
 #                          scipy, and the figure hook     → codeexec-sandbox:datascience
 #   --image NAME           tag the result NAME instead
 #
-# Both profiles are stages of docker/sandbox/Dockerfile on the same base; the
-# data-science one starts from the default one, so it reuses its layers.
+# Both profiles are stages of sandbox/docker/image/Dockerfile (the one copy,
+# which the codeexec binary embeds) on the same base; the data-science one
+# starts from the default one, so it reuses its layers.
 #
 # If the base image is missing, it is bootstrapped from Debian's package
 # mirror with debootstrap (installed with apt-get if needed; needs root) and
@@ -88,15 +92,17 @@ else
     log "imported base image $base"
 fi
 
-# The build context: docker/sandbox and the figure hook's one copy, which
-# lives with the Go code that embeds it (sandbox/datascience).
+# The build context, as docker mode's own build makes it: the Dockerfile and
+# the figure hook, each the one copy that the Go code embeds
+# (sandbox/docker/image, sandbox/datascience).
+dockerfile="$root/sandbox/docker/image/Dockerfile"
 context="$(mktemp -d /tmp/codeexec-build.XXXXXX)"
 trap 'rm -rf "$context"' EXIT
-cp -R "$here/sandbox/." "$context/"
+cp "$dockerfile" "$context/Dockerfile"
 cp -R "$root/sandbox/datascience/codeexec_mpl" "$context/codeexec_mpl"
 find "$context/codeexec_mpl" -name __pycache__ -prune -exec rm -rf {} +
 
-log "building $image (profile $profile) from $here/sandbox (base $base)"
+log "building $image (profile $profile) from $dockerfile (base $base)"
 DOCKER_BUILDKIT=0 docker build --force-rm --build-arg "BASE=$base" --target "$profile" -t "$image" "$context" >&2 \
     || die "docker build of $image failed"
 log "done: $image ($(docker image inspect --format '{{.Size}}' "$image") bytes)"

@@ -55,8 +55,10 @@ func newMode(ctx context.Context, cfg *configs.Config, log *slog.Logger) (mode, 
 			log.Info("docker mode's warm pool is off: with CODE_EXEC_RUN_TOKEN_KEY each run's container is created with its token", "CODE_EXEC_DOCKER_POOL_SIZE", pool)
 			pool = 0
 		}
-		r, err := docker.New(ctx, docker.Config{Image: cfg.DockerImage, Runtime: cfg.DockerRuntime, Languages: cfg.Languages, Logger: log,
-			PoolSize: pool, PoolLimits: runLimits(cfg, cfg.Timeout), Egress: egressProxy, Workspace: workspace(cfg), PackagesCache: cache})
+		dc := dockerConfig(cfg)
+		dc.Languages, dc.Logger, dc.PoolSize, dc.PoolLimits = cfg.Languages, log, pool, runLimits(cfg, cfg.Timeout)
+		dc.Egress, dc.Workspace, dc.PackagesCache = egressProxy, workspace(cfg), cache
+		r, err := docker.New(ctx, dc)
 		if err != nil {
 			return mode{}, err
 		}

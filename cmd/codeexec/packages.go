@@ -49,8 +49,9 @@ func newPackages(ctx context.Context, cfg *configs.Config, runner sandbox.Runner
 		// The install containers are locked down like run containers
 		// (no warm pool: each install is a container of its own); the
 		// engine binds the cache's folders, so it must be local.
-		install, err = docker.New(ctx, docker.Config{Image: cfg.DockerImage, Runtime: cfg.DockerRuntime, Languages: langs, Logger: log,
-			Egress: indexProxy})
+		dc := dockerConfig(cfg)
+		dc.Languages, dc.Logger, dc.Egress = langs, log, indexProxy
+		install, err = docker.New(ctx, dc)
 	case sandbox.ModeProcess:
 		disable, perr := process.ParseFeatures(cfg.ProcessDisable)
 		if perr != nil {

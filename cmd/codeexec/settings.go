@@ -8,6 +8,8 @@ import (
 
 	"github.com/codeexec/codeexec/configs"
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/docker"
+	"github.com/codeexec/codeexec/sandbox/docker/image"
 	"github.com/codeexec/codeexec/sandbox/egress"
 	"github.com/codeexec/codeexec/sandbox/packages"
 	"github.com/codeexec/codeexec/sandbox/process"
@@ -33,6 +35,12 @@ func checkSettings(cfg *configs.Config) error {
 		return err
 	}
 	return nil
+}
+
+// dockerConfig is what every docker.Runner of the server shares: the
+// sandbox image, how a missing one is fetched, and the runtime.
+func dockerConfig(cfg *configs.Config) docker.Config {
+	return docker.Config{Image: cfg.DockerImage, BaseImage: cfg.DockerBaseImage, Pull: image.Policy(cfg.DockerPull), Runtime: cfg.DockerRuntime}
 }
 
 // runLimits are the operator's limits of one run with timeout.

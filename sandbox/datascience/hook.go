@@ -7,8 +7,10 @@
 // mode; and Probe, which tells which notable packages an interpreter has.
 //
 // The hook's source is codeexec_mpl/__init__.py in this folder, the one
-// copy: the Go binary embeds it for process and none modes (Install, NewEnv),
-// and docker/build-sandbox-image.sh copies it into the data-science image. A
+// copy: the Go binary embeds it for process and none modes (Install, NewEnv)
+// and for docker mode's build of the data-science image (Files, in the build
+// context of sandbox/docker/image), and docker/build-sandbox-image.sh copies
+// it into that image from a checkout. A
 // python activates it with MPLBACKEND=module://codeexec_mpl (see HookEnv);
 // matplotlib imports it only when a program makes its first figure, so
 // programs that do not plot pay nothing.
@@ -30,6 +32,10 @@ const Module = "codeexec_mpl"
 
 //go:embed codeexec_mpl/*.py
 var files embed.FS
+
+// Files returns the module's files: the folder Module and what it holds,
+// as they are copied into an image.
+func Files() fs.FS { return files }
 
 // Source returns the module's source (its __init__.py).
 func Source() []byte {

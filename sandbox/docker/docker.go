@@ -55,6 +55,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/docker/image"
 	"github.com/codeexec/codeexec/sandbox/egress/proxy"
 	"github.com/codeexec/codeexec/sandbox/internal/lifecycle"
 	"github.com/codeexec/codeexec/sandbox/internal/warmpool"
@@ -62,10 +63,11 @@ import (
 
 // Defaults and names that other programs (scripts, docs, tests) rely on.
 const (
-	// DefaultImage is the image used when Config.Image is empty.
-	DefaultImage = "codeexec-sandbox:latest"
-	// BuildCommand is the script, relative to the repository root, that
-	// builds DefaultImage.
+	// DefaultImage is the image used when Config.Image is empty; New builds
+	// it when the engine lacks it (see sandbox/docker/image).
+	DefaultImage = image.DefaultImage
+	// BuildCommand is the script, in a checkout of codeexec, that builds
+	// the sandbox images by hand.
 	BuildCommand = "docker/build-sandbox-image.sh"
 
 	// LabelManaged marks every container codeexec creates (value "true").
@@ -105,8 +107,20 @@ const (
 
 // Config configures a Runner.
 type Config struct {
-	// Image is the sandbox image (CODE_EXEC_DOCKER_IMAGE); "" means DefaultImage.
+	// Image is the sandbox image (CODE_EXEC_DOCKER_IMAGE); "" means
+	// DefaultImage. When the engine lacks it, New pulls it if its name
+	// names a registry, or builds it if it is one of codeexec's own images
+	// (see image.Fetcher), unless Pull is image.PullNever.
 	Image string
+	// BaseImage is the base that a build of codeexec's own image starts
+	// from (CODE_EXEC_DOCKER_BASE_IMAGE); "" means image.DefaultBase.
+	BaseImage string
+	// Pull is CODE_EXEC_DOCKER_PULL; "" means image.PullMissing.
+	Pull image.Policy
+	// builds maps the images New builds when missing to their stage of
+	// the Dockerfile; nil means image.Targets (tests name images of their
+	// own, so as never to touch the real ones).
+	builds map[string]string
 	// Runtime is the OCI runtime to use (CODE_EXEC_DOCKER_RUNTIME), for
 	// example "runsc"; "" means the engine's default. New fails when the
 	// engine does not know it.
@@ -218,8 +232,10 @@ type engineFacts struct {
 // image once.
 //
 // An unreachable engine gives an error wrapping sandbox.ErrSandboxUnavailable.
-// A missing image gives an error wrapping sandbox.ErrSandboxUnavailable that
-// names the command that builds it.
+// A missing image is pulled or built first (see Config.Image); one that
+// cannot be gives an error wrapping sandbox.ErrSandboxUnavailable that says
+// why and the exact command that gets it. Cancelling ctx stops a pull or a
+// build, which then leaves no name behind.
 // The caller must Close the returned Runner.
 func New(ctx context.Context, cfg Config) (*Runner, error) {
 	if cfg.Image == "" {
@@ -356,13 +372,16 @@ func isGVisor(name, path string) bool {
 	return name == "runsc" || filepath.Base(path) == "runsc"
 }
 
-// checkImage makes sure the image exists and decides which user runs code.
+// checkImage makes sure the image exists, fetching it when it is missing,
+// and decides which user runs code.
 func (r *Runner) checkImage(ctx context.Context) error {
-	ictx, cancel := context.WithTimeout(ctx, engineTimeout)
-	defer cancel()
-	img, err := r.cli.ImageInspect(ictx, r.cfg.Image)
+	img, err := r.inspectImage(ctx)
 	if cerrdefs.IsNotFound(err) {
-		return fmt.Errorf("docker: %w: the sandbox image %s is not on the Docker Engine at %s; build it with %s (or set CODE_EXEC_DOCKER_IMAGE)", sandbox.ErrSandboxUnavailable, r.cfg.Image, r.engine.host, BuildCommand)
+		f := image.Fetcher{Engine: r.cli, Host: r.engine.host, Base: r.cfg.BaseImage, Policy: r.cfg.Pull, Targets: r.cfg.builds, Logger: r.log}
+		if err := f.Fetch(ctx, r.cfg.Image); err != nil {
+			return fmt.Errorf("docker: %w: %w", sandbox.ErrSandboxUnavailable, err)
+		}
+		img, err = r.inspectImage(ctx)
 	}
 	if err != nil {
 		return fmt.Errorf("docker: %w: inspecting the image %s failed (%v)", sandbox.ErrSandboxUnavailable, r.cfg.Image, err)
@@ -376,6 +395,13 @@ func (r *Runner) checkImage(ctx context.Context) error {
 		r.user = fallbackUser
 	}
 	return nil
+}
+
+// inspectImage inspects the sandbox image.
+func (r *Runner) inspectImage(ctx context.Context) (client.ImageInspectResult, error) {
+	ictx, cancel := context.WithTimeout(ctx, engineTimeout)
+	defer cancel()
+	return r.cli.ImageInspect(ictx, r.cfg.Image)
 }
 
 // isRootUser reports whether an image USER value means root (or is unset).

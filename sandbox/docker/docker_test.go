@@ -22,6 +22,7 @@ import (
 	"golang.org/x/tools/txtar"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/docker/image"
 	"github.com/codeexec/codeexec/sandbox/internal/runproto"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 )
@@ -152,6 +153,13 @@ func (w tWriter) Write(p []byte) (int, error) {
 // checks that it left no container behind.
 func newRunner(t testing.TB, cfg Config) (*Runner, *client.Client) {
 	t.Helper()
+	return newRunnerWithin(t, cfg, 2*time.Minute)
+}
+
+// newRunnerWithin is newRunner, giving New up to wait to start (a start
+// that builds its image takes minutes).
+func newRunnerWithin(t testing.TB, cfg Config, wait time.Duration) (*Runner, *client.Client) {
+	t.Helper()
 	cli := engine(t)
 	if cfg.Image == "" {
 		cfg.Image = testImage()
@@ -162,7 +170,7 @@ func newRunner(t testing.TB, cfg Config) (*Runner, *client.Client) {
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger(t)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	r, err := New(ctx, cfg)
 	if err != nil {
@@ -191,6 +199,25 @@ func instanceContainers(t testing.TB, cli *client.Client, instance string) int {
 		t.Fatalf("listing containers: %v", err)
 	}
 	return len(list.Items)
+}
+
+// labelledContainers returns the ids of the containers on the engine that
+// carry every one of labels (key=value).
+func labelledContainers(ctx context.Context, t testing.TB, cli *client.Client, labels ...string) []string {
+	t.Helper()
+	f := make(client.Filters)
+	for _, l := range labels {
+		f.Add("label", l)
+	}
+	list, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		t.Fatalf("listing containers: %v", err)
+	}
+	var ids []string
+	for _, c := range list.Items {
+		ids = append(ids, c.ID)
+	}
+	return ids
 }
 
 // servedBy records which containers served the runs of each test Runner;
@@ -344,10 +371,14 @@ func TestNewErrors(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	t.Run("missing image names the build command", func(t *testing.T) {
-		_, err := New(ctx, Config{Image: "codeexec-no-such-image:test"})
-		if err == nil || !strings.Contains(err.Error(), BuildCommand) {
-			t.Fatalf("err = %v, want a message naming %s", err, BuildCommand)
+	t.Run("missing image of codeexec's own, with CODE_EXEC_DOCKER_PULL=never, names the build command of its profile", func(t *testing.T) {
+		// A made-up name that New takes for the data-science image: the real
+		// ones are never touched.
+		img := "codeexec-test-" + newInstanceID() + ":datascience"
+		_, err := New(ctx, Config{Image: img, Pull: image.PullNever, builds: map[string]string{img: image.TargetDataScience}})
+		want := "from a checkout of codeexec (github.com/codeexec/codeexec): `" + BuildCommand + " --profile datascience --image " + img + "`"
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "CODE_EXEC_DOCKER_PULL=never") {
+			t.Fatalf("err = %v, want a message that says CODE_EXEC_DOCKER_PULL=never and %s", err, want)
 		}
 	})
 	t.Run("unknown runtime", func(t *testing.T) {

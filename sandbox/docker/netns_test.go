@@ -1,12 +1,8 @@
 package docker
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 	"sync"
@@ -166,52 +162,6 @@ USER 10001:10001
 	if !strings.HasPrefix(res.Stdout, "pong ") {
 		t.Fatalf("localhost in a run: stdout %q stderr %q", res.Stdout, res.Stderr)
 	}
-}
-
-// buildTestImage builds dockerfile (which may use nothing from a context)
-// with the classic builder, tagged for this test, and removes it at the end.
-func buildTestImage(t *testing.T, cli *client.Client, dockerfile string) string {
-	t.Helper()
-	var ctxTar bytes.Buffer
-	tw := tar.NewWriter(&ctxTar)
-	if err := tw.WriteHeader(&tar.Header{Name: "Dockerfile", Mode: 0o644, Size: int64(len(dockerfile))}); err != nil {
-		t.Fatal(err)
-	}
-	_, _ = tw.Write([]byte(dockerfile))
-	_ = tw.Close()
-	tag := "codeexec-test-" + strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())) + ":" + newInstanceID()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	res, err := cli.ImageBuild(ctx, &ctxTar, client.ImageBuildOptions{Tags: []string{tag}, Remove: true, ForceRemove: true})
-	if err != nil {
-		t.Fatalf("building a test image: %v", err)
-	}
-	defer res.Body.Close()
-	var log strings.Builder
-	dec := json.NewDecoder(res.Body)
-	for {
-		var m struct {
-			Stream string `json:"stream"`
-			Error  string `json:"error"`
-		}
-		if err := dec.Decode(&m); err == io.EOF {
-			break
-		} else if err != nil {
-			t.Fatalf("reading the build output: %v", err)
-		}
-		log.WriteString(m.Stream)
-		if m.Error != "" {
-			t.Fatalf("building a test image: %s\n%s", m.Error, log.String())
-		}
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if _, err := cli.ImageRemove(ctx, tag, client.ImageRemoveOptions{Force: true, PruneChildren: true}); err != nil {
-			t.Errorf("removing the test image %s: %v", tag, err)
-		}
-	})
-	return tag
 }
 
 // TestDecideNetns: the runtime's own namespace stays only with loopback

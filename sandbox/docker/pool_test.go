@@ -45,15 +45,7 @@ func warmIDs(t testing.TB, cli *client.Client, r *Runner) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	list, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", LabelInstance+"="+r.instance).Add("label", LabelRole+"="+rolePool)})
-	if err != nil {
-		t.Fatalf("listing containers: %v", err)
-	}
-	var ids []string
-	for _, c := range list.Items {
-		ids = append(ids, c.ID)
-	}
-	return ids
+	return labelledContainers(ctx, t, cli, LabelInstance+"="+r.instance, LabelRole+"="+rolePool)
 }
 
 // warmOnly is a Runner that waits for a warm container before each run, so

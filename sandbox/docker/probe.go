@@ -59,7 +59,7 @@ func (r *Runner) parseProbe(out string) ([]sandbox.LanguageStatus, error) {
 	r.uid = p.UID
 	r.relayPython = p.Python3
 	if !p.EnvDefaultSignal {
-		return nil, fmt.Errorf("docker: %w: the image %s lacks env --default-signal (GNU coreutils 8.31 or newer), which the run supervisor needs; rebuild it with %s", sandbox.ErrSandboxUnavailable, r.cfg.Image, BuildCommand)
+		return nil, fmt.Errorf("docker: %w: the image %s lacks env --default-signal (GNU coreutils 8.31 or newer), which the run supervisor needs; use an image of Debian bookworm or newer (codeexec's own images are built anew from the Dockerfile embedded in codeexec after `docker image rm %s` and a restart)", sandbox.ErrSandboxUnavailable, r.cfg.Image, r.cfg.Image)
 	}
 	r.decideNetns(p.Localhost, p.NetIfs)
 	warning, err := r.checkWorkspace(p.Other)
@@ -88,7 +88,7 @@ func (r *Runner) decideNetns(localhost bool, netifs []string) {
 		r.log.Warn("a probe container without the engine's network sandbox saw other interfaces than loopback; containers use network mode none", "interfaces", strings.Join(netifs, ","))
 	case !localhost:
 		r.ownNetns = false
-		r.log.Warn("the image does not resolve localhost by itself (no nss-myhostname, see docker/sandbox/Dockerfile): each container gets the engine's network sandbox, which costs more CPU per container", "image", r.cfg.Image)
+		r.log.Warn("the image does not resolve localhost by itself (no nss-myhostname, see sandbox/docker/image/Dockerfile): each container gets the engine's network sandbox, which costs more CPU per container", "image", r.cfg.Image)
 	}
 }
 
