@@ -19,9 +19,10 @@
 // The program and its input reach the pod over pods/attach, with the same
 // protocol as docker mode's containers (sandbox/internal/runproto): PID 1 is
 // the supervisor, the interpreter is already loaded and waits for the
-// program on stdin (StdinOnce), and the run ends by the protocol's rule,
-// with the pod's container status as the runtime's word on how PID 1
-// exited. With Config.PoolSize > 0 a warm pool keeps that many pods per
+// program on stdin (StdinOnce), and the run ends by the protocol's rule:
+// at the python supervisor's secret trailers, or, with the shell one, with
+// the pod's container status as the runtime's word on how PID 1 exited.
+// With Config.PoolSize > 0 a warm pool keeps that many pods per
 // language started and attached ahead of demand (see pool.go); each serves
 // one run.
 //
@@ -193,7 +194,8 @@ type Runner struct {
 	runs     sync.WaitGroup      // Run calls in flight
 	removals sync.WaitGroup      // background releases in flight
 
-	onRun func(name string, warm bool) // tests: which pod served a run
+	onRun func(name string, warm bool)         // tests: which pod served a run
+	onEnd func(name string, bySupervisor bool) // tests: whether the secret supervisor's trailers ended a run
 
 	done        chan struct{}   // closed by Close
 	doneCtx     context.Context // ends at Close

@@ -58,6 +58,7 @@ type podSpec struct {
 	deadline time.Time      // after it, the pod is a leftover anyone may remove
 	framed   bool           // cmd is the run supervisor, whose output is framed
 	nonce    string         // the supervisor's trailer nonce when framed: the first line of its stdin
+	secret   bool           // the supervisor keeps its nonce from the program (runproto.Supervisor.Secret)
 	egress   bool           // the pod reaches the egress proxy through a relay (egress.go)
 }
 
@@ -71,6 +72,7 @@ type podSession struct {
 	deadline time.Time
 	out      *runproto.Streams
 	nonce    string
+	secret   bool // a trailer with the nonce is the supervisor's (runproto.Supervisor.Secret)
 	state    *podState
 
 	stdin      *io.PipeWriter     // the program's input goes here
@@ -252,18 +254,20 @@ func (r *Runner) podObject(name string, spec podSpec) *corev1.Pod {
 // its role and deadline differ between the two.
 func (r *Runner) runSpec(lang string, lim sandbox.Limits, role string, deadline time.Time) podSpec {
 	cl := containerLimits(lim)
+	// Hold: containerd 1.6's CRI can lose what a container wrote just
+	// before it exited (seen on the test cluster: the end of an archive of
+	// artifacts), so PID 1 waits for the server's word. The python
+	// supervisor keeps its nonce from the program.
+	sup := runproto.Supervisor{Python: r.python, Before: ulimits(cl), Hold: true}
 	return podSpec{
-		role: role,
-		lang: lang,
-		// hold: containerd 1.6's CRI can lose what a container wrote just
-		// before it exited (seen on the test cluster: the end of an
-		// archive of artifacts), so PID 1 waits for the server's word. The
-		// python supervisor keeps its nonce from the program.
-		cmd:      runproto.Command(lang, r.interps[lang], runproto.Supervisor{Python: r.python, Before: ulimits(cl), Hold: true}),
+		role:     role,
+		lang:     lang,
+		cmd:      runproto.Command(lang, r.interps[lang], sup),
 		limits:   cl,
 		deadline: deadline,
 		framed:   true,
 		nonce:    runproto.NewNonce(),
+		secret:   sup.Secret(),
 		egress:   r.cfg.Egress != nil,
 	}
 }
@@ -294,6 +298,7 @@ func (r *Runner) start(ctx context.Context, spec podSpec) (*podSession, error) {
 		name: name, lang: spec.lang, limits: spec.limits, deadline: spec.deadline,
 		out:        runproto.NewStreams(spec.framed, spec.nonce),
 		nonce:      spec.nonce,
+		secret:     spec.secret,
 		state:      st,
 		streamDone: make(chan struct{}),
 		exitedC:    make(chan struct{}),

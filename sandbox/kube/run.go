@@ -98,15 +98,21 @@ func (r *Runner) observe(name string, warm bool) {
 }
 
 // exchange feeds input to a started session, collects its output within
-// the limits, and returns once the program has ended: once the pod's
-// stream has ended and its status says how its container ended. The result
-// is the supervisor's only when its container exited 0 and its trailer ends
-// stderr (runproto's rule); otherwise the pod's status decides. It deletes
-// the pod on timeout, on output overflow, when ctx ends and when the Runner
-// closes, and returns once the pod's stream has ended (every process of the
-// run is gone) or drainTimeout passed. The timeout starts when the input is
-// handed over and runs until the stream's end, the archive of the working
-// directory included. The caller releases the session.
+// the limits, and returns once the program has ended. With a supervisor
+// that keeps its nonce secret (podSession.secret), that is when both its
+// trailers and the archive of the working directory have arrived: it wrote
+// them once every process of the program was gone, and no process of the
+// run can forge them, so the kubelet's report of the container's exit,
+// about a second later, is not waited for. Otherwise it is once the pod's
+// stream has ended and its status says how its container ended, and the
+// result is the supervisor's only when its container exited 0 and its
+// trailer ends stderr (runproto's rule). When the supervisor's end is not
+// there, the pod's status decides. It deletes the pod on timeout, on
+// output overflow, when ctx ends and when the Runner closes, and returns
+// once the pod's stream has ended (every process of the run is gone) or
+// drainTimeout passed. The timeout starts when the input is handed over
+// and runs until the end, the archive of the working directory included.
+// The caller releases the session.
 //
 // fault is set when a warm session (warm) ended before its bootstrap took
 // the program: the program never ran, and the run may be retried elsewhere.
@@ -142,9 +148,20 @@ func (r *Runner) exchange(ctx context.Context, s *podSession, input io.Reader, l
 		late   <-chan time.Time // the status or the output is late
 	)
 	streamC, exitedC := s.streamDone, s.exitedC
+	var endC <-chan struct{} // the secret supervisor's end
+	if s.secret && s.out.Framed() {
+		endC = supervisorEnd(s)
+	}
+	var bySupervisor bool
 wait:
 	for streamC != nil || exitedC != nil {
 		select {
+		case <-endC:
+			bySupervisor = true
+			if res.Duration == 0 {
+				res.Duration = time.Since(started)
+			}
+			break wait
 		case <-streamC:
 			streamC = nil
 			// The program's time ends with its output; the kubelet's
@@ -192,9 +209,16 @@ wait:
 	out.Fill(res)
 
 	status, ooms, ok := s.out.Finished(isClosed(s.streamDone), isClosed(s.exitedC) && !s.exit.gone && s.exit.code == 0)
+	if bySupervisor {
+		status, ooms, ok = s.out.Final()
+	}
 	if ok && !killed {
-		// The supervisor's end: it exited by itself, after every process
-		// of the program, and its trailer was the last thing on stderr.
+		// The supervisor's end: its secret trailers came, or it exited by
+		// itself, after every process of the program, and its trailer was
+		// the last thing on stderr.
+		if r.onEnd != nil {
+			r.onEnd(s.name, bySupervisor)
+		}
 		res.ExitCode = status
 		switch {
 		case status == 0:
@@ -253,18 +277,43 @@ wait:
 // output looks settled: both trailers and the archive have arrived. It gives
 // up when the stream ends.
 func (r *Runner) sayBye(s *podSession) {
+	if awaitSettled(s) {
+		_, _ = io.WriteString(s.stdin, runproto.Bye(s.nonce))
+	}
+}
+
+// awaitSettled waits until the output looks settled, both trailers and
+// the archive there (runproto.Streams.Settled), and reports true, or until
+// the pod's stream ends first (false).
+func awaitSettled(s *podSession) bool {
 	for {
 		ok, changed := s.out.Settled()
 		if ok {
-			_, _ = io.WriteString(s.stdin, runproto.Bye(s.nonce))
-			return
+			return true
 		}
 		select {
 		case <-changed:
 		case <-s.streamDone:
-			return
+			return false
 		}
 	}
+}
+
+// supervisorEnd returns a channel that is closed once a supervisor whose
+// nonce is secret has ended the run: both its trailers, with the same
+// status, and the archive of the working directory have arrived. It is
+// never closed if the stream ends first.
+func supervisorEnd(s *podSession) <-chan struct{} {
+	c := make(chan struct{})
+	go func() {
+		if !awaitSettled(s) {
+			return
+		}
+		if _, _, ok := s.out.Final(); ok && s.out.ArchiveTrusted() {
+			close(c)
+		}
+	}()
+	return c
 }
 
 // kill ends a run at once: kill -9 -1 in its container (over pods/exec)

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/artifacts"
 	"github.com/codeexec/codeexec/sandbox/kube/kubetest"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 )
@@ -143,6 +144,54 @@ func TestPodGoneAfterRun(t *testing.T) {
 			defer cancel()
 			if err := waitGone(ctx, r, names[len(names)-1]); err != nil {
 				t.Fatalf("the run's pod %s is still there: %v", names[len(names)-1], err)
+			}
+		})
+	}
+}
+
+// TestSecretTrailersEndTheRun checks what ends a run. With the python
+// supervisor, whose nonce no process of the run can read, its trailers and
+// the archive after them end it, and the kubelet's report of the
+// container's exit (about a second later) is not waited for; with the
+// shell one (an image without python3), whose nonce the program can find,
+// only the pod's status can say that the supervisor ended by itself, and
+// the run waits for it. Either way the result is the program's: its exit
+// status, its output and its artifacts.
+func TestSecretTrailersEndTheRun(t *testing.T) {
+	for _, sup := range []string{"python", "shell"} {
+		t.Run(sup, func(t *testing.T) {
+			cfg := Config{Languages: []string{"python"}}
+			if sup == "python" {
+				cfg.PoolSize, cfg.PoolLimits = 1, sandboxtest.DefaultLimits()
+			}
+			r := newRunner(t, cfg)
+			if sup == "shell" {
+				// As for an image without python3, before anything
+				// starts a pod.
+				r.python = ""
+			}
+			var mu sync.Mutex
+			var ends []bool
+			r.onEnd = func(_ string, bySupervisor bool) {
+				mu.Lock()
+				defer mu.Unlock()
+				ends = append(ends, bySupervisor)
+			}
+			for i := range 2 {
+				req := sandboxtest.Req("python", "import sys\nopen('out.txt', 'w').write('x' * 5000)\nprint(2**64)\nsys.exit(3)")
+				req.Artifacts = &artifacts.Options{MaxArtifacts: 20, MaxBytes: 16 << 20}
+				res := run(t, r, req)
+				if res.ExitCode != 3 || res.Stdout != "18446744073709551616\n" || res.TimedOut {
+					t.Fatalf("run %d: %+v", i, res)
+				}
+				if c := res.Artifacts; c == nil || len(c.Artifacts) != 1 || c.Artifacts[0].Size != 5000 || c.Incomplete != "" {
+					t.Fatalf("run %d: artifacts %+v", i, c)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if want := []bool{sup == "python", sup == "python"}; !slices.Equal(ends, want) {
+				t.Errorf("runs ended by the secret trailers: %v, want %v", ends, want)
 			}
 		})
 	}

@@ -70,8 +70,9 @@
 // change its OOM score, and it writes its trailers only when nothing of the
 // program is alive: a trailer with its nonce is its own
 // (Supervisor.Secret), and docker mode ends the run when the trailers have
-// come on both streams (Streams.Trailers). Kubernetes mode waits for the
-// end of the stream either way (it must say Bye and let the stream drain).
+// come on both streams (Streams.Trailers); kubernetes mode when the archive
+// has come too (Streams.Settled), and it says Bye and deletes the pod
+// without waiting for the kubelet to report the container's exit.
 // With the shell supervisor, a trailer proves nothing by itself, and the
 // run ends when, and only when, three things hold: the attach stream has
 // ended (every process of the container is gone: nothing can write after
