@@ -220,6 +220,7 @@ func serve(ctx context.Context, cfg *configs.Config, env map[string]string, stdi
 
 	opts := serverOptions(cfg, log, consoleURL)
 	opts.Progress, opts.Tasks, opts.TaskLifetime, opts.Principals = m, store, taskLifetime, reg
+	opts.Replicas = newReplicas(cfg, log)
 	if c.packages != nil {
 		opts.Packages = c.packages
 	}
@@ -263,6 +264,7 @@ func newTaskStore(cfg *configs.Config, m *metrics.Metrics) (*tasks.Memory, time.
 		MaxClientTasks: cfg.MaxTasksPerClient,
 		MaxBytes:       int64(cfg.MaxTaskBytes),
 		MaxClientBytes: int64(cfg.MaxTaskBytesPerClient),
+		IDPrefix:       idPrefix(cfg),
 		OnChange: func(c map[tasks.Status]int) {
 			counts := map[string]int{}
 			for st, n := range c {
