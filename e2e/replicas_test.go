@@ -26,9 +26,10 @@ const peerToken = "e2e-peer-token-0123456789abcdef0123456789"
 type replicaSet struct {
 	ids     []string
 	servers map[string]*server
-	// metrics are the replicas' metrics addresses (their /readyz).
-	metrics map[string]string
-	lb      *server // baseURL is HAProxy's; transport http
+	// metrics are the replicas' metrics addresses (their /readyz), admin
+	// their approvals consoles' (used where extra settings say {admin}).
+	metrics, admin map[string]string
+	lb             *server // baseURL is HAProxy's; transport http
 }
 
 // freeAddr is a loopback address nobody listens on (freePort's).
@@ -39,13 +40,14 @@ func freeAddr(t *testing.T) string { return fmt.Sprintf("127.0.0.1:%d", freePort
 func startReplicas(t *testing.T, n int, extra map[string]string) *replicaSet {
 	t.Helper()
 	haproxy := haproxyPath(t)
-	rs := &replicaSet{servers: map[string]*server{}, metrics: map[string]string{}}
+	rs := &replicaSet{servers: map[string]*server{}, metrics: map[string]string{}, admin: map[string]string{}}
 	addrs := map[string]string{}
 	for i := 1; i <= n; i++ {
 		id := fmt.Sprintf("r%d", i)
 		rs.ids = append(rs.ids, id)
 		addrs[id] = freeAddr(t)
 		rs.metrics[id] = freeAddr(t)
+		rs.admin[id] = freeAddr(t)
 	}
 	for _, id := range rs.ids {
 		var peers []string
@@ -63,7 +65,7 @@ func startReplicas(t *testing.T, n int, extra map[string]string) *replicaSet {
 			"CODE_EXEC_ADMIN_ADDR":   "off",
 		})
 		for k, v := range extra {
-			env[k] = strings.ReplaceAll(v, "{id}", id)
+			env[k] = strings.ReplaceAll(v, "{admin}", rs.admin[id])
 		}
 		rs.servers[id] = startHTTP(t, http_, env, "--addr", addrs[id])
 	}
@@ -335,4 +337,69 @@ func TestReplicasBehindLoadBalancer(t *testing.T) {
 			}
 		}
 	})
+}
+
+const consoleToken = "e2e-console-token-0123456789abcdef"
+
+// approvalsCLI runs `codeexec approvals ARGS` against the console of a
+// replica; it returns stdout, stderr and the error.
+func approvalsCLI(t *testing.T, addr string, args ...string) (string, string, error) {
+	t.Helper()
+	cmd := exec.Command(binPath, append([]string{"approvals"}, args...)...)
+	cmd.Env = []string{"CODE_EXEC_ADMIN_ADDR=" + addr, "CODE_EXEC_ADMIN_TOKEN=" + consoleToken, "PATH=" + os.Getenv("PATH")}
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	return stdout.String(), stderr.String(), err
+}
+
+// TestReplicasApprovals: behind HAProxy, a run that waits for approval on
+// one replica is listed by every replica's console and CLI, approved
+// through another replica's, and proceeds; a replica that is down is said
+// in the list, not hidden.
+func TestReplicasApprovals(t *testing.T) {
+	t.Parallel()
+	rs := startReplicas(t, 2, map[string]string{
+		"CODE_EXEC_APPROVAL":         "always",
+		"CODE_EXEC_APPROVAL_ELICIT":  "false",
+		"CODE_EXEC_ADMIN_ADDR":       "{admin}",
+		"CODE_EXEC_ADMIN_TOKEN":      consoleToken,
+		"CODE_EXEC_APPROVAL_KEY":     "e2e-approval-key-0123456789abcdef0123",
+		"CODE_EXEC_APPROVAL_TIMEOUT": "5m",
+	})
+	cs := dial(t, rs.lb, connectOpts{})
+	answer := callAsync(cs, &mcp.CallToolParams{Name: "code_execute", Arguments: map[string]any{"language": "bash", "code": "echo approved on another replica"}})
+
+	// Whichever replica asks, each console lists the request.
+	var id string
+	for _, r := range rs.ids {
+		console := &approvalServer{console: "http://" + rs.admin[r] + "/", token: consoleToken}
+		id = console.waitPending(t, 1)[0]
+	}
+	asker := owner(id)
+	if rs.servers[asker] == nil {
+		t.Fatalf("approval request id %q names no replica", id)
+	}
+	other := rs.other(asker)
+	out, errOut, err := approvalsCLI(t, rs.admin[other], "list")
+	if err != nil || !strings.Contains(out, id) {
+		t.Fatalf("codeexec approvals list on %s's console: %v\n%s%s", other, err, out, errOut)
+	}
+	out, errOut, err = approvalsCLI(t, rs.admin[other], "approve", id, "--by", "e2e")
+	if err != nil {
+		t.Fatalf("codeexec approvals approve %s on %s's console: %v\n%s%s", id, other, err, out, errOut)
+	}
+	a := <-answer
+	wantRan(t, a.res, a.err, "approved on another replica\n")
+
+	// A replica down is said, and the others' requests are still listed.
+	dead := rs.servers[asker]
+	if err := dead.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-dead.done
+	out, errOut, err = approvalsCLI(t, rs.admin[other], "list")
+	if err != nil || !strings.Contains(errOut, "the requests of replica "+asker+" are not listed") || !strings.Contains(out, "No run is waiting") {
+		t.Errorf("codeexec approvals list with %s down: %v\nstdout %q\nstderr %q", asker, err, out, errOut)
+	}
 }

@@ -8,6 +8,7 @@ import (
 
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
+	"github.com/codeexec/codeexec/approvals"
 	"github.com/codeexec/codeexec/sandbox/artifacts"
 	"github.com/codeexec/codeexec/server/replicas"
 )
@@ -24,8 +25,8 @@ import (
 //     replica of its MCP session;
 //   - without one (protocol 2026-07-28 has no sessions), the id the
 //     message names: the taskId of tasks/get, tasks/result and
-//     tasks/cancel, the session_id argument of a tool call, the URI of
-//     resources/read.
+//     tasks/cancel, the session_id argument of a tool call (or the
+//     approval request of its requestState), the URI of resources/read.
 //
 // A request whose id is another replica's is forwarded to it (see
 // replicas.Set.Forward); one that names no id, or one of this replica's,
@@ -38,9 +39,10 @@ func (s *Server) route(r *http.Request) replicas.Route {
 		ID     json.RawMessage `json:"id"`
 		Method string          `json:"method"`
 		Params struct {
-			TaskID    string `json:"taskId"`
-			URI       string `json:"uri"`
-			Arguments struct {
+			TaskID       string `json:"taskId"`
+			URI          string `json:"uri"`
+			RequestState string `json:"requestState"`
+			Arguments    struct {
 				SessionID string `json:"session_id"`
 			} `json:"arguments"`
 		} `json:"params"`
@@ -71,6 +73,11 @@ func (s *Server) route(r *http.Request) replicas.Route {
 		rt.What, rt.Replica = "task", replicas.Owner(msg.Params.TaskID)
 	case "tools/call":
 		rt.Replica = replicas.Owner(msg.Params.Arguments.SessionID)
+		if id := approvals.StateRequestID(msg.Params.RequestState); id != "" {
+			// An answer to an approval request goes to the replica that
+			// asked (and issued the state's single-use nonce).
+			rt.What, rt.Replica = "approval request", replicas.Owner(id)
+		}
 	case "resources/read":
 		if runID, _, err := artifacts.ParseURI(msg.Params.URI); err == nil {
 			rt.What, rt.Replica = "artifact", replicas.Owner(runID)

@@ -141,6 +141,13 @@ func (s *Server) HTTPHandler(transport Transport, baseURL string) (http.Handler,
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	root.Handle("/", h)
+	if s.opts.Replicas != nil && s.gate != nil {
+		// The peers' calls for approvals, with the peer token instead of
+		// a principal's.
+		api := peerAPI(s.opts.Replicas, s.gate, s.log)
+		root.Handle(peerApprovalsPath, api)
+		root.Handle(peerApprovalsPath+"/", api)
+	}
 	// Outside the token check: a CORS preflight never carries one.
 	return httpserve.Protect(root, httpserve.Policy{AllowedOrigins: s.opts.AllowedOrigins, CORS: mcpCORS, Log: s.log}), shutdown, nil
 }

@@ -207,7 +207,8 @@ func serve(ctx context.Context, cfg *configs.Config, env map[string]string, stdi
 	announce(log, cfg, c.runner.Capabilities())
 	watchReadiness(ctx, m, c.pool)
 	reloadPrincipals(ctx, reg)
-	consoleURL, removeToken, err := startConsole(ctx, cfg, c.consoleOn, env, c.gate, c.record, log)
+	reps := newReplicas(cfg, log)
+	consoleURL, removeToken, err := startConsole(ctx, cfg, c.consoleOn, env, c.gate, c.record, reps, log)
 	defer removeToken()
 	if err != nil {
 		log.Error("cannot start approvals", "err", err)
@@ -220,7 +221,7 @@ func serve(ctx context.Context, cfg *configs.Config, env map[string]string, stdi
 
 	opts := serverOptions(cfg, log, consoleURL)
 	opts.Progress, opts.Tasks, opts.TaskLifetime, opts.Principals = m, store, taskLifetime, reg
-	opts.Replicas = newReplicas(cfg, log)
+	opts.Replicas = reps
 	if c.packages != nil {
 		opts.Packages = c.packages
 	}

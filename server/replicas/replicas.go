@@ -255,11 +255,13 @@ func (s *Set) Call(ctx context.Context, peer, method, path string, body io.Reade
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if resp.StatusCode/100 != 2 {
 		var e struct{ Error string }
-		_ = json.Unmarshal(b, &e)
+		if json.Unmarshal(b, &e) != nil {
+			b = nil
+		}
 		if e.Error == "" {
 			e.Error = resp.Status
 		}
-		return &PeerError{Peer: peer, Status: resp.StatusCode, Msg: e.Error}
+		return &PeerError{Peer: peer, Status: resp.StatusCode, Msg: e.Error, Body: json.RawMessage(b)}
 	}
 	if out != nil {
 		return json.Unmarshal(b, out)
@@ -267,11 +269,13 @@ func (s *Set) Call(ctx context.Context, peer, method, path string, body io.Reade
 	return nil
 }
 
-// PeerError is a peer's answer other than 2xx.
+// PeerError is a peer's answer other than 2xx: its status, the error it
+// said, and its whole JSON body (nil if it was not JSON).
 type PeerError struct {
 	Peer   string
 	Status int
 	Msg    string
+	Body   json.RawMessage
 }
 
 func (e *PeerError) Error() string { return "replica " + e.Peer + ": " + e.Msg }
