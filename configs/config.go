@@ -227,6 +227,8 @@ type Config struct {
 	PeerToken   string   `env:"PEER_TOKEN" accepted:"a secret of at least 32 characters, the same on every replica" help:"authenticates the replicas of CODE_EXEC_PEERS to each other: sent on every forwarded request and on the replicas' calls for approvals, and checked in constant time; required with CODE_EXEC_PEERS" secret:"true"`
 	ApprovalKey string   `env:"APPROVAL_KEY" accepted:"a secret of at least 32 characters, the same on every replica" help:"the key that signs the approval state a client carries back (MCP multi-round-trip requests), so that every replica checks another's; empty means a random key per start" secret:"true"`
 
+	DrainTimeout time.Duration `env:"DRAIN_TIMEOUT" accepted:"a duration such as 30s (from 0s to 1h)" help:"on SIGTERM or SIGINT over HTTP, /readyz answers 503 at once and new MCP sessions and runs are refused with 503 (a load balancer sends them elsewhere), while runs in flight and the requests of existing sessions go on for at most this long; then the server stops what is left and exits; empty means 30s with CODE_EXEC_PEERS and 0s (stop at once) without"`
+
 	LogLevel  string `env:"LOG_LEVEL" envDefault:"info" accepted:"debug, info, warn or error" help:"least severe log level written (to stderr)"`
 	LogFormat string `env:"LOG_FORMAT" envDefault:"text" accepted:"text or json" help:"log format on stderr: text for people, json for machines"`
 }
@@ -253,6 +255,9 @@ func Load(environ []string) (*Config, error) {
 	c.PythonAllowedImports = normalizeList(c.PythonAllowedImports, func(m string) (string, error) { return m, nil })
 	for _, v := range []*string{&c.WorkspaceMode, &c.PythonPolicy, &c.K8sNetworkCheck, &c.DockerPull, &c.LogLevel, &c.LogFormat} {
 		*v = strings.ToLower(strings.TrimSpace(*v))
+	}
+	if _, set := vars[Prefix+"DRAIN_TIMEOUT"]; !set && len(c.Peers) > 0 {
+		c.DrainTimeout = DefaultReplicaDrain
 	}
 	if errs := slices.DeleteFunc([]error{unknown, c.Validate()}, isNil); len(errs) > 0 {
 		return nil, joinOneLine(errs)

@@ -6,7 +6,12 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"time"
 )
+
+// DefaultReplicaDrain is CODE_EXEC_DRAIN_TIMEOUT of a replica
+// (CODE_EXEC_PEERS) that does not set it.
+const DefaultReplicaDrain = 30 * time.Second
 
 // replicaIDPattern is what a replica id may be: it is the first part of
 // every id the replica issues, before a dot.
@@ -75,6 +80,9 @@ func (c *Config) validateReplicas() []error {
 	}
 	if c.PeerToken != "" && len(c.PeerToken) < 32 {
 		errs = append(errs, fmt.Errorf("CODE_EXEC_PEER_TOKEN is too short (%d characters): use at least 32 random characters, for example from `openssl rand -hex 32`", len(c.PeerToken)))
+	}
+	if c.DrainTimeout < 0 || c.DrainTimeout > time.Hour {
+		errs = append(errs, Invalid("DrainTimeout", c.DrainTimeout, "it is out of range"))
 	}
 	if c.ApprovalKey != "" && len(c.ApprovalKey) < 32 {
 		errs = append(errs, fmt.Errorf("CODE_EXEC_APPROVAL_KEY is too short (%d characters): use at least 32 random characters, for example from `openssl rand -hex 32`", len(c.ApprovalKey)))

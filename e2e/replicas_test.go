@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -401,5 +402,72 @@ func TestReplicasApprovals(t *testing.T) {
 	out, errOut, err = approvalsCLI(t, rs.admin[other], "list")
 	if err != nil || !strings.Contains(errOut, "the requests of replica "+asker+" are not listed") || !strings.Contains(out, "No run is waiting") {
 		t.Errorf("codeexec approvals list with %s down: %v\nstdout %q\nstderr %q", asker, err, out, errOut)
+	}
+}
+
+// TestReplicasDrain: a replica that gets SIGTERM drains: /readyz turns 503
+// at once, new sessions and runs are refused there and go to the other
+// replica through the load balancer, a request of an existing session is
+// still served, and the run in flight finishes before the replica exits 0.
+// Mode none, so that the run waits for a file the test makes.
+func TestReplicasDrain(t *testing.T) {
+	t.Parallel()
+	rs := startReplicas(t, 2, map[string]string{"CODE_EXEC_SANDBOX": "none", "CODE_EXEC_DRAIN_TIMEOUT": "5m", "CODE_EXEC_MAX_TIMEOUT": "5m"})
+	target := rs.servers["r1"]
+	dir := t.TempDir()
+	started, proceed := filepath.Join(dir, "started"), filepath.Join(dir, "proceed")
+	legacy := dial(t, target, connectOpts{protocolVersion: "2025-11-25"})
+	inFlight := callAsync(legacy, &mcp.CallToolParams{Name: "code_execute", Arguments: map[string]any{"language": "bash",
+		"code": fmt.Sprintf("touch %s; while [ ! -e %s ]; do sleep 0.05; done; echo finished after the drain began", started, proceed), "timeout_seconds": 300}})
+	waitFor(t, eventWait, "the run to start", func() bool { _, err := os.Stat(started); return err == nil })
+
+	if err := target.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, eventWait, "r1's /readyz to answer 503", func() bool {
+		resp, err := http.Get("http://" + rs.metrics["r1"] + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusServiceUnavailable
+	})
+	if _, err := dialErr(t, target, connectOpts{protocolVersion: "2025-11-25"}); err == nil || !strings.Contains(err.Error(), "Service Unavailable") {
+		t.Errorf("a new MCP session on the draining replica: %v, want it refused with 503", err)
+	}
+	modern := &taskClient{t: t, url: target.baseURL + "/mcp", version: "2026-07-28"}
+	resp, err := http.DefaultClient.Do(modern.request("tools/call", `{"name":"code_execute","arguments":{"language":"bash","code":"echo new"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "this server is shutting down") {
+		t.Errorf("a new run on the draining replica: %s %s, want 503 saying the server is shutting down", resp.Status, body)
+	}
+	res, out := execute(t, legacy, map[string]any{"language": "bash", "code": "echo existing session"})
+	if res.IsError || out.Stdout != "existing session\n" {
+		t.Errorf("a call in an existing session while draining: isError=%v stdout=%q", res.IsError, out.Stdout)
+	}
+
+	if !rs.lb.waitLog("be/r1 is DOWN", eventWait) {
+		t.Fatalf("haproxy never took r1 out:\n%s", rs.lb.stderr.String())
+	}
+	elsewhere := dial(t, rs.lb, connectOpts{protocolVersion: "2025-11-25"})
+	if owner(elsewhere.ID()) != "r2" {
+		t.Errorf("a new session through the load balancer went to %q, want r2", elsewhere.ID())
+	}
+	res, out = execute(t, elsewhere, map[string]any{"language": "bash", "code": "echo elsewhere"})
+	if res.IsError || out.Stdout != "elsewhere\n" {
+		t.Errorf("a run through the load balancer while r1 drains: isError=%v stdout=%q", res.IsError, out.Stdout)
+	}
+
+	if err := os.WriteFile(proceed, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := <-inFlight
+	wantRan(t, a.res, a.err, "finished after the drain began\n")
+	if code := target.waitExit(t, eventWait); code != 0 {
+		t.Errorf("exit code %d after the drain, want 0", code)
 	}
 }

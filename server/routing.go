@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -60,28 +61,63 @@ func (s *Server) route(r *http.Request) replicas.Route {
 	}
 	rt := replicas.Route{ID: msg.ID, What: "session", NotFound: true}
 	if id := r.Header.Get(mcpserver.HeaderKeySessionID); id != "" {
-		rt.Replica = replicas.Owner(id)
-		return rt
-	}
-	if id := r.URL.Query().Get("sessionId"); id != "" && r.URL.Path == "/message" {
-		rt.Replica = replicas.Owner(id)
-		return rt
-	}
-	rt.NotFound = false
-	switch msg.Method {
-	case "tasks/get", "tasks/result", "tasks/cancel":
-		rt.What, rt.Replica = "task", replicas.Owner(msg.Params.TaskID)
-	case "tools/call":
-		rt.Replica = replicas.Owner(msg.Params.Arguments.SessionID)
-		if id := approvals.StateRequestID(msg.Params.RequestState); id != "" {
-			// An answer to an approval request goes to the replica that
-			// asked (and issued the state's single-use nonce).
-			rt.What, rt.Replica = "approval request", replicas.Owner(id)
-		}
-	case "resources/read":
-		if runID, _, err := artifacts.ParseURI(msg.Params.URI); err == nil {
-			rt.What, rt.Replica = "artifact", replicas.Owner(runID)
+		rt.Names = id
+	} else if id := r.URL.Query().Get("sessionId"); id != "" && r.URL.Path == "/message" {
+		rt.Names = id
+	} else {
+		rt.NotFound = false
+		switch msg.Method {
+		case "tasks/get", "tasks/result", "tasks/cancel":
+			rt.What, rt.Names = "task", msg.Params.TaskID
+		case "tools/call":
+			rt.Names = msg.Params.Arguments.SessionID
+			if id := approvals.StateRequestID(msg.Params.RequestState); id != "" {
+				// An answer to an approval request goes to the replica
+				// that asked (and issued the state's single-use nonce).
+				rt.What, rt.Names = "approval request", id
+			}
+		case "resources/read":
+			if runID, _, err := artifacts.ParseURI(msg.Params.URI); err == nil {
+				rt.What, rt.Names = "artifact", runID
+			}
 		}
 	}
+	rt.Replica = replicas.Owner(rt.Names)
 	return rt
+}
+
+// Drain makes the HTTP transports refuse, with 503, what would start
+// something new here (a new MCP session, a call that names no session,
+// task or artifact), so that a load balancer sends it elsewhere, while the
+// requests of what exists go on. It cannot be undone.
+func (s *Server) Drain() { s.draining.Store(true) }
+
+// WaitRequests waits until no HTTP request but the streams (GET) is in
+// flight, or ctx ends; it returns how many are left.
+func (s *Server) WaitRequests(ctx context.Context) int { return s.requests.Wait(ctx) }
+
+// countRequests counts the requests in flight that are not streams (those
+// forwarded to a peer included), for WaitRequests.
+func (s *Server) countRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			defer s.requests.Begin()()
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// refuseWhileDraining is the HTTP transports' side of Drain.
+func (s *Server) refuseWhileDraining(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.draining.Load() {
+			if rt := s.route(r); rt.Names == "" && (r.Method == http.MethodPost || r.URL.Path == "/sse") {
+				w.Header().Set("Retry-After", "1")
+				replicas.WriteRPCError(w, http.StatusServiceUnavailable, rt.ID, -32603,
+					"this server is shutting down: it takes no new session or run; try again (another replica, if any, takes it)")
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }

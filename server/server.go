@@ -16,6 +16,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	mcpserver "github.com/mark3labs/mcp-go/server"
@@ -24,6 +25,7 @@ import (
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/artifacts"
 	"github.com/codeexec/codeexec/sandbox/sessions"
+	"github.com/codeexec/codeexec/server/httpserve"
 	"github.com/codeexec/codeexec/server/principals"
 	"github.com/codeexec/codeexec/server/replicas"
 	"github.com/codeexec/codeexec/server/tasks"
@@ -68,6 +70,11 @@ type Server struct {
 
 	mu   sync.Mutex
 	runs map[string]map[*int]context.CancelFunc // session id -> cancel funcs of its runs
+
+	// draining is set by Drain; requests counts the HTTP requests in
+	// flight that are not streams (see WaitRequests).
+	draining atomic.Bool
+	requests httpserve.InFlight
 }
 
 // Options are what a Server needs to know besides its Runner.

@@ -133,7 +133,7 @@ func (s *Server) HTTPHandler(transport Transport, baseURL string) (http.Handler,
 	}
 	// JSON escaping can double text; base64 adds a third to files.
 	maxBody := s.opts.MaxCode + s.opts.MaxStdin*2 + s.opts.Files.MaxTotalBytes*2 + 1<<20
-	var h http.Handler = limitBody(s.opts.Replicas.Forward(rejectInvalidUTF8(mux, sse, s.log), s.route), maxBody)
+	var h http.Handler = limitBody(s.countRequests(s.opts.Replicas.Forward(s.refuseWhileDraining(rejectInvalidUTF8(mux, sse, s.log)), s.route)), maxBody)
 	h = s.authenticate(httpserve.RequireJSON(h))
 	root := http.NewServeMux()
 	root.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {

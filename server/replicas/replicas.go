@@ -156,6 +156,9 @@ type Route struct {
 	What     string
 	NotFound bool
 	ID       json.RawMessage
+	// Names is the id the request names ("" for none: it starts
+	// something new).
+	Names string
 }
 
 // Forward returns a handler that sends to their owner the requests that
@@ -214,16 +217,20 @@ type routeKey struct{}
 // 404 for an MCP session (clients then start anew), a JSON-RPC error
 // otherwise, both saying that the id ended with its server.
 func WriteEnded(w http.ResponseWriter, rt Route) {
-	id := rt.ID
-	if len(id) == 0 {
-		id = json.RawMessage("null")
-	}
 	code := http.StatusOK
 	if rt.NotFound {
 		code = http.StatusNotFound
 	}
-	writeJSON(w, code, map[string]any{"jsonrpc": "2.0", "id": id,
-		"error": map[string]any{"code": -32602, "message": Ended(rt.What, rt.Replica)}})
+	WriteRPCError(w, code, rt.ID, -32602, Ended(rt.What, rt.Replica))
+}
+
+// WriteRPCError answers with HTTP status and a JSON-RPC error of code and
+// message for the request of id (null if empty).
+func WriteRPCError(w http.ResponseWriter, status int, id json.RawMessage, code int, message string) {
+	if len(id) == 0 {
+		id = json.RawMessage("null")
+	}
+	writeJSON(w, status, map[string]any{"jsonrpc": "2.0", "id": id, "error": map[string]any{"code": code, "message": message}})
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
