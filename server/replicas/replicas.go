@@ -86,15 +86,8 @@ func (s *Set) Peers() []string {
 	return slices.Sorted(maps.Keys(s.peers))
 }
 
-// Tag returns id as this replica issues it: after its id and a dot.
-func (s *Set) Tag(id string) string {
-	if s == nil {
-		return id
-	}
-	return s.self + "." + id
-}
-
-// Prefix is what Tag puts before an id ("" for a nil Set).
+// Prefix starts every id this replica issues: its id and a dot ("" for
+// a nil Set, a single server).
 func (s *Set) Prefix() string {
 	if s == nil {
 		return ""
@@ -110,20 +103,6 @@ func Owner(id string) string {
 		return ""
 	}
 	return r
-}
-
-// Remote reports whether id was issued by a peer of this replica: the
-// peer's id, or "" for this replica's ids, unknown replicas' and ids that
-// name none.
-func (s *Set) Remote(id string) string {
-	if s == nil {
-		return ""
-	}
-	r := Owner(id)
-	if _, ok := s.peers[r]; ok {
-		return r
-	}
-	return ""
 }
 
 // FromPeer reports whether r carries a peer token, and whether it is the

@@ -78,7 +78,7 @@ func TestOwner(t *testing.T) {
 		}
 	}
 	var single *replicas.Set
-	if single.Tag("x") != "x" || single.Prefix() != "" || single.Remote("b.x") != "" {
-		t.Error("a nil Set (a single server) must leave ids alone and forward nothing")
+	if single.Prefix() != "" || single.Self() != "" || single.Peers() != nil {
+		t.Error("a nil Set (a single server) must issue ids without a replica and know no peer")
 	}
 }
