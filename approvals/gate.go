@@ -128,6 +128,13 @@ type Recorder interface {
 
 // GateConfig configures a Gate.
 type GateConfig struct {
+	// IDPrefix starts every request id (the replica's id and a dot, where
+	// replicas stand behind one address; see server/replicas).
+	IDPrefix string
+	// Key signs the approval state that clients carry back (Signer); the
+	// same key on every replica lets each check another's. Empty means a
+	// random key.
+	Key []byte
 	// Policy says which runs need approval.
 	Policy Policy
 	// Timeout is how long a request waits for a person before it is denied.
@@ -186,7 +193,7 @@ func NewGate(next sandbox.Runner, cfg GateConfig) *Gate {
 	if cfg.RiskCheck == nil {
 		cfg.RiskCheck = Assess
 	}
-	g := &Gate{next: next, cfg: cfg, log: cfg.Logger, signer: NewSigner(nil)}
+	g := &Gate{next: next, cfg: cfg, log: cfg.Logger, signer: NewSigner(cfg.Key)}
 	g.broker = NewBroker(g.recordDecision)
 	return g
 }
@@ -278,6 +285,7 @@ func (g *Gate) decide(ctx context.Context, req sandbox.Request, c Call) (Decisio
 // newAsk builds the Ask of req and records the request, under policy.
 func (g *Gate) newAsk(req sandbox.Request, requester Requester, findings []Finding, policy Policy) (Ask, error) {
 	a := Describe(req, requester, g.next.Capabilities())
+	a.ID = g.cfg.IDPrefix + a.ID
 	a.Reasons = Reasons(findings)
 	a.Deadline = a.Created.Add(g.cfg.Timeout)
 	if g.cfg.Record == nil {

@@ -70,6 +70,19 @@ func (s *Signer) mac(body string) []byte {
 	return m.Sum(nil)
 }
 
+// StateRequestID is the request id a state names, unchecked ("" when it
+// is not a state): where replicas stand behind one address, the state goes
+// back to the replica that issued it, which alone can redeem its nonce.
+func StateRequestID(state string) string {
+	body, _, _ := strings.Cut(strings.TrimPrefix(state, statePrefix), ".")
+	raw, err := base64.RawURLEncoding.DecodeString(body)
+	var p statePayload
+	if err != nil || !strings.HasPrefix(state, statePrefix) || json.Unmarshal(raw, &p) != nil {
+		return ""
+	}
+	return p.ID
+}
+
 // Redeem checks a state that came back with an answer for a request whose
 // arguments hash to hash. It returns the request id the state was issued
 // for ("" when the state is not this server's) and OutcomeApproved when the

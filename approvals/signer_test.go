@@ -62,3 +62,14 @@ func TestSigner(t *testing.T) {
 		}
 	})
 }
+
+func TestStateRequestID(t *testing.T) {
+	t.Parallel()
+	s := NewSigner(nil)
+	state := s.Issue("r2.3f2a9c0d41be", "hash", time.Now().Add(time.Minute))
+	for in, want := range map[string]string{state: "r2.3f2a9c0d41be", "": "", "ce1.!!!.x": "", "other": ""} {
+		if got := StateRequestID(in); got != want {
+			t.Errorf("StateRequestID(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

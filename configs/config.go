@@ -222,6 +222,13 @@ type Config struct {
 	MetricsAddr           string   `env:"METRICS_ADDR" accepted:"host:port, or empty for off" help:"listen address of the Prometheus metrics (/metrics) and the probes /healthz and /readyz; empty serves none; an address other than loopback requires CODE_EXEC_METRICS_TOKEN"`
 	MetricsToken          string   `env:"METRICS_TOKEN" accepted:"a secret of at least 16 characters" help:"bearer token that /metrics requires; required when CODE_EXEC_METRICS_ADDR is not loopback" secret:"true"`
 
+	ReplicaID   string   `env:"REPLICA_ID" accepted:"1 to 32 lower-case letters, digits and -, starting and ending with a letter or digit" help:"this replica's id, which every id it issues carries (MCP session, codeexec session, task, artifact URI, approval request) so that another replica forwards requests for them here; required with CODE_EXEC_PEERS; empty issues ids as a single server does"`
+	Peers       []string `env:"PEERS" envSeparator:"," accepted:"a comma-separated list of id=URL, such as b=http://10.0.0.2:8080" help:"the other replicas behind the same address, each with the base URL of its sse or http transport; a request for an id another replica issued is forwarded to it, streams included; empty is a single server"`
+	PeerToken   string   `env:"PEER_TOKEN" accepted:"a secret of at least 32 characters, the same on every replica" help:"authenticates the replicas of CODE_EXEC_PEERS to each other: sent on every forwarded request and on the replicas' calls for approvals, and checked in constant time; required with CODE_EXEC_PEERS" secret:"true"`
+	ApprovalKey string   `env:"APPROVAL_KEY" accepted:"a secret of at least 32 characters, the same on every replica" help:"the key that signs the approval state a client carries back (MCP multi-round-trip requests), so that every replica checks another's; empty means a random key per start" secret:"true"`
+
+	DrainTimeout time.Duration `env:"DRAIN_TIMEOUT" accepted:"a duration such as 30s (from 0s to 1h)" help:"on SIGTERM or SIGINT over HTTP, /readyz answers 503 at once and new MCP sessions and runs are refused with 503 (a load balancer sends them elsewhere), while runs in flight and the requests of existing sessions go on for at most this long; then the server stops what is left and exits; empty means 30s with CODE_EXEC_PEERS and 0s (stop at once) without"`
+
 	LogLevel  string `env:"LOG_LEVEL" envDefault:"info" accepted:"debug, info, warn or error" help:"least severe log level written (to stderr)"`
 	LogFormat string `env:"LOG_FORMAT" envDefault:"text" accepted:"text or json" help:"log format on stderr: text for people, json for machines"`
 }
@@ -248,6 +255,9 @@ func Load(environ []string) (*Config, error) {
 	c.PythonAllowedImports = normalizeList(c.PythonAllowedImports, func(m string) (string, error) { return m, nil })
 	for _, v := range []*string{&c.WorkspaceMode, &c.PythonPolicy, &c.K8sNetworkCheck, &c.DockerPull, &c.LogLevel, &c.LogFormat} {
 		*v = strings.ToLower(strings.TrimSpace(*v))
+	}
+	if _, set := vars[Prefix+"DRAIN_TIMEOUT"]; !set && len(c.Peers) > 0 {
+		c.DrainTimeout = DefaultReplicaDrain
 	}
 	if errs := slices.DeleteFunc([]error{unknown, c.Validate()}, isNil); len(errs) > 0 {
 		return nil, joinOneLine(errs)
@@ -385,6 +395,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("CODE_EXEC_AUTH_TOKEN is too short (%d characters): use at least 16 random characters, for example from `openssl rand -hex 32`", len(c.AuthToken)))
 	}
 	errs = append(errs, c.validatePrincipals()...)
+	errs = append(errs, c.validateReplicas()...)
 	check(c.ApprovalTimeout >= time.Second && c.ApprovalTimeout <= 24*time.Hour, "ApprovalTimeout", c.ApprovalTimeout, "it is out of range")
 	if c.AdminToken != "" && len(c.AdminToken) < 16 {
 		errs = append(errs, fmt.Errorf("CODE_EXEC_ADMIN_TOKEN is too short (%d characters): use at least 16 random characters, for example from `openssl rand -hex 32`", len(c.AdminToken)))

@@ -69,8 +69,9 @@ func createSession(t *testing.T, cs *mcp.ClientSession, args map[string]any) str
 		SessionID string `json:"session_id"`
 	}
 	remarshal(t, res.StructuredContent, &out)
-	if !strings.HasPrefix(out.SessionID, "ses_") || len(out.SessionID) != 36 {
-		t.Fatalf("session_create returned session_id %q, want ses_ and 128 random bits in hex", out.SessionID)
+	// A replica's ids start with its id and a dot (CODE_EXEC_REPLICA_ID).
+	if id := out.SessionID[strings.Index(out.SessionID, ".")+1:]; !strings.HasPrefix(id, "ses_") || len(id) != 36 {
+		t.Fatalf("session_create returned session_id %q, want ses_ and 128 random bits in hex (after the replica's id and a dot, if any)", out.SessionID)
 	}
 	return out.SessionID
 }

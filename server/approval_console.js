@@ -330,7 +330,8 @@
         const body = await resp.json();
         version = String(body.version);
         const pending = body.pending || [];
-        setStatus("Live · policy " + body.policy + " · " + pending.length + " waiting");
+        const down = (body.replicas || []).filter((r) => r.error).map((r) => " · replica " + r.id + " unreachable: " + r.error);
+        setStatus("Live · policy " + body.policy + " · " + pending.length + " waiting" + down.join(""));
         sync(pending);
         refreshRecent();
       } catch (e) {

@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +22,7 @@ import (
 	"github.com/codeexec/codeexec/approvals"
 	"github.com/codeexec/codeexec/approvals/audit"
 	"github.com/codeexec/codeexec/server/httpserve"
+	"github.com/codeexec/codeexec/server/replicas"
 )
 
 // The approvals console: a static page whose script renders everything as
@@ -81,6 +84,12 @@ type Admin struct {
 	// requests it serves (CODE_EXEC_ALLOWED_ORIGINS); it answers no CORS,
 	// so their scripts still cannot call the API. See httpserve.Protect.
 	AllowedOrigins []string
+	// Replicas, if not nil, are this replica and its peers: the pending
+	// list holds every replica's requests (each peer asked over its peer
+	// API, see Server.HTTPHandler), a peer that does not answer is said
+	// in Replicas, and an answer goes to the replica whose id the request
+	// carries.
+	Replicas *replicas.Set
 }
 
 // History is what the record says of the latest requests (audit.Log),
@@ -106,6 +115,15 @@ type PendingList struct {
 	TimeoutSeconds float64         `json:"timeout_seconds"`
 	Pending        []approvals.Ask `json:"pending"`
 	Now            time.Time       `json:"now"`
+	// Replicas says, with CODE_EXEC_PEERS, which replicas' requests the
+	// list holds, and which could not be asked (Error).
+	Replicas []ReplicaState `json:"replicas,omitempty"`
+}
+
+// ReplicaState is whether a replica's pending requests are in a list.
+type ReplicaState struct {
+	ID    string `json:"id"`
+	Error string `json:"error,omitempty"`
 }
 
 // RecentList is the answer of GET /api/recent: what the audit record says
@@ -119,6 +137,8 @@ type RecentList struct {
 type Answer struct {
 	By   string `json:"by,omitempty"`
 	Note string `json:"note,omitempty"`
+	// Via is set by a replica that passes on an answer (the peer API).
+	Via approvals.Via `json:"via,omitempty"`
 }
 
 // Handler returns the console and API, under the rule every listener
@@ -194,23 +214,71 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 func (a *Admin) pending(r *http.Request) (int, any) {
 	b := a.gate.Broker()
-	var (
-		asks []approvals.Ask
-		v    uint64
-	)
 	since, err := strconv.ParseUint(r.URL.Query().Get("since"), 10, 64)
-	if r.URL.Query().Get("wait") != "" && err == nil {
-		d := a.LongPoll
-		if d <= 0 {
-			d = 25 * time.Second
-		}
-		ctx, cancel := context.WithTimeout(r.Context(), d)
-		defer cancel()
-		asks, v = b.Changes(ctx, since)
-	} else {
-		asks, v = b.Pending()
+	wait := r.URL.Query().Get("wait") != "" && err == nil
+	d := a.LongPoll
+	if d <= 0 {
+		d = 25 * time.Second
 	}
-	return http.StatusOK, PendingList{Version: v, Policy: string(a.gate.Policy()), TimeoutSeconds: a.gate.Timeout().Seconds(), Pending: asks, Now: time.Now().UTC()}
+	ctx, cancel := context.WithTimeout(r.Context(), d)
+	defer cancel()
+	if len(a.Replicas.Peers()) == 0 {
+		var (
+			asks []approvals.Ask
+			v    uint64
+		)
+		if wait {
+			asks, v = b.Changes(ctx, since)
+		} else {
+			asks, v = b.Pending()
+		}
+		return http.StatusOK, a.pendingList(asks, v)
+	}
+	// With peers, the version is the sum of every replica's, and a
+	// long poll asks the peers again each peerPoll, until it changes.
+	for {
+		list := a.everyReplica(ctx)
+		if !wait || list.Version != since || ctx.Err() != nil {
+			return http.StatusOK, list
+		}
+		_, local := b.Pending()
+		pctx, pcancel := context.WithTimeout(ctx, peerPoll)
+		b.Changes(pctx, local)
+		pcancel()
+	}
+}
+
+// peerPoll is how often a long poll of the pending list asks the peers.
+const peerPoll = time.Second
+
+func (a *Admin) pendingList(asks []approvals.Ask, v uint64) PendingList {
+	return pendingOf(a.gate, asks, v)
+}
+
+// pendingOf is the PendingList of gate's requests asks at version v.
+func pendingOf(gate Gate, asks []approvals.Ask, v uint64) PendingList {
+	return PendingList{Version: v, Policy: string(gate.Policy()), TimeoutSeconds: gate.Timeout().Seconds(), Pending: asks, Now: time.Now().UTC()}
+}
+
+// everyReplica is the pending list of this replica and of every peer
+// that answers; the others are said in Replicas.
+func (a *Admin) everyReplica(ctx context.Context) PendingList {
+	asks, v := a.gate.Broker().Pending()
+	list := a.pendingList(asks, v)
+	list.Replicas = []ReplicaState{{ID: a.Replicas.Self()}}
+	for _, p := range a.Replicas.Peers() {
+		var theirs PendingList
+		st := ReplicaState{ID: p}
+		if err := a.Replicas.Call(ctx, p, http.MethodGet, peerApprovalsPath, nil, &theirs); err != nil {
+			st.Error = err.Error()
+		} else {
+			list.Version += theirs.Version
+			list.Pending = append(list.Pending, theirs.Pending...)
+		}
+		list.Replicas = append(list.Replicas, st)
+	}
+	slices.SortFunc(list.Pending, func(x, y approvals.Ask) int { return x.Created.Compare(y.Created) })
+	return list
 }
 
 func (a *Admin) recent(r *http.Request) (int, any) {
@@ -250,7 +318,37 @@ func (a *Admin) answer(r *http.Request) (int, any) {
 		by = "an operator"
 	}
 	by += " (" + string(via) + " from " + r.RemoteAddr + ")"
-	d, err := a.gate.Broker().Decide(approvals.Decision{ID: id, Outcome: outcome, By: by, Via: via, Note: truncate(ans.Note, 500)})
+	if peer := replicas.Owner(id); peer != "" && slices.Contains(a.Replicas.Peers(), peer) {
+		return a.answerOnPeer(r.Context(), peer, id, r.PathValue("action"), Answer{By: by, Note: truncate(ans.Note, 500), Via: via})
+	}
+	return decide(a.gate, a.log, approvals.Decision{ID: id, Outcome: outcome, By: by, Via: via, Note: truncate(ans.Note, 500)})
+}
+
+// answerOnPeer passes an answer on to the replica whose request it is.
+func (a *Admin) answerOnPeer(ctx context.Context, peer, id, action string, ans Answer) (int, any) {
+	body, _ := json.Marshal(ans)
+	var out map[string]any
+	err := a.Replicas.Call(ctx, peer, http.MethodPost, peerApprovalsPath+"/"+url.PathEscape(id)+"/"+action, bytes.NewReader(body), &out)
+	var pe *replicas.PeerError
+	switch {
+	case errors.Is(err, replicas.ErrPeerDown):
+		return http.StatusNotFound, map[string]string{"error": replicas.Ended("approval request "+id, peer)}
+	case errors.As(err, &pe):
+		if pe.Body == nil {
+			return pe.Status, map[string]string{"error": pe.Error()}
+		}
+		return pe.Status, pe.Body
+	case err != nil:
+		return http.StatusBadGateway, map[string]string{"error": err.Error()}
+	}
+	a.log.Info("approval answered on its replica", "id", id, "replica", peer, "by", ans.By)
+	return http.StatusOK, out
+}
+
+// decide answers a request of gate's Broker, as the API says it.
+func decide(gate Gate, log *slog.Logger, d approvals.Decision) (int, any) {
+	id, outcome, by := d.ID, d.Outcome, d.By
+	d, err := gate.Broker().Decide(d)
 	switch {
 	case errors.Is(err, approvals.ErrUnknownRequest):
 		return http.StatusNotFound, map[string]string{"error": fmt.Sprintf("no pending request %q (it was answered, withdrawn or timed out)", id)}
@@ -259,7 +357,7 @@ func (a *Admin) answer(r *http.Request) (int, any) {
 	case err != nil:
 		return http.StatusInternalServerError, map[string]string{"error": err.Error()}
 	}
-	a.log.Info("approval answered", "id", id, "outcome", outcome, "by", by)
+	log.Info("approval answered", "id", id, "outcome", outcome, "by", by)
 	return http.StatusOK, map[string]any{"decision": d}
 }
 
@@ -273,4 +371,35 @@ func truncate(s string, n int) string {
 // Serve serves the console on ln until ctx ends.
 func (a *Admin) Serve(ctx context.Context, ln net.Listener) error {
 	return httpserve.Serve(ctx, ln, a.Handler(), 3*time.Second, nil)
+}
+
+// peerApprovalsPath is where a replica's peers list and answer its
+// approval requests (on its MCP listener, with the peer token):
+//
+//	GET  /peer/approvals                  the pending list (PendingList)
+//	POST /peer/approvals/{id}/{action}    an Answer with By and Via set
+const peerApprovalsPath = "/peer/approvals"
+
+// peerAPI serves the peers' calls for the approvals of gate.
+func peerAPI(set *replicas.Set, gate Gate, log *slog.Logger) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+peerApprovalsPath, func(w http.ResponseWriter, r *http.Request) {
+		asks, v := gate.Broker().Pending()
+		writeJSON(w, http.StatusOK, pendingOf(gate, asks, v))
+	})
+	mux.HandleFunc("POST "+peerApprovalsPath+"/{id}/{action}", func(w http.ResponseWriter, r *http.Request) {
+		var ans Answer
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&ans); err != nil || ans.By == "" {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "the body must be an Answer with by and via"})
+			return
+		}
+		outcome := map[string]approvals.Outcome{"approve": approvals.OutcomeApproved, "deny": approvals.OutcomeDenied}[r.PathValue("action")]
+		if outcome == "" {
+			writeJSON(w, http.StatusNotFound, map[string]string{"error": "use approve or deny"})
+			return
+		}
+		code, body := decide(gate, log, approvals.Decision{ID: r.PathValue("id"), Outcome: outcome, By: ans.By, Via: ans.Via, Note: truncate(ans.Note, 500)})
+		writeJSON(w, code, body)
+	})
+	return set.RequirePeer(mux)
 }

@@ -135,7 +135,7 @@ func (s *Server) artifactResults(ctx context.Context, c *artifacts.Collection) (
 	}
 	notes := []string{c.Note()}
 	arts := c.Artifacts
-	runID := artifacts.NewRunID()
+	runID := s.opts.Replicas.Prefix() + artifacts.NewRunID()
 	if s.opts.Store != nil && len(arts) > 0 {
 		if kept := s.opts.Store.Put(runID, s.owner(ctx), arts); kept < len(arts) {
 			notes = append(notes, fmt.Sprintf("%d of the files could not be kept for resources/read (CODE_EXEC_ARTIFACT_STORE_BYTES is full) and are only listed.", len(arts)-kept))

@@ -82,7 +82,7 @@ func (s *Server) summariseOutput(ctx context.Context, out *ExecuteOutput) []mcp.
 		{"stdout", &out.Stdout, &out.StdoutOmitted},
 		{"stderr", &out.Stderr, &out.StderrOmitted},
 	}
-	runID := artifacts.NewRunID()
+	runID := s.opts.Replicas.Prefix() + artifacts.NewRunID()
 	var links []mcp.Content
 	for _, st := range streams {
 		whole := *st.text

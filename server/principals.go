@@ -60,13 +60,17 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 }
 
 // sessionIDs makes and checks MCP session ids bound to principals.
-type sessionIDs struct{ key [32]byte }
+type sessionIDs struct {
+	key [32]byte
+	// prefix starts every id: the replica's id and a dot, or nothing.
+	prefix string
+}
 
 // sessionIDPrefix starts every MCP session id, as mcp-go's own do.
 const sessionIDPrefix = "mcp-session-"
 
-func newSessionIDs() *sessionIDs {
-	b := &sessionIDs{}
+func newSessionIDs(prefix string) *sessionIDs {
+	b := &sessionIDs{prefix: prefix}
 	_, _ = rand.Read(b.key[:])
 	return b
 }
@@ -86,12 +90,12 @@ func (b *sessionIDs) generate(principal string) string {
 	r := make([]byte, 16)
 	_, _ = rand.Read(r)
 	random := hex.EncodeToString(r)
-	return sessionIDPrefix + random + "-" + b.mac(principal, random)
+	return b.prefix + sessionIDPrefix + random + "-" + b.mac(principal, random)
 }
 
 // valid reports whether id was made for principal by this server.
 func (b *sessionIDs) valid(principal, id string) bool {
-	rest, ok := strings.CutPrefix(id, sessionIDPrefix)
+	rest, ok := strings.CutPrefix(id, b.prefix+sessionIDPrefix)
 	if !ok {
 		return false
 	}

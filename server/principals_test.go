@@ -132,7 +132,7 @@ func TestMCPSessionsArePrincipals(t *testing.T) {
 	opts := testOptions()
 	opts.Principals = twoPrincipals(t)
 	// An id of the right form that this server never made.
-	other := newSessionIDs().generate("b")
+	other := newSessionIDs("").generate("b")
 
 	t.Run("streamable", func(t *testing.T) {
 		srv, runs := serveTransport(t, TransportHTTP, opts)
@@ -220,12 +220,12 @@ func send(t *testing.T, method, url, body string, headers ...string) string {
 // and for nobody else.
 func TestSessionIDs(t *testing.T) {
 	t.Parallel()
-	b := newSessionIDs()
+	b := newSessionIDs("")
 	id := b.generate("alice")
 	if !strings.HasPrefix(id, "mcp-session-") || !b.valid("alice", id) || b.valid("bob", id) {
 		t.Errorf("id %q: valid for alice %v, for bob %v", id, b.valid("alice", id), b.valid("bob", id))
 	}
-	if newSessionIDs().valid("alice", id) {
+	if newSessionIDs("").valid("alice", id) {
 		t.Error("another server's key accepts the id")
 	}
 	for _, bad := range []string{"", "mcp-session-", id + "0", strings.Replace(id, "-", "", 2), "mcp-session-" + strings.Repeat("0", 65)} {

@@ -16,6 +16,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	mcpserver "github.com/mark3labs/mcp-go/server"
@@ -24,7 +25,9 @@ import (
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/artifacts"
 	"github.com/codeexec/codeexec/sandbox/sessions"
+	"github.com/codeexec/codeexec/server/httpserve"
 	"github.com/codeexec/codeexec/server/principals"
+	"github.com/codeexec/codeexec/server/replicas"
 	"github.com/codeexec/codeexec/server/tasks"
 )
 
@@ -67,6 +70,11 @@ type Server struct {
 
 	mu   sync.Mutex
 	runs map[string]map[*int]context.CancelFunc // session id -> cancel funcs of its runs
+
+	// draining is set by Drain; requests counts the HTTP requests in
+	// flight that are not streams (see WaitRequests).
+	draining atomic.Bool
+	requests httpserve.InFlight
 }
 
 // Options are what a Server needs to know besides its Runner.
@@ -169,6 +177,14 @@ type Options struct {
 	Approvals Gate
 	// AuditLog is the audit log's path ("" without one), for sandbox_info.
 	AuditLog string
+
+	// Replicas, if not nil, is this replica and its peers behind the same
+	// address: the ids the server issues carry the replica's id, and the
+	// HTTP transports forward to its owner every request that names
+	// another replica's (see server/replicas and routing.go). The tasks,
+	// sessions and approvals given in these Options must issue ids with
+	// the same prefix (Replicas.Prefix).
+	Replicas *replicas.Set
 }
 
 // New builds the MCP server around runner, the runner chain that every
@@ -187,7 +203,7 @@ func New(runner sandbox.Runner, opts Options) *Server {
 		opts.TaskMaxTimeout = opts.MaxTimeout
 	}
 	s := &Server{opts: opts, runner: runner, gate: opts.Approvals, log: opts.Logger, runs: map[string]map[*int]context.CancelFunc{},
-		mode: runner.Capabilities().Mode, tasks: opts.Tasks, principals: opts.Principals, sessionIDs: newSessionIDs()}
+		mode: runner.Capabilities().Mode, tasks: opts.Tasks, principals: opts.Principals, sessionIDs: newSessionIDs(opts.Replicas.Prefix())}
 	if s.principals == nil {
 		s.principals = DefaultPrincipals(opts)
 	}

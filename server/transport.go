@@ -133,7 +133,7 @@ func (s *Server) HTTPHandler(transport Transport, baseURL string) (http.Handler,
 	}
 	// JSON escaping can double text; base64 adds a third to files.
 	maxBody := s.opts.MaxCode + s.opts.MaxStdin*2 + s.opts.Files.MaxTotalBytes*2 + 1<<20
-	var h http.Handler = limitBody(rejectInvalidUTF8(mux, sse, s.log), maxBody)
+	var h http.Handler = limitBody(s.countRequests(s.opts.Replicas.Forward(s.refuseWhileDraining(rejectInvalidUTF8(mux, sse, s.log)), s.route)), maxBody)
 	h = s.authenticate(httpserve.RequireJSON(h))
 	root := http.NewServeMux()
 	root.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -141,6 +141,13 @@ func (s *Server) HTTPHandler(transport Transport, baseURL string) (http.Handler,
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	root.Handle("/", h)
+	if s.opts.Replicas != nil && s.gate != nil {
+		// The peers' calls for approvals, with the peer token instead of
+		// a principal's.
+		api := peerAPI(s.opts.Replicas, s.gate, s.log)
+		root.Handle(peerApprovalsPath, api)
+		root.Handle(peerApprovalsPath+"/", api)
+	}
 	// Outside the token check: a CORS preflight never carries one.
 	return httpserve.Protect(root, httpserve.Policy{AllowedOrigins: s.opts.AllowedOrigins, CORS: mcpCORS, Log: s.log}), shutdown, nil
 }

@@ -26,6 +26,8 @@ var groups = []group{
 		words(`kubernetes cluster`, `kubeconfig`, `kubernetes mode unavailable`, `kubectl`, `test cluster`)},
 	{"no Chromium", "bash .ci/ensure-browser.sh (apt-get install chromium); CODE_EXEC_REQUIRE_BROWSER=1 fails them instead",
 		words(`chromium`)},
+	{"no HAProxy", "bash .ci/ensure-haproxy.sh (apt-get install haproxy); CODE_EXEC_REQUIRE_HAPROXY=1 fails them instead",
+		words(`haproxy`)},
 	{"no data-science image", "docker/build-sandbox-image.sh --profile datascience (.ci/ensure-docker.sh builds it too); CODE_EXEC_REQUIRE_DOCKER=1 fails them instead",
 		words(`data-science image`)},
 	{"no sandbox image", "docker/build-sandbox-image.sh (.ci/ensure-docker.sh builds it too); CODE_EXEC_REQUIRE_DOCKER=1 fails them instead",

@@ -35,6 +35,8 @@ func TestGroups(t *testing.T) {
 		{"no kubectl: set KUBECTL, put one on PATH, or use .ci/ensure-kubernetes.sh's cluster; set CODE_EXEC_REQUIRE_K8S=1 to fail instead of skipping", "no Kubernetes cluster"},
 		// e2e/approval_console_test.go
 		{"skipping this browser test: /usr/bin/chromium is missing (apt-get install -y chromium; set CODE_EXEC_REQUIRE_BROWSER=1 to make this a failure)", "no Chromium"},
+		// e2e/replicas_test.go
+		{"skipping the replicas test: haproxy is missing (apt-get install -y haproxy; set CODE_EXEC_REQUIRE_HAPROXY=1 to make this a failure)", "no HAProxy"},
 		// sandbox/docker/datascience_test.go, e2e/files_test.go
 		{"the data-science image codeexec-sandbox:datascience is missing (build it with docker/build-sandbox-image.sh --profile datascience): No such image; set CODE_EXEC_REQUIRE_DOCKER=1 to fail instead of skipping", "no data-science image"},
 		// sandbox/docker/docker_test.go, e2e/load_test.go, and docker.New's error

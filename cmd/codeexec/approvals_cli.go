@@ -188,6 +188,11 @@ $XDG_RUNTIME_DIR/codeexec/admin-HOST-PORT.token, or the same name in
 			fmt.Fprintf(stderr, "codeexec approvals: %s\n", shown(err.Error()))
 			return 1
 		}
+		for _, r := range list.Replicas {
+			if r.Error != "" {
+				fmt.Fprintf(stderr, "codeexec approvals: the requests of replica %s are not listed: %s\n", shown(r.ID), shown(r.Error))
+			}
+		}
 		if *asJSON {
 			b, _ := json.MarshalIndent(list.Pending, "", "  ")
 			_, _ = stdout.Write(append(approvals.EscapeHiddenJSON(b), '\n'))

@@ -147,6 +147,7 @@ func (c *chain) addSessions(cfg *configs.Config, backend sessions.Backend, m *me
 	c.sessions = sessions.New(sessions.Config{
 		Backend: backend, MaxSessions: cfg.MaxSessions,
 		IdleTimeout: cfg.SessionIdleTimeout, MaxLifetime: cfg.SessionMaxLifetime, Logger: log,
+		IDPrefix: idPrefix(cfg),
 	})
 	m.SetSessions(c.sessions.Count)
 	c.runner = sessions.Route(c.sessions, c.runner)
@@ -202,6 +203,7 @@ func (c *chain) addApprovals(cfg *configs.Config, gated bool, m *metrics.Metrics
 	}
 	c.gate = approvals.NewGate(m.Stage(metrics.StageApproved, c.runner), approvals.GateConfig{
 		Policy: cfg.Approval, Timeout: cfg.ApprovalTimeout, Record: rec, OutOfBand: c.consoleOn, Logger: log,
+		IDPrefix: idPrefix(cfg), Key: []byte(cfg.ApprovalKey),
 		RiskCheck:  riskCheck(cfg),
 		OnDecision: func(d approvals.Decision) { m.ApprovalDecided(d.Outcome) },
 	})

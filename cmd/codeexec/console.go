@@ -10,6 +10,7 @@ import (
 	"github.com/codeexec/codeexec/approvals/audit"
 	"github.com/codeexec/codeexec/configs"
 	"github.com/codeexec/codeexec/server"
+	"github.com/codeexec/codeexec/server/replicas"
 )
 
 // startConsole serves the approvals console and its API for gate, whose
@@ -17,8 +18,9 @@ import (
 // when people answer there (on: runs may need approval and
 // CODE_EXEC_ADMIN_ADDR is not off); url is where it answers, "" without
 // one. cleanup removes the admin token file that the start wrote, if any:
-// call it once the server is done.
-func startConsole(ctx context.Context, cfg *configs.Config, on bool, env map[string]string, gate *approvals.Gate, record *audit.Log, log *slog.Logger) (url string, cleanup func(), err error) {
+// call it once the server is done. With replicas (reps), it lists and
+// answers every replica's requests.
+func startConsole(ctx context.Context, cfg *configs.Config, on bool, env map[string]string, gate *approvals.Gate, record *audit.Log, reps *replicas.Set, log *slog.Logger) (url string, cleanup func(), err error) {
 	cleanup = func() {}
 	if gate == nil || !on {
 		return "", cleanup, nil
@@ -45,6 +47,7 @@ func startConsole(ctx context.Context, cfg *configs.Config, on bool, env map[str
 	}
 	admin := server.NewAdmin(gate, record, token, log)
 	admin.AllowedOrigins = cfg.AllowedOrigins
+	admin.Replicas = reps
 	go func() {
 		if err := admin.Serve(ctx, ln); err != nil {
 			log.Error("approvals console stopped", "err", err)

@@ -170,7 +170,20 @@ func configure(args, environ []string, stdout, stderr io.Writer) (*configs.Confi
 // ctx ends or the transport fails, and stops everything again; it returns
 // the exit status. A part that cannot start stops the server with its
 // error on stderr.
-func serve(ctx context.Context, cfg *configs.Config, env map[string]string, stdin io.Reader, stdout, stderr io.Writer, log *slog.Logger) int {
+func serve(signal context.Context, cfg *configs.Config, env map[string]string, stdin io.Reader, stdout, stderr io.Writer, log *slog.Logger) int {
+	// signal ends at SIGTERM or SIGINT; ctx, the life of every part, ends
+	// then over stdio, and after the drain over HTTP (CODE_EXEC_DRAIN_TIMEOUT),
+	// during which /readyz already says 503.
+	drain := cfg.DrainTimeout
+	if cfg.Transport == configs.TransportStdio {
+		drain = 0
+	}
+	ctx, stop := context.WithCancel(context.WithoutCancel(signal))
+	defer stop()
+	if drain <= 0 {
+		ctx, stop = context.WithCancel(signal)
+		defer stop()
+	}
 	failed := func(err error) int {
 		fmt.Fprintf(stderr, "codeexec: %v\n", err)
 		return 1
@@ -205,9 +218,10 @@ func serve(ctx context.Context, cfg *configs.Config, env map[string]string, stdi
 	defer c.close(log)
 	guard = c.guard
 	announce(log, cfg, c.runner.Capabilities())
-	watchReadiness(ctx, m, c.pool)
+	watchReadiness(signal, m, c.pool)
 	reloadPrincipals(ctx, reg)
-	consoleURL, removeToken, err := startConsole(ctx, cfg, c.consoleOn, env, c.gate, c.record, log)
+	reps := newReplicas(cfg, log)
+	consoleURL, removeToken, err := startConsole(ctx, cfg, c.consoleOn, env, c.gate, c.record, reps, log)
 	defer removeToken()
 	if err != nil {
 		log.Error("cannot start approvals", "err", err)
@@ -220,6 +234,7 @@ func serve(ctx context.Context, cfg *configs.Config, env map[string]string, stdi
 
 	opts := serverOptions(cfg, log, consoleURL)
 	opts.Progress, opts.Tasks, opts.TaskLifetime, opts.Principals = m, store, taskLifetime, reg
+	opts.Replicas = reps
 	if c.packages != nil {
 		opts.Packages = c.packages
 	}
@@ -229,7 +244,9 @@ func serve(ctx context.Context, cfg *configs.Config, env map[string]string, stdi
 	if c.gate != nil {
 		opts.Approvals = c.gate
 	}
-	srv := server.New(c.runner, opts)
+	runs := &inFlight{Runner: c.runner}
+	srv := server.New(runs, opts)
+	go drainThenStop(signal, ctx, srv, runs, drain, stop, log)
 	if c.gate != nil {
 		log.Info("approvals", "policy", cfg.Approval, "timeout", cfg.ApprovalTimeout, "elicitation", opts.Elicit, "console", consoleURL != "", "who_can_approve", srv.WhoCanApprove())
 	}
@@ -263,6 +280,7 @@ func newTaskStore(cfg *configs.Config, m *metrics.Metrics) (*tasks.Memory, time.
 		MaxClientTasks: cfg.MaxTasksPerClient,
 		MaxBytes:       int64(cfg.MaxTaskBytes),
 		MaxClientBytes: int64(cfg.MaxTaskBytesPerClient),
+		IDPrefix:       idPrefix(cfg),
 		OnChange: func(c map[tasks.Status]int) {
 			counts := map[string]int{}
 			for st, n := range c {

@@ -31,6 +31,9 @@ func checkSettings(cfg *configs.Config) error {
 	if err := cfg.ValidatePrincipals(); err != nil {
 		return err
 	}
+	if err := cfg.ValidatePeers(); err != nil {
+		return err
+	}
 	if _, err := approvalsNeeded(cfg); err != nil {
 		return err
 	}

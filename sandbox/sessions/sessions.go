@@ -110,6 +110,9 @@ type Config struct {
 	// MaxLifetime ends a session that long after it was created, busy or
 	// not (CODE_EXEC_SESSION_MAX_LIFETIME).
 	MaxLifetime time.Duration
+	// IDPrefix starts every session id (the replica's id and a dot, where
+	// replicas stand behind one address; see server/replicas).
+	IDPrefix string
 	// Logger receives the sessions' comings and goings; nil discards.
 	Logger *slog.Logger
 }
@@ -252,7 +255,7 @@ func (m *Manager) Create(ctx context.Context, owner string, o CreateOptions) (In
 	if o.IdleTimeout > 0 && o.IdleTimeout < idle {
 		idle = o.IdleTimeout
 	}
-	e := &entry{id: newID(), owner: owner, quota: o.Quota.Key, lang: o.Language, packages: o.Packages, created: now, idle: idle,
+	e := &entry{id: m.cfg.IDPrefix + newID(), owner: owner, quota: o.Quota.Key, lang: o.Language, packages: o.Packages, created: now, idle: idle,
 		deadline: now.Add(m.cfg.MaxLifetime), lastUsed: now, turn: make(chan struct{}, 1)}
 	sess, err := m.cfg.Backend.Start(ctx, Spec{ID: e.id, Language: o.Language, Limits: o.Limits, Deadline: e.deadline, Packages: o.Packages, Network: o.Network})
 	if err != nil {

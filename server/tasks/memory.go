@@ -35,6 +35,9 @@ type Config struct {
 	PollInterval time.Duration
 	// CancelGrace is how long Cancel waits for the work to stop (default 15s).
 	CancelGrace time.Duration
+	// IDPrefix starts every task id (the replica's id and a dot, where
+	// replicas stand behind one address; see server/replicas).
+	IDPrefix string
 	// OnChange, if set, is called after each change of status with the
 	// number of tasks held in each status (for metrics). It is called
 	// without the store's lock, possibly from several goroutines.
@@ -137,7 +140,7 @@ func (m *Memory) Create(owner string, keep time.Duration, bytes int64, fn Func) 
 		done:  make(chan struct{}),
 		used:  map[string]bool{},
 		task: Task{
-			ID:           newID(),
+			ID:           m.cfg.IDPrefix + newID(),
 			Status:       StatusWorking,
 			CreatedAt:    now,
 			UpdatedAt:    now,
