@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
 	"sync/atomic"
-	"syscall"
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/internal/executor"
@@ -109,33 +107,6 @@ func (g *runGuard) end(clean bool) {
 			sweepUser(g.uid.uid)
 		}
 		g.uid.release()
-	}
-}
-
-// sweepUser kills every process of host user uid (a run user of the uid
-// range, which nothing else runs as).
-func sweepUser(uid int) {
-	for round := 0; round < 100; round++ {
-		entries, err := os.ReadDir("/proc")
-		if err != nil {
-			return
-		}
-		found := false
-		for _, e := range entries {
-			pid, err := strconv.Atoi(e.Name())
-			if err != nil {
-				continue
-			}
-			var st syscall.Stat_t
-			if syscall.Stat(filepath.Join("/proc", e.Name()), &st) != nil || int(st.Uid) != uid {
-				continue
-			}
-			found = true
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		if !found {
-			return
-		}
 	}
 }
 

@@ -7,11 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 )
 
 // WorkRoot is the directory that holds the run directories of one server.
-// A lock file inside it is held (flock) for as long as the server lives, so
+// A lock file inside it is held (TryLock) for as long as the server lives, so
 // that the next server to start can tell the work roots of servers that died
 // without cleaning up (SIGKILL, a crash, a power cut) and remove them.
 type WorkRoot struct {
@@ -35,7 +34,7 @@ func NewWorkRoot(base, prefix string, mode os.FileMode, log *slog.Logger) (*Work
 	}
 	lock, err := os.OpenFile(filepath.Join(dir, lockName), os.O_CREATE|os.O_RDWR|os.O_EXCL, 0o600)
 	if err == nil {
-		err = syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		err = TryLock(lock)
 	}
 	if err == nil {
 		err = os.Chmod(dir, mode)
@@ -77,8 +76,8 @@ func sweepWorkRoots(base, prefix string, log *slog.Logger) {
 		if err != nil {
 			continue
 		}
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if errors.Is(err, syscall.EWOULDBLOCK) {
+		err = TryLock(f)
+		if errors.Is(err, ErrLocked) {
 			f.Close() // a live server holds it
 			continue
 		}
@@ -92,3 +91,6 @@ func sweepWorkRoots(base, prefix string, log *slog.Logger) {
 		f.Close()
 	}
 }
+
+// ErrLocked says that TryLock found the file locked by another open file.
+var ErrLocked = errors.New("the file is locked by another process")
