@@ -98,6 +98,9 @@ type Runner struct {
 	workspaceWarning string
 	// pool holds runs prepared ahead of demand (nil: none).
 	pool *warmPool
+	// seatbelt applies a Seatbelt profile to each program (macOS; nil
+	// elsewhere, and where the start-up probe failed).
+	seatbelt *seatbeltRuns
 }
 
 var _ sandbox.Runner = (*Runner)(nil)
@@ -161,8 +164,11 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		r.cred = nil
 	}
 	r.features = append(r.features, runUsers, r.setUpCgroups(ctx, cfg.Disable))
-	if r.egress != nil && !r.iso.Network {
+	if r.egress != nil && !r.iso.Network && (r.seatbelt == nil || r.seatbelt.network) {
 		_ = wr.Remove()
+		if runtime.GOOS == "darwin" {
+			return nil, fmt.Errorf("%w: CODE_EXEC_NETWORK=allowlist needs process mode's Seatbelt profile without CODE_EXEC_PROCESS_DISABLE=network, and it is not in force (%s)", sandbox.ErrSandboxUnavailable, featureStatus(r.features, FeatureSeatbelt))
+		}
 		return nil, fmt.Errorf("%w: CODE_EXEC_NETWORK=allowlist needs process mode's network namespace, which is unavailable (%s)", sandbox.ErrSandboxUnavailable, featureStatus(r.features, FeatureNetwork))
 	}
 	if cfg.Strict {
@@ -224,7 +230,11 @@ func (r *Runner) capabilities(langs []sandbox.LanguageStatus, ws *sandbox.Worksp
 		caps.Warnings = append(caps.Warnings, r.workspaceWarning)
 	}
 	if r.egress != nil {
-		caps.Egress = r.egress.Policy().Info(true, EgressAddr)
+		proxyAddr := EgressAddr
+		if !r.iso.Network {
+			proxyAddr = "127.0.0.1, on a port of each run's own (HTTP_PROXY names it)"
+		}
+		caps.Egress = r.egress.Policy().Info(true, proxyAddr)
 	}
 	return caps
 }
@@ -315,6 +325,8 @@ func (r *Runner) setWorkspace(w sandbox.Workspace) (*sandbox.WorkspaceStatus, er
 		st.Detail = "bound " + mode + " at " + sandbox.WorkspacePath + " in each run's mount namespace" + ifElse(w.Writable, "", " (mounts below it are not carried over)")
 	case r.iso.Landlock:
 		st.Detail = "no mount namespace: runs see it at its own path, " + mode + " by a Landlock rule"
+	case r.seatbelt != nil:
+		st.Detail = "runs see it at its own path, " + mode + " by the Seatbelt profile"
 	default:
 		st.Enforced = w.Writable
 		st.Detail = "no mount namespace and no Landlock: runs see it at its own path, with their user's permissions only"
@@ -367,20 +379,29 @@ func (r *Runner) protections() []sandbox.Protection {
 	if r.egress != nil {
 		net.Detail = "an isolated loopback whose only way out is codeexec's egress proxy at " + EgressAddr + " (CODE_EXEC_NETWORK=allowlist)"
 	}
-	if !r.iso.Network {
-		net.Detail = "code can reach the network like any program of its user (" + featureStatus(r.features, FeatureNetwork) + ")"
+	switch {
+	case r.iso.Network:
+	case r.seatbelt != nil && !r.seatbelt.network && r.egress != nil:
+		net.Active, net.Detail = true, "the Seatbelt profile refuses every connection but one, to codeexec's egress proxy on a loopback port of the run's own (CODE_EXEC_NETWORK=allowlist); no other port of the host, no DNS"
+	case r.seatbelt != nil && !r.seatbelt.network:
+		net.Active, net.Detail = true, "the Seatbelt profile refuses every connection, the host's loopback and Unix sockets included, and name resolution"
+	default:
+		net.Detail = "code can reach the network like any program of its user (" + r.unavailable(FeatureNetwork) + ")"
 	}
 	fs := sandbox.Protection{Name: "filesystem isolation", Active: r.iso.Mount || r.iso.Landlock, Detail: "only system directories (read-only) and the run directory are visible"}
-	if !r.iso.Mount && r.iso.Landlock {
+	switch {
+	case r.iso.Mount:
+	case r.iso.Landlock:
 		// Landlock governs opening files, not looking them up.
 		fs.Detail = "only system directories (read-only) and the run directory can be opened; other paths can still be looked up (names and attributes), not read or written"
-	}
-	if !fs.Active {
-		fs.Detail = "code can read what its user can read (" + featureStatus(r.features, FeatureMount) + ")"
+	case r.seatbelt != nil:
+		fs.Active, fs.Detail = true, "the Seatbelt profile lets code read only the system's folders, the interpreters' installations, the run directory and the workspace, and write only the run directory (and a read-write workspace); the folders above those can be looked up, not listed"
+	default:
+		fs.Detail = "code can read what its user can read (" + r.unavailable(FeatureMount) + ")"
 	}
 	work := sandbox.Protection{Name: "work directory cap", Active: r.iso.Mount, Detail: fmt.Sprintf("the run directory is a tmpfs of its own in the run's mount namespace, capped like /tmp: at the file-size limit (CODE_EXEC_FILE_SIZE) and %d files", executor.TmpfsInodes)}
 	if !r.iso.Mount {
-		work.Detail = "the run directory is on the host's disk, and only each file's size is limited: a run can fill the disk (needs the mount namespace: " + featureStatus(r.features, FeatureMount) + ")"
+		work.Detail = "the run directory is on the host's disk, and only each file's size is limited: a run can fill the disk (needs the mount namespace: " + ifElse(runtime.GOOS == "linux", featureStatus(r.features, FeatureMount), "needs Linux") + ")"
 	}
 	apart := sandbox.Protection{Name: "runs kept apart"}
 	switch {
@@ -407,6 +428,16 @@ func (r *Runner) hostUsers() string {
 	return strconv.Itoa(os.Geteuid())
 }
 
+// unavailable says why the protection of feature f (the network or the
+// mount namespace) is not in force: the feature's status on Linux, the
+// Seatbelt profile's on macOS.
+func (r *Runner) unavailable(f Feature) string {
+	if runtime.GOOS == "darwin" {
+		return "the Seatbelt profile: " + featureStatus(r.features, FeatureSeatbelt)
+	}
+	return featureStatus(r.features, f)
+}
+
 // featureStatus is the detail recorded for feature f.
 func featureStatus(ps []sandbox.Protection, f Feature) string {
 	for _, p := range ps {
@@ -428,6 +459,8 @@ func protectionName(f Feature) string {
 		return "memory cgroup"
 	case FeatureUIDRange:
 		return "separate run users"
+	case FeatureSeatbelt:
+		return "seatbelt profile"
 	}
 	return string(f) + " namespace"
 }
@@ -437,8 +470,8 @@ func protectionName(f Feature) string {
 // "unprivileged user" protections and the PID namespace.
 func (r *Runner) isolation() sandbox.Isolation {
 	return sandbox.Isolation{
-		Network:     r.iso.Network,
-		Filesystem:  r.iso.Mount || r.iso.Landlock,
+		Network:     r.iso.Network || (r.seatbelt != nil && !r.seatbelt.network),
+		Filesystem:  r.iso.Mount || r.iso.Landlock || r.seatbelt != nil,
 		Identity:    r.iso.User || r.cred != nil,
 		Environment: true,
 		Processes:   r.iso.PID,
@@ -458,6 +491,9 @@ func (r *Runner) isolationSummary() string {
 	}
 	if r.uids != nil {
 		on = append(on, protectionName(FeatureUIDRange))
+	}
+	if r.seatbelt != nil {
+		on = append(on, protectionName(FeatureSeatbelt))
 	}
 	s := "child process: scrubbed environment, resource limits, own process group, fresh work directory"
 	if len(on) > 0 {
@@ -579,13 +615,35 @@ func (r *Runner) programSpec(g *runGuard, iso executor.Isolation, p executor.Pro
 		path, env = r.python.Python, executor.PythonEnv(env, r.python)
 	}
 	var egressAddr string
-	if p.Serve != nil {
+	serve, proxyPort := p.Serve, 0
+	switch {
+	case p.Serve == nil:
+	case !iso.Network && r.seatbelt != nil:
+		// No network namespace to listen in: the server listens on a
+		// loopback port of the run's own, the one its profile lets it
+		// reach.
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return executor.Spec{}, fmt.Errorf("%w: listening for the run's egress proxy: %v", sandbox.ErrSandboxUnavailable, err)
+		}
+		p.Serve(ln)
+		serve, proxyPort = nil, ln.Addr().(*net.TCPAddr).Port
+		env = append(env, egress.ProxyEnv(ln.Addr().String())...)
+	default:
 		env, egressAddr = append(env, egress.ProxyEnv(EgressAddr)...), EgressAddr
 	}
 	env = sandbox.WithEnv(env, p.Env)
+	var profile string
+	if r.seatbelt != nil {
+		var err error
+		if profile, err = r.seatbelt.profile(iso, p.Dir, proxyPort); err != nil {
+			return executor.Spec{}, fmt.Errorf("%w: the run's Seatbelt profile: %v", sandbox.ErrSandboxUnavailable, err)
+		}
+	}
 	return executor.Spec{
+		Seatbelt:            profile,
 		EgressAddr:          egressAddr,
-		EgressServe:         p.Serve,
+		EgressServe:         serve,
 		Isolation:           iso,
 		Path:                path,
 		Args:                append(interpreterArgs(p.Lang, p.Limits), p.Args...),

@@ -74,6 +74,10 @@ type Spec struct {
 	NoNewPrivs bool
 	// Isolation is the kernel isolation of the run (Linux only).
 	Isolation Isolation
+	// Seatbelt, when set, is the Seatbelt profile (SBPL) that the program
+	// runs under (macOS only): the exec stage, once it set the rlimits,
+	// execs the program through sandbox-exec with it.
+	Seatbelt string
 	// Collect, with a mount namespace, has the supervisor collect the
 	// artifacts of the run's private run directory into the Result (see
 	// CollectSpec). Without one, the caller collects from Dir itself.
@@ -280,10 +284,6 @@ func untrack(pid int) {
 	delete(children.pids, pid)
 	children.Unlock()
 }
-
-// MinimalPath is the PATH of the supervisor, and of the programs of process
-// mode, which looks for interpreters there.
-const MinimalPath = "/usr/local/bin:/usr/bin:/bin"
 
 // ErrNotBegun says that the supervisor was gone before it read its run
 // (a prepared one killed while it waited): nothing of the run happened, and

@@ -20,12 +20,12 @@ import (
 // system enforces and then execs the interpreter.
 
 // startRun starts the program in a process group of its own: through the
-// exec stage when it has rlimits, directly otherwise.
+// exec stage when it has rlimits or a Seatbelt profile, directly otherwise.
 func startRun(spec Spec, out *sandbox.Output) (*supervised, error) {
 	if spec.EgressServe != nil {
 		return nil, fmt.Errorf("egress needs a network namespace, which needs Linux")
 	}
-	if !spec.Rlimits {
+	if !spec.Rlimits && spec.Seatbelt == "" {
 		return startDirect(spec, out, nil)
 	}
 	exe, err := os.Executable()
