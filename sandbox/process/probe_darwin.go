@@ -116,7 +116,7 @@ func (r *Runner) probeSeatbelt(ctx context.Context, sb *seatbeltRuns) error {
 	}
 	args := probe.Args()
 	res := &sandbox.Result{}
-	if err := executor.Spawn(ctx, executor.Spec{Path: exe, Args: args, Env: minimalEnv(dir), Dir: dir, Limits: probeLimits, Rlimits: true, Seatbelt: profile}, res); err != nil {
+	if err := executor.Spawn(ctx, executor.Spec{Path: exe, Args: args, Env: minimalEnv(dir, executor.MinimalPath), Dir: dir, Limits: probeLimits, Rlimits: true, Seatbelt: profile}, res); err != nil {
 		return err
 	}
 	if res.ExitCode != 0 {

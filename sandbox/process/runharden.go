@@ -150,7 +150,13 @@ func (r *Runner) setUpRunUsers(disabled []Feature, rng UIDRange) sandbox.Protect
 // can join one, and says so for sandbox_info.
 func (r *Runner) setUpCgroups(ctx context.Context, disabled []Feature) sandbox.Protection {
 	p := sandbox.Protection{Name: protectionName(FeatureCgroup)}
-	const without = ": the memory limit binds each process (RLIMIT_DATA) but not the run as a whole: shared memory, memfds, tmpfs pages and several processes can together go past it; OOM kills cannot be reported"
+	without := ": the memory limit binds each process (RLIMIT_DATA) but not the run as a whole: shared memory, memfds, tmpfs pages and several processes can together go past it; OOM kills cannot be reported"
+	switch runtime.GOOS {
+	case "darwin":
+		without = ": nothing bounds a run's memory (macOS does not enforce memory rlimits)"
+	case "windows":
+		without = ": the run's Job Object bounds the memory of its processes together instead; running out of it is not reported as oom_killed"
+	}
 	if slices.Contains(disabled, FeatureCgroup) {
 		p.Detail = "turned off by CODE_EXEC_PROCESS_DISABLE" + without
 		return p

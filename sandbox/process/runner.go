@@ -101,6 +101,8 @@ type Runner struct {
 	// seatbelt applies a Seatbelt profile to each program (macOS; nil
 	// elsewhere, and where the start-up probe failed).
 	seatbelt *seatbeltRuns
+	// envPath is the PATH of the programs (programPath).
+	envPath string
 }
 
 var _ sandbox.Runner = (*Runner)(nil)
@@ -119,7 +121,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	}
 	root := wr.Dir
 	interp, langs := sandbox.ResolveInterpreters(ctx, cfg.Languages, executor.MinimalPath)
-	r := &Runner{interp: interp, root: root, workRoot: wr, log: log, egress: cfg.Egress}
+	r := &Runner{interp: interp, root: root, workRoot: wr, log: log, egress: cfg.Egress, envPath: programPath(interp)}
 	uids := cfg.UIDRange
 	if uids == (UIDRange{}) {
 		uids = DefaultUIDRange
@@ -142,7 +144,8 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	}
 	r.runs = executor.NewRunGroup()
 	var pkgs []sandbox.Package
-	if in, ok := interp["python"]; ok {
+	if in, ok := interp["python"]; ok && runtime.GOOS != "windows" {
+		// (On Windows python runs as it is: no figure hook.)
 		r.python, pkgs = executor.PreparePython(ctx, root, in, log)
 	}
 	runUsers := r.setUpRunUsers(cfg.Disable, uids)
@@ -351,25 +354,19 @@ func checkTraversable(dir string) error {
 }
 
 func (r *Runner) protections() []sandbox.Protection {
-	onLinux := runtime.GOOS == "linux"
-	memory := "CPU time, data segment (RLIMIT_DATA: the memory limit, per process), address space (the same, but none for node, whose heap --max-old-space-size bounds, nor when a memory cgroup bounds the run), open files, file size, processes, no core files"
 	p := []sandbox.Protection{
-		{Name: "scrubbed environment", Active: true, Detail: "PATH=" + executor.MinimalPath + ", HOME and TMPDIR in the run directory; nothing of the server's environment"},
+		{Name: "scrubbed environment", Active: true, Detail: "PATH=" + r.envPath + ", HOME and " + ifElse(runtime.GOOS == "windows", "TEMP", "TMPDIR") + " in the run directory; nothing of the server's environment"},
 		{Name: "fresh work directory", Active: true, Detail: "created under " + r.root + " for each run and removed afterwards"},
 		{Name: "timeout and output cap", Active: true},
-		{Name: "process group kill", Active: true, Detail: "the run's process group is killed when it ends"},
-		{Name: "orphan reaping", Active: onLinux, Detail: ifElse(onLinux, "a child-subreaper supervisor kills daemons, double forks and setsid processes of the run", "needs Linux")},
-		{Name: "resource limits (rlimits)", Active: true, Detail: ifElse(onLinux, memory, "CPU time, open files, file size, no core files (this system does not enforce memory rlimits; the process limit is per user and left alone)")},
-		{Name: "no-new-privileges", Active: onLinux, Detail: ifElse(onLinux, "setuid binaries cannot raise privileges", "needs Linux")},
-		{Name: "no inherited descriptors", Active: true, Detail: "every descriptor above stdio is closed before the program starts, whatever the server inherited"},
-		{Name: "own session keyring", Active: onLinux, Detail: ifElse(onLinux, "each run starts in a new, empty session keyring (and the seccomp filter, where active, refuses keyrings altogether)", "needs Linux")},
-		{Name: "signals", Active: onLinux, Detail: ifElse(onLinux, "the supervisor ignores every signal a program can send it, and the program starts with default signal dispositions, none blocked", "needs Linux")},
 	}
+	p = append(p, platformProtections()...)
 	switch {
 	case r.iso.User:
 		p = append(p, sandbox.Protection{Name: "unprivileged user", Active: true, Detail: fmt.Sprintf("code runs as uid %d in a user namespace of its own, with no uid 0 to become and no capability, as host user %s", executor.ProgramUID, r.hostUsers())})
 	case r.cred != nil:
 		p = append(p, sandbox.Protection{Name: "unprivileged user", Active: true, Detail: fmt.Sprintf("code runs as host user %s, not as root", r.hostUsers())})
+	case runtime.GOOS == "windows":
+		p = append(p, sandbox.Protection{Name: "unprivileged user", Active: false, Detail: "code runs as the server's own Windows user, with its rights (an administrator's server gives its runs an administrator's rights)"})
 	default:
 		p = append(p, sandbox.Protection{Name: "unprivileged user", Active: false, Detail: fmt.Sprintf("the server is not root and has no user namespace, so code runs as the server's own user (uid %d)", os.Geteuid())})
 	}
@@ -409,6 +406,8 @@ func (r *Runner) protections() []sandbox.Protection {
 		apart.Active, apart.Detail = true, "each run in flight is a host user of its own"+ifElse(r.iso.PID, " and sees only its own processes", "")
 	case r.iso.PID && r.iso.User:
 		apart.Active, apart.Detail = true, fmt.Sprintf("runs share the server's host user (uid %d), but each sees and signals only its own processes (PID namespace) and may hold at most 32 inotify instances (its user namespace's limit)", os.Geteuid())
+	case runtime.GOOS == "windows":
+		apart.Detail = "runs share the server's Windows user: each is a Job Object of its own, but they can see each other's processes and end them with that user's rights"
 	default:
 		apart.Detail = fmt.Sprintf("runs share one host user (uid %d) and, without PID and user namespaces, can signal each other's processes and exhaust per-user kernel limits (inotify, processes) for each other", os.Geteuid())
 	}
@@ -432,8 +431,11 @@ func (r *Runner) hostUsers() string {
 // mount namespace) is not in force: the feature's status on Linux, the
 // Seatbelt profile's on macOS.
 func (r *Runner) unavailable(f Feature) string {
-	if runtime.GOOS == "darwin" {
+	switch runtime.GOOS {
+	case "darwin":
 		return "the Seatbelt profile: " + featureStatus(r.features, FeatureSeatbelt)
+	case "windows":
+		return "process mode on Windows isolates neither files nor the network: docker mode with Docker Desktop does"
 	}
 	return featureStatus(r.features, f)
 }
@@ -547,7 +549,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 func (r *Runner) runIn(ctx context.Context, s *slot, req sandbox.Request, spec sandbox.LanguageSpec, in sandbox.Interpreter) (*sandbox.Result, error) {
 	clean := false
 	defer func() { s.end(clean) }()
-	file, err := s.writeProgram(spec.FileName, req.Code)
+	file, err := s.writeProgram(spec.FileName, programText(req.Language, req.Code))
 	if err != nil {
 		return nil, err
 	}
@@ -596,7 +598,7 @@ func (r *Runner) runIn(ctx context.Context, s *slot, req sandbox.Request, spec s
 // (plt.show() saves the figures) and the egress listener.
 func (r *Runner) programSpec(g *runGuard, iso executor.Isolation, p executor.Program) (executor.Spec, error) {
 	iso.TmpBytes = p.Limits.FileSizeBytes
-	path, env := p.Path, append(minimalEnv(p.Dir), executor.ThreadEnv(p.Limits.CPUs)...)
+	path, env := p.Path, append(minimalEnv(p.Dir, r.envPath), executor.ThreadEnv(p.Limits.CPUs)...)
 	if r.workspace != nil {
 		env = append(env, sandbox.WorkspaceVariable+"="+iso.Path(*r.workspace))
 	}
@@ -702,19 +704,6 @@ func addressSpaceExtra(lang string) int64 {
 		return 1 << 30
 	}
 	return 0
-}
-
-// minimalEnv is the scrubbed environment of a sandboxed program: nothing of
-// the server's, a fixed PATH, and HOME and TMPDIR in the work directory.
-func minimalEnv(workDir string) []string {
-	return []string{
-		"PATH=" + executor.MinimalPath,
-		"HOME=" + workDir,
-		"TMPDIR=" + workDir,
-		"LANG=C.UTF-8",
-		"LC_ALL=C.UTF-8",
-		"PWD=" + workDir,
-	}
 }
 
 // Helpers are the internal subcommands of the binary that process mode

@@ -49,14 +49,14 @@ func NewWorkRoot(base, prefix string, mode os.FileMode, log *slog.Logger) (*Work
 	return &WorkRoot{Dir: dir, lock: lock}, nil
 }
 
-// Remove deletes the work root and releases its lock. Safe to call twice.
+// Remove releases the work root's lock and deletes it (Windows deletes no
+// open file). Safe to call twice.
 func (w *WorkRoot) Remove() error {
-	err := RemoveAll(w.Dir)
 	if w.lock != nil {
 		w.lock.Close()
 		w.lock = nil
 	}
-	return err
+	return RemoveAll(w.Dir)
 }
 
 // sweepWorkRoots removes the work roots in base whose lock no live server
@@ -82,14 +82,39 @@ func sweepWorkRoots(base, prefix string, log *slog.Logger) {
 			continue
 		}
 		if err == nil {
-			if rerr := RemoveAll(dir); rerr != nil && log != nil {
+			// Everything but the lock file while it is held, then the
+			// rest once it is closed (Windows deletes no open file).
+			rerr := removeAllBut(dir, lockName)
+			f.Close()
+			if rerr == nil {
+				rerr = RemoveAll(dir)
+			}
+			if rerr != nil && log != nil {
 				log.Warn("could not remove the work root of a server that died", "dir", dir, "err", rerr)
 			} else if log != nil {
 				log.Info("removed the work root of a server that died", "dir", dir)
 			}
+			continue
 		}
 		f.Close()
 	}
+}
+
+// removeAllBut removes what dir holds except the entry named keep.
+func removeAllBut(dir, keep string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.Name() == keep {
+			continue
+		}
+		if err := RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ErrLocked says that TryLock found the file locked by another open file.
