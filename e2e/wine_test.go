@@ -37,8 +37,9 @@ func wineRoot(t *testing.T) string {
 // with node.exe for Windows: the tools are listed, sandbox_info says what
 // process mode does and does not isolate on Windows, the documented example
 // runs (in javascript: no Windows python here), nothing of the server's
-// environment reaches a program, and a process that a program detaches
-// dies with its run (the run's Job Object).
+// environment reaches a program, a process that a program detaches dies
+// with its run (the run's Job Object), and sessions and files are refused
+// with a reason; then the example and the detached process in mode none.
 func TestWindowsStdioUnderWine(t *testing.T) {
 	root := wineRoot(t)
 	modRoot, err := moduleRoot()
@@ -54,31 +55,9 @@ func TestWindowsStdioUnderWine(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building codeexec.exe: %v\n%s", err, out)
 	}
-	cmd := exec.Command("wine", exe)
-	cmd.Env = []string{
-		"PATH=" + os.Getenv("PATH"),
-		"HOME=" + os.Getenv("HOME"),
-		"WINEPREFIX=" + filepath.Join(root, "prefix"),
-		"WINEDEBUG=-all",
-		// Appended to the Windows PATH: where codeexec finds node.exe.
-		"WINEPATH=Z:" + strings.ReplaceAll(filepath.Join(root, "node"), "/", `\`),
-		"CODE_EXEC_SANDBOX=process",
-		secretName + "=" + secretValue,
-	}
-	stderr := &lockedBuffer{}
-	cmd.Stderr = stderr
+	cs := connectUnderWine(t, root, exe, "process")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // bounds a hang only
 	defer cancel()
-	cs, err := newClient().Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 30 * time.Second}, nil)
-	if err != nil {
-		t.Fatalf("connecting to codeexec.exe under Wine: %v\nstderr:\n%s", err, stderr.String())
-	}
-	defer cs.Close()
-	defer func() {
-		if t.Failed() {
-			t.Logf("codeexec.exe's stderr:\n%s", stderr.String())
-		}
-	}()
 
 	tools, err := cs.ListTools(ctx, &mcp.ListToolsParams{})
 	if err != nil {
@@ -174,7 +153,59 @@ func TestWindowsStdioUnderWine(t *testing.T) {
 	}
 
 	// A detached child, left running, dies with its run.
-	r, out = execute(t, cs, map[string]any{"language": "javascript", "code": `const c = require("child_process").spawn(process.execPath, ["-e", "setInterval(() => {}, 1000)"], {detached: true, stdio: "ignore"}); c.unref(); console.log(c.pid)`})
+	checkDetachedChildDies(t, cs)
+
+	// Mode none runs programs in a Job Object too: the example runs, and
+	// what a run leaves dies with it.
+	t.Run("none", func(t *testing.T) {
+		cs := connectUnderWine(t, root, exe, "none")
+		r, out := execute(t, cs, map[string]any{"language": "javascript", "code": "console.log(String(2n ** 64n))"})
+		if r.IsError || strings.TrimRight(out.Stdout, "\r\n") != "18446744073709551616" || out.Sandbox != "none" {
+			t.Fatalf("example: isError=%v exit=%d stdout=%q stderr=%q sandbox=%q", r.IsError, out.ExitCode, out.Stdout, out.Stderr, out.Sandbox)
+		}
+		checkDetachedChildDies(t, cs)
+	})
+}
+
+// connectUnderWine starts codeexec.exe (exe) under Wine in the prefix of
+// root, in mode, with node.exe on its PATH and the test's secret in its
+// environment, and connects to it over stdio. It is closed when t ends;
+// its stderr is logged when t failed.
+func connectUnderWine(t *testing.T, root, exe, mode string) *mcp.ClientSession {
+	t.Helper()
+	cmd := exec.Command("wine", exe)
+	cmd.Env = []string{
+		"PATH=" + os.Getenv("PATH"),
+		"HOME=" + os.Getenv("HOME"),
+		"WINEPREFIX=" + filepath.Join(root, "prefix"),
+		"WINEDEBUG=-all",
+		// Appended to the Windows PATH: where codeexec finds node.exe.
+		"WINEPATH=Z:" + strings.ReplaceAll(filepath.Join(root, "node"), "/", `\`),
+		"CODE_EXEC_SANDBOX=" + mode,
+		secretName + "=" + secretValue,
+	}
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // bounds a hang only
+	defer cancel()
+	cs, err := newClient().Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 30 * time.Second}, nil)
+	if err != nil {
+		t.Fatalf("connecting to codeexec.exe under Wine: %v\nstderr:\n%s", err, stderr.String())
+	}
+	t.Cleanup(func() {
+		_ = cs.Close()
+		if t.Failed() {
+			t.Logf("codeexec.exe's stderr:\n%s", stderr.String())
+		}
+	})
+	return cs
+}
+
+// checkDetachedChildDies runs a program that leaves a detached node
+// running, then checks from a second run that it is gone.
+func checkDetachedChildDies(t *testing.T, cs *mcp.ClientSession) {
+	t.Helper()
+	r, out := execute(t, cs, map[string]any{"language": "javascript", "code": `const c = require("child_process").spawn(process.execPath, ["-e", "setInterval(() => {}, 1000)"], {detached: true, stdio: "ignore"}); c.unref(); console.log(c.pid)`})
 	pid := strings.TrimSpace(out.Stdout)
 	if r.IsError || out.ExitCode != 0 || pid == "" {
 		t.Fatalf("detach: isError=%v exit=%d stdout=%q stderr=%q", r.IsError, out.ExitCode, out.Stdout, out.Stderr)
