@@ -98,15 +98,7 @@ func (r *Runner) probeSeatbelt(ctx context.Context, sb *seatbeltRuns) error {
 		return fmt.Errorf("listening for the probe's connection: %w", err)
 	}
 	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_ = c.Close()
-		}
-	}()
+	go discardConnections(ln)
 	probe.Connect = ln.Addr().String()
 	withExe := *sb
 	withExe.readOnly = append(slices.Clone(sb.readOnly), exe)

@@ -3,6 +3,7 @@ package process
 import (
 	"fmt"
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -129,4 +130,16 @@ func seatbeltHome() string {
 		return h
 	}
 	return "/Users"
+}
+
+// discardConnections accepts the connections of ln and closes them, until
+// ln is closed: a listener that the probe's connection must not reach.
+func discardConnections(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		_ = c.Close()
+	}
 }

@@ -160,14 +160,6 @@ func listenLoopback(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_ = c.Close()
-		}
-	}()
+	go discardConnections(ln)
 	return ln.Addr().String()
 }

@@ -3,9 +3,6 @@
 package executor
 
 import (
-	"os/exec"
-	"strings"
-
 	"github.com/codeexec/codeexec/sandbox"
 )
 
@@ -16,16 +13,8 @@ import (
 func startDirect(spec Spec, out *sandbox.Output, afterExit func(pid int)) (*supervised, error) {
 	// Whatever the server holds without close-on-exec stays with it.
 	_ = CloseInheritedOnExec()
-	cmd := exec.Command(spec.Path, spec.Args...)
-	cmd.Env = spec.Env
-	cmd.Dir = spec.Dir
-	if spec.Stdin != "" {
-		cmd.Stdin = strings.NewReader(spec.Stdin)
-	}
-	cmd.Stdout = out.Stdout()
-	cmd.Stderr = out.Stderr()
+	cmd := commandOf(spec, out, spec.Path, spec.Args...)
 	cmd.SysProcAttr = directAttr()
-	cmd.WaitDelay = stopGrace
 	if err := startTracked(cmd); err != nil {
 		return nil, err
 	}

@@ -3,10 +3,16 @@
 package executor
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/codeexec/codeexec/sandbox"
 )
+
+// errEgressNeedsLinux refuses a Spec with EgressServe: the listener lives
+// in the run's network namespace. (On macOS process mode serves the egress
+// proxy on a loopback port of the run's own instead.)
+var errEgressNeedsLinux = errors.New("egress needs a network namespace, which needs Linux")
 
 // Prepared is Linux only: there is no supervisor to start ahead here.
 type Prepared struct{}

@@ -244,6 +244,22 @@ func stopAndWait(sup *supervised, waitCh <-chan error) error {
 	}
 }
 
+// commandOf is the command path args of spec's run: its environment,
+// working directory and standard input, its output into out, and
+// stopGrace for its output to close after it ended.
+func commandOf(spec Spec, out *sandbox.Output, path string, args ...string) *exec.Cmd {
+	cmd := exec.Command(path, args...)
+	cmd.Env = spec.Env
+	cmd.Dir = spec.Dir
+	if spec.Stdin != "" {
+		cmd.Stdin = strings.NewReader(spec.Stdin)
+	}
+	cmd.Stdout = out.Stdout()
+	cmd.Stderr = out.Stderr()
+	cmd.WaitDelay = stopGrace
+	return cmd
+}
+
 // exitStatus reads how a waited-for command ended.
 func exitStatus(cmd *exec.Cmd) status {
 	ps := cmd.ProcessState

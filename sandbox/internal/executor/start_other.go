@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
-	"strings"
 	"syscall"
 
 	"github.com/codeexec/codeexec/sandbox"
@@ -17,13 +15,14 @@ import (
 // kernel isolation: the program runs in a process group of its own, which is
 // killed when the run ends. In process mode the binary re-executes itself as
 // the exec stage (execstage_other.go), which sets the resource limits this
-// system enforces and then execs the interpreter.
+// system enforces and then execs the interpreter: on macOS through
+// sandbox-exec, under the run's Seatbelt profile (Spec.Seatbelt).
 
 // startRun starts the program in a process group of its own: through the
 // exec stage when it has rlimits or a Seatbelt profile, directly otherwise.
 func startRun(spec Spec, out *sandbox.Output) (*supervised, error) {
 	if spec.EgressServe != nil {
-		return nil, fmt.Errorf("egress needs a network namespace, which needs Linux")
+		return nil, errEgressNeedsLinux
 	}
 	if !spec.Rlimits && spec.Seatbelt == "" {
 		return startDirect(spec, out, nil)
@@ -36,17 +35,9 @@ func startRun(spec Spec, out *sandbox.Output) (*supervised, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(exe, execArg)
-	cmd.Env = spec.Env
-	cmd.Dir = spec.Dir
-	if spec.Stdin != "" {
-		cmd.Stdin = strings.NewReader(spec.Stdin)
-	}
-	cmd.Stdout = out.Stdout()
-	cmd.Stderr = out.Stderr()
+	cmd := commandOf(spec, out, exe, execArg)
 	cmd.ExtraFiles = []*os.File{cfgR}
 	cmd.SysProcAttr = directAttr()
-	cmd.WaitDelay = stopGrace
 	err = startTracked(cmd)
 	cfgR.Close()
 	if err != nil {

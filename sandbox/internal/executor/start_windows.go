@@ -3,9 +3,6 @@
 package executor
 
 import (
-	"errors"
-	"os/exec"
-	"strings"
 	"syscall"
 	"time"
 
@@ -26,7 +23,7 @@ import (
 // startRun starts the program in a job object of its own.
 func startRun(spec Spec, out *sandbox.Output) (*supervised, error) {
 	if spec.EgressServe != nil {
-		return nil, errors.New("egress needs a network namespace, which needs Linux")
+		return nil, errEgressNeedsLinux
 	}
 	var lim jobLimits
 	if spec.Rlimits {
@@ -36,18 +33,10 @@ func startRun(spec Spec, out *sandbox.Output) (*supervised, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(spec.Path, spec.Args...)
-	cmd.Env = spec.Env
-	cmd.Dir = spec.Dir
-	if spec.Stdin != "" {
-		cmd.Stdin = strings.NewReader(spec.Stdin)
-	}
-	cmd.Stdout = out.Stdout()
-	cmd.Stderr = out.Stderr()
+	cmd := commandOf(spec, out, spec.Path, spec.Args...)
 	// Suspended until it is in its job; a process group of its own; no
 	// console window of its own when the server has none.
 	cmd.SysProcAttr = &syscall.SysProcAttr{CreationFlags: windows.CREATE_SUSPENDED | windows.CREATE_NEW_PROCESS_GROUP | windows.CREATE_NO_WINDOW}
-	cmd.WaitDelay = stopGrace
 	if err := startTracked(cmd); err != nil {
 		j.close()
 		return nil, err
