@@ -161,7 +161,7 @@ type Config struct {
 	SessionIdleTimeout time.Duration `env:"SESSION_IDLE_TIMEOUT" envDefault:"10m" accepted:"a duration such as 10m (from 1s to 24h)" help:"a session that no call used for this long ends by itself, and its files, processes and container are removed"`
 	SessionMaxLifetime time.Duration `env:"SESSION_MAX_LIFETIME" envDefault:"1h" accepted:"a duration such as 1h (from 1s to 168h)" help:"a session ends this long after it was created, however busy"`
 
-	ProcessDisable  []string `env:"PROCESS_DISABLE" envSeparator:"," accepted:"a comma-separated list of user, pid, network, ipc, uts, mount, landlock, seccomp, cgroup, uid-range" help:"process mode: kernel isolation features to turn off (for example network, for code that must reach the network)"`
+	ProcessDisable  []string `env:"PROCESS_DISABLE" envSeparator:"," accepted:"a comma-separated list of user, pid, network, ipc, uts, mount, landlock, seccomp, cgroup, uid-range, seatbelt (macOS)" help:"process mode: isolation features to turn off (for example network, for code that must reach the network)"`
 	ProcessStrict   bool     `env:"PROCESS_STRICT" envDefault:"false" accepted:"true or false" help:"process mode: refuse to start unless every kernel isolation feature is active on this host (namespaces, Landlock, the seccomp filter, the runs' cgroups and, as root, their own users)"`
 	ProcessUIDRange UIDRange `env:"PROCESS_UID_RANGE" envDefault:"200000-200063" accepted:"FIRST-LAST, host user ids from 1 to 4294967294 without 65534, for example 200000-200063" help:"process mode, when the server is root: host user ids that runs take, one per run in flight (more runs at once wait for a free one); nothing else should use them"`
 

@@ -280,7 +280,9 @@ func TestFaultEngineRestart(t *testing.T) {
 
 	pid := dockerdPID(t)
 	t.Logf("stopping dockerd (pid %d) with SIGTERM", pid)
-	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+	if p, err := os.FindProcess(pid); err != nil {
+		t.Fatalf("finding dockerd: %v", err)
+	} else if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatalf("signalling dockerd: %v", err)
 	}
 	if err := sandboxtest.WaitExited(pid, 2*time.Minute); err != nil {

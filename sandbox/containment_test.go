@@ -346,7 +346,7 @@ func setTraps(t *testing.T, hostIP string) *traps {
 	// and its directory.
 	if closeFDs, err := sandboxtest.InheritableFiles(
 		[]string{tr.canaryFile, tr.canaryFile, tr.canaryDir},
-		[]int{syscall.O_RDONLY, syscall.O_WRONLY | syscall.O_APPEND, syscall.O_RDONLY | syscall.O_DIRECTORY}); err == nil {
+		[]int{syscall.O_RDONLY, syscall.O_WRONLY | syscall.O_APPEND, syscall.O_RDONLY | sandboxtest.ODirectory}); err == nil {
 		t.Cleanup(closeFDs)
 	} else if runtime.GOOS == "linux" {
 		t.Fatal(err)

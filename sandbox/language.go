@@ -132,14 +132,21 @@ func probeInterpreter(ctx context.Context, spec LanguageSpec, searchPath string)
 	if searchPath != "" {
 		where = searchPath
 	}
-	for _, cand := range spec.Interpreters {
-		p, err := lookPathIn(cand, searchPath)
+	var names []string
+	for _, cand := range interpreterCandidates(spec) {
+		names = append(names, strings.Join(cand, " "))
+		p, err := lookPathIn(cand[0], searchPath)
+		if err == nil {
+			err = acceptInterpreter(p)
+		}
 		if err != nil {
 			lookErr = err
 			continue
 		}
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		out, err := exec.CommandContext(pctx, p, spec.ProbeArgs...).Output()
+		// Arguments of the candidate (py -3) come first; the probe must
+		// then name the real executable, which runs without them.
+		out, err := exec.CommandContext(pctx, p, append(slices.Clone(cand[1:]), spec.ProbeArgs...)...).Output()
 		cancel()
 		if err != nil {
 			lookErr = fmt.Errorf("%s does not run: %w", p, err)
@@ -149,6 +156,9 @@ func probeInterpreter(ctx context.Context, spec LanguageSpec, searchPath string)
 		in := Interpreter{Path: p}
 		if len(lines) >= 1 && filepath.IsAbs(strings.TrimSpace(lines[0])) {
 			in.Path = strings.TrimSpace(lines[0])
+		} else if len(cand) > 1 {
+			lookErr = fmt.Errorf("%s did not name its executable", strings.Join(cand, " "))
+			continue
 		}
 		if real, err := filepath.EvalSymlinks(in.Path); err == nil {
 			in.Path = real
@@ -158,7 +168,7 @@ func probeInterpreter(ctx context.Context, spec LanguageSpec, searchPath string)
 		}
 		return in, nil
 	}
-	return Interpreter{}, fmt.Errorf("interpreter not found: looked for %s in %s (%v)", strings.Join(spec.Interpreters, ", "), where, lookErr)
+	return Interpreter{}, fmt.Errorf("interpreter not found: looked for %s in %s (%v)", strings.Join(names, ", "), where, lookErr)
 }
 
 // Lookup finds a language's spec and its resolved interpreter in interp (as

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/internal/executor"
 )
 
@@ -58,8 +59,8 @@ func ParseFeatures(names []string) ([]Feature, error) {
 			continue
 		}
 		f := Feature(n)
-		if !slices.Contains(Features, f) {
-			return nil, fmt.Errorf("unknown process isolation feature %q (known: %s)", n, featureList(Features))
+		if !slices.Contains(Features, f) && f != FeatureSeatbelt {
+			return nil, fmt.Errorf("unknown process isolation feature %q (known: %s)", n, featureList(append(slices.Clone(Features), FeatureSeatbelt)))
 		}
 		if !slices.Contains(out, f) {
 			out = append(out, f)
@@ -127,4 +128,24 @@ var featureDetail = map[Feature]string{
 	FeatureLandlock: "Landlock: file access limited to read-only system directories and the writable run directory",
 	FeatureSeccomp:  "seccomp filter like Docker's default profile: no new namespaces (clone3 answers ENOSYS so the C library uses clone, whose flags are checked), no setns, keyrings, bpf, perf_event_open, io_uring, userfaultfd, kernel modules, kexec, mounts, ptrace; and no nested namespaces in the run's user namespace (user.max_*_namespaces=0)",
 	FeatureCgroup:   "a memory and pids cgroup per run: memory counts every process of the run together (shared memory, memfds and tmpfs pages included), an OOM kill is reported as oom_killed, and whatever is left of a run is swept from its cgroup",
+}
+
+// linuxOnlyProtections are the kernel isolation features, each listed as
+// unavailable: they need Linux. (The cgroup and the uid range are the
+// Runner's to list.)
+func linuxOnlyProtections() []sandbox.Protection {
+	var ps []sandbox.Protection
+	for _, f := range Features {
+		if f == FeatureCgroup || f == FeatureUIDRange {
+			continue // set up by the Runner
+		}
+		ps = append(ps, sandbox.Protection{Name: protectionName(f), Detail: "needs Linux"})
+	}
+	return ps
+}
+
+// notShielded is the "server out of reach" protection where nothing keeps
+// runs from the server (outside Linux).
+func notShielded() sandbox.Protection {
+	return sandbox.Protection{Name: "server out of reach", Detail: "needs Linux: code runs as the server's own user and may read its environment"}
 }

@@ -17,58 +17,6 @@ import (
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 )
 
-// newRunnerWith makes a runner with some isolation features turned off.
-func newRunnerWith(t *testing.T, disable ...process.Feature) *process.Runner {
-	t.Helper()
-	return newRunnerIn(t, WorkRoot(t), disable...)
-}
-
-func newRunnerIn(t *testing.T, workRoot string, disable ...process.Feature) *process.Runner {
-	t.Helper()
-	r, err := process.New(context.Background(), process.Config{Languages: sandbox.LanguageNames(), WorkRoot: workRoot, Disable: disable})
-	if err != nil {
-		t.Fatalf("process.New: %v", err)
-	}
-	t.Cleanup(func() { _ = r.Close() })
-	return r
-}
-
-// requireActive skips (or, with CODE_EXEC_REQUIRE_ISOLATION=1, fails) when
-// this host cannot give the feature.
-func requireActive(t *testing.T, r *process.Runner, name string) {
-	t.Helper()
-	for _, p := range r.Capabilities().Protections {
-		if p.Name == name {
-			if p.Active {
-				return
-			}
-			if os.Getenv("CODE_EXEC_REQUIRE_ISOLATION") == "1" {
-				t.Fatalf("%s is unavailable on this host: %s", name, p.Detail)
-			}
-			t.Skipf("%s is unavailable on this host: %s", name, p.Detail)
-		}
-	}
-	t.Fatalf("sandbox_info does not list %q", name)
-}
-
-func protection(r *process.Runner, name string) sandbox.Protection {
-	for _, p := range r.Capabilities().Protections {
-		if p.Name == name {
-			return p
-		}
-	}
-	return sandbox.Protection{}
-}
-
-func runCode(t *testing.T, r *process.Runner, lang, code string) *sandbox.Result {
-	t.Helper()
-	res, err := r.Run(context.Background(), sandboxtest.Req(lang, code))
-	if err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	return res
-}
-
 // tcpProbe is a program that connects to addr and prints CONNECTED or the error.
 func tcpProbe(addr string) string {
 	host, port, _ := net.SplitHostPort(addr)

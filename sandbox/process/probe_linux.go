@@ -318,7 +318,7 @@ func (r *Runner) tryIsolation(ctx context.Context, iso executor.Isolation) error
 		defer cg.remove()
 		procs = cg.procs
 	}
-	err = executor.Spawn(ctx, executor.Spec{Path: truePath, Env: minimalEnv(dir), Dir: dir, Limits: lim, Rlimits: true, Credential: cred, NoNewPrivs: true, Isolation: iso, CgroupProcs: procs}, res)
+	err = executor.Spawn(ctx, executor.Spec{Path: truePath, Env: minimalEnv(dir, executor.MinimalPath), Dir: dir, Limits: lim, Rlimits: true, Credential: cred, NoNewPrivs: true, Isolation: iso, CgroupProcs: procs}, res)
 	if err != nil {
 		return err
 	}

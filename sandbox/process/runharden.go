@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
 	"sync/atomic"
-	"syscall"
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/internal/executor"
@@ -112,33 +110,6 @@ func (g *runGuard) end(clean bool) {
 	}
 }
 
-// sweepUser kills every process of host user uid (a run user of the uid
-// range, which nothing else runs as).
-func sweepUser(uid int) {
-	for round := 0; round < 100; round++ {
-		entries, err := os.ReadDir("/proc")
-		if err != nil {
-			return
-		}
-		found := false
-		for _, e := range entries {
-			pid, err := strconv.Atoi(e.Name())
-			if err != nil {
-				continue
-			}
-			var st syscall.Stat_t
-			if syscall.Stat(filepath.Join("/proc", e.Name()), &st) != nil || int(st.Uid) != uid {
-				continue
-			}
-			found = true
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		if !found {
-			return
-		}
-	}
-}
-
 // interpreterArgs are the arguments a language's interpreter gets before its
 // own (sandbox.LanguageSpec.Args): node's heap is bounded by the memory limit
 // with --max-old-space-size, since node runs without an address-space limit
@@ -179,7 +150,13 @@ func (r *Runner) setUpRunUsers(disabled []Feature, rng UIDRange) sandbox.Protect
 // can join one, and says so for sandbox_info.
 func (r *Runner) setUpCgroups(ctx context.Context, disabled []Feature) sandbox.Protection {
 	p := sandbox.Protection{Name: protectionName(FeatureCgroup)}
-	const without = ": the memory limit binds each process (RLIMIT_DATA) but not the run as a whole: shared memory, memfds, tmpfs pages and several processes can together go past it; OOM kills cannot be reported"
+	without := ": the memory limit binds each process (RLIMIT_DATA) but not the run as a whole: shared memory, memfds, tmpfs pages and several processes can together go past it; OOM kills cannot be reported"
+	switch runtime.GOOS {
+	case "darwin":
+		without = ": nothing bounds a run's memory (macOS does not enforce memory rlimits)"
+	case "windows":
+		without = ": the run's Job Object bounds the memory of its processes together instead; running out of it is not reported as oom_killed"
+	}
 	if slices.Contains(disabled, FeatureCgroup) {
 		p.Detail = "turned off by CODE_EXEC_PROCESS_DISABLE" + without
 		return p

@@ -98,6 +98,11 @@ type Runner struct {
 	workspaceWarning string
 	// pool holds runs prepared ahead of demand (nil: none).
 	pool *warmPool
+	// seatbelt applies a Seatbelt profile to each program (macOS; nil
+	// elsewhere, and where the start-up probe failed).
+	seatbelt *seatbeltRuns
+	// envPath is the PATH of the programs (programPath).
+	envPath string
 }
 
 var _ sandbox.Runner = (*Runner)(nil)
@@ -116,7 +121,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	}
 	root := wr.Dir
 	interp, langs := sandbox.ResolveInterpreters(ctx, cfg.Languages, executor.MinimalPath)
-	r := &Runner{interp: interp, root: root, workRoot: wr, log: log, egress: cfg.Egress}
+	r := &Runner{interp: interp, root: root, workRoot: wr, log: log, egress: cfg.Egress, envPath: programPath(interp)}
 	uids := cfg.UIDRange
 	if uids == (UIDRange{}) {
 		uids = DefaultUIDRange
@@ -139,7 +144,8 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	}
 	r.runs = executor.NewRunGroup()
 	var pkgs []sandbox.Package
-	if in, ok := interp["python"]; ok {
+	if in, ok := interp["python"]; ok && runtime.GOOS != "windows" {
+		// (On Windows python runs as it is: no figure hook.)
 		r.python, pkgs = executor.PreparePython(ctx, root, in, log)
 	}
 	runUsers := r.setUpRunUsers(cfg.Disable, uids)
@@ -161,8 +167,11 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		r.cred = nil
 	}
 	r.features = append(r.features, runUsers, r.setUpCgroups(ctx, cfg.Disable))
-	if r.egress != nil && !r.iso.Network {
+	if r.egress != nil && !r.iso.Network && (r.seatbelt == nil || r.seatbelt.network) {
 		_ = wr.Remove()
+		if runtime.GOOS == "darwin" {
+			return nil, fmt.Errorf("%w: CODE_EXEC_NETWORK=allowlist needs process mode's Seatbelt profile without CODE_EXEC_PROCESS_DISABLE=network, and it is not in force (%s)", sandbox.ErrSandboxUnavailable, featureStatus(r.features, FeatureSeatbelt))
+		}
 		return nil, fmt.Errorf("%w: CODE_EXEC_NETWORK=allowlist needs process mode's network namespace, which is unavailable (%s)", sandbox.ErrSandboxUnavailable, featureStatus(r.features, FeatureNetwork))
 	}
 	if cfg.Strict {
@@ -224,7 +233,11 @@ func (r *Runner) capabilities(langs []sandbox.LanguageStatus, ws *sandbox.Worksp
 		caps.Warnings = append(caps.Warnings, r.workspaceWarning)
 	}
 	if r.egress != nil {
-		caps.Egress = r.egress.Policy().Info(true, EgressAddr)
+		proxyAddr := EgressAddr
+		if !r.iso.Network {
+			proxyAddr = "127.0.0.1, on a port of each run's own (HTTP_PROXY names it)"
+		}
+		caps.Egress = r.egress.Policy().Info(true, proxyAddr)
 	}
 	return caps
 }
@@ -315,6 +328,8 @@ func (r *Runner) setWorkspace(w sandbox.Workspace) (*sandbox.WorkspaceStatus, er
 		st.Detail = "bound " + mode + " at " + sandbox.WorkspacePath + " in each run's mount namespace" + ifElse(w.Writable, "", " (mounts below it are not carried over)")
 	case r.iso.Landlock:
 		st.Detail = "no mount namespace: runs see it at its own path, " + mode + " by a Landlock rule"
+	case r.seatbelt != nil:
+		st.Detail = "runs see it at its own path, " + mode + " by the Seatbelt profile"
 	default:
 		st.Enforced = w.Writable
 		st.Detail = "no mount namespace and no Landlock: runs see it at its own path, with their user's permissions only"
@@ -339,25 +354,19 @@ func checkTraversable(dir string) error {
 }
 
 func (r *Runner) protections() []sandbox.Protection {
-	onLinux := runtime.GOOS == "linux"
-	memory := "CPU time, data segment (RLIMIT_DATA: the memory limit, per process), address space (the same, but none for node, whose heap --max-old-space-size bounds, nor when a memory cgroup bounds the run), open files, file size, processes, no core files"
 	p := []sandbox.Protection{
-		{Name: "scrubbed environment", Active: true, Detail: "PATH=" + executor.MinimalPath + ", HOME and TMPDIR in the run directory; nothing of the server's environment"},
+		{Name: "scrubbed environment", Active: true, Detail: "PATH=" + r.envPath + ", HOME and " + ifElse(runtime.GOOS == "windows", "TEMP", "TMPDIR") + " in the run directory; nothing of the server's environment"},
 		{Name: "fresh work directory", Active: true, Detail: "created under " + r.root + " for each run and removed afterwards"},
 		{Name: "timeout and output cap", Active: true},
-		{Name: "process group kill", Active: true, Detail: "the run's process group is killed when it ends"},
-		{Name: "orphan reaping", Active: onLinux, Detail: ifElse(onLinux, "a child-subreaper supervisor kills daemons, double forks and setsid processes of the run", "needs Linux")},
-		{Name: "resource limits (rlimits)", Active: true, Detail: ifElse(onLinux, memory, "CPU time, open files, file size, no core files (this system does not enforce memory rlimits; the process limit is per user and left alone)")},
-		{Name: "no-new-privileges", Active: onLinux, Detail: ifElse(onLinux, "setuid binaries cannot raise privileges", "needs Linux")},
-		{Name: "no inherited descriptors", Active: true, Detail: "every descriptor above stdio is closed before the program starts, whatever the server inherited"},
-		{Name: "own session keyring", Active: onLinux, Detail: ifElse(onLinux, "each run starts in a new, empty session keyring (and the seccomp filter, where active, refuses keyrings altogether)", "needs Linux")},
-		{Name: "signals", Active: onLinux, Detail: ifElse(onLinux, "the supervisor ignores every signal a program can send it, and the program starts with default signal dispositions, none blocked", "needs Linux")},
 	}
+	p = append(p, platformProtections()...)
 	switch {
 	case r.iso.User:
 		p = append(p, sandbox.Protection{Name: "unprivileged user", Active: true, Detail: fmt.Sprintf("code runs as uid %d in a user namespace of its own, with no uid 0 to become and no capability, as host user %s", executor.ProgramUID, r.hostUsers())})
 	case r.cred != nil:
 		p = append(p, sandbox.Protection{Name: "unprivileged user", Active: true, Detail: fmt.Sprintf("code runs as host user %s, not as root", r.hostUsers())})
+	case runtime.GOOS == "windows":
+		p = append(p, sandbox.Protection{Name: "unprivileged user", Active: false, Detail: "code runs as the server's own Windows user, with its rights (an administrator's server gives its runs an administrator's rights)"})
 	default:
 		p = append(p, sandbox.Protection{Name: "unprivileged user", Active: false, Detail: fmt.Sprintf("the server is not root and has no user namespace, so code runs as the server's own user (uid %d)", os.Geteuid())})
 	}
@@ -367,20 +376,29 @@ func (r *Runner) protections() []sandbox.Protection {
 	if r.egress != nil {
 		net.Detail = "an isolated loopback whose only way out is codeexec's egress proxy at " + EgressAddr + " (CODE_EXEC_NETWORK=allowlist)"
 	}
-	if !r.iso.Network {
-		net.Detail = "code can reach the network like any program of its user (" + featureStatus(r.features, FeatureNetwork) + ")"
+	switch {
+	case r.iso.Network:
+	case r.seatbelt != nil && !r.seatbelt.network && r.egress != nil:
+		net.Active, net.Detail = true, "the Seatbelt profile refuses every connection but one, to codeexec's egress proxy on a loopback port of the run's own (CODE_EXEC_NETWORK=allowlist); no other port of the host, no DNS"
+	case r.seatbelt != nil && !r.seatbelt.network:
+		net.Active, net.Detail = true, "the Seatbelt profile refuses every connection, the host's loopback and Unix sockets included, and name resolution"
+	default:
+		net.Detail = "code can reach the network like any program of its user (" + r.unavailable(FeatureNetwork) + ")"
 	}
 	fs := sandbox.Protection{Name: "filesystem isolation", Active: r.iso.Mount || r.iso.Landlock, Detail: "only system directories (read-only) and the run directory are visible"}
-	if !r.iso.Mount && r.iso.Landlock {
+	switch {
+	case r.iso.Mount:
+	case r.iso.Landlock:
 		// Landlock governs opening files, not looking them up.
 		fs.Detail = "only system directories (read-only) and the run directory can be opened; other paths can still be looked up (names and attributes), not read or written"
-	}
-	if !fs.Active {
-		fs.Detail = "code can read what its user can read (" + featureStatus(r.features, FeatureMount) + ")"
+	case r.seatbelt != nil:
+		fs.Active, fs.Detail = true, "the Seatbelt profile lets code read only the system's folders, the interpreters' installations, the run directory and the workspace, and write only the run directory (and a read-write workspace); the folders above those can be looked up, not listed"
+	default:
+		fs.Detail = "code can read what its user can read (" + r.unavailable(FeatureMount) + ")"
 	}
 	work := sandbox.Protection{Name: "work directory cap", Active: r.iso.Mount, Detail: fmt.Sprintf("the run directory is a tmpfs of its own in the run's mount namespace, capped like /tmp: at the file-size limit (CODE_EXEC_FILE_SIZE) and %d files", executor.TmpfsInodes)}
 	if !r.iso.Mount {
-		work.Detail = "the run directory is on the host's disk, and only each file's size is limited: a run can fill the disk (needs the mount namespace: " + featureStatus(r.features, FeatureMount) + ")"
+		work.Detail = "the run directory is on the host's disk, and only each file's size is limited: a run can fill the disk (needs the mount namespace: " + ifElse(runtime.GOOS == "linux", featureStatus(r.features, FeatureMount), "needs Linux") + ")"
 	}
 	apart := sandbox.Protection{Name: "runs kept apart"}
 	switch {
@@ -388,6 +406,8 @@ func (r *Runner) protections() []sandbox.Protection {
 		apart.Active, apart.Detail = true, "each run in flight is a host user of its own"+ifElse(r.iso.PID, " and sees only its own processes", "")
 	case r.iso.PID && r.iso.User:
 		apart.Active, apart.Detail = true, fmt.Sprintf("runs share the server's host user (uid %d), but each sees and signals only its own processes (PID namespace) and may hold at most 32 inotify instances (its user namespace's limit)", os.Geteuid())
+	case runtime.GOOS == "windows":
+		apart.Detail = "runs share the server's Windows user: each is a Job Object of its own, but they can see each other's processes and end them with that user's rights"
 	default:
 		apart.Detail = fmt.Sprintf("runs share one host user (uid %d) and, without PID and user namespaces, can signal each other's processes and exhaust per-user kernel limits (inotify, processes) for each other", os.Geteuid())
 	}
@@ -405,6 +425,19 @@ func (r *Runner) hostUsers() string {
 		return strconv.Itoa(int(r.cred.UID))
 	}
 	return strconv.Itoa(os.Geteuid())
+}
+
+// unavailable says why the protection of feature f (the network or the
+// mount namespace) is not in force: the feature's status on Linux, the
+// Seatbelt profile's on macOS.
+func (r *Runner) unavailable(f Feature) string {
+	switch runtime.GOOS {
+	case "darwin":
+		return "the Seatbelt profile: " + featureStatus(r.features, FeatureSeatbelt)
+	case "windows":
+		return "process mode on Windows isolates neither files nor the network: docker mode with Docker Desktop does"
+	}
+	return featureStatus(r.features, f)
 }
 
 // featureStatus is the detail recorded for feature f.
@@ -428,6 +461,8 @@ func protectionName(f Feature) string {
 		return "memory cgroup"
 	case FeatureUIDRange:
 		return "separate run users"
+	case FeatureSeatbelt:
+		return "seatbelt profile"
 	}
 	return string(f) + " namespace"
 }
@@ -437,8 +472,8 @@ func protectionName(f Feature) string {
 // "unprivileged user" protections and the PID namespace.
 func (r *Runner) isolation() sandbox.Isolation {
 	return sandbox.Isolation{
-		Network:     r.iso.Network,
-		Filesystem:  r.iso.Mount || r.iso.Landlock,
+		Network:     r.iso.Network || (r.seatbelt != nil && !r.seatbelt.network),
+		Filesystem:  r.iso.Mount || r.iso.Landlock || r.seatbelt != nil,
 		Identity:    r.iso.User || r.cred != nil,
 		Environment: true,
 		Processes:   r.iso.PID,
@@ -458,6 +493,9 @@ func (r *Runner) isolationSummary() string {
 	}
 	if r.uids != nil {
 		on = append(on, protectionName(FeatureUIDRange))
+	}
+	if r.seatbelt != nil {
+		on = append(on, protectionName(FeatureSeatbelt))
 	}
 	s := "child process: scrubbed environment, resource limits, own process group, fresh work directory"
 	if len(on) > 0 {
@@ -511,7 +549,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 func (r *Runner) runIn(ctx context.Context, s *slot, req sandbox.Request, spec sandbox.LanguageSpec, in sandbox.Interpreter) (*sandbox.Result, error) {
 	clean := false
 	defer func() { s.end(clean) }()
-	file, err := s.writeProgram(spec.FileName, req.Code)
+	file, err := s.writeProgram(spec.FileName, programText(req.Language, req.Code))
 	if err != nil {
 		return nil, err
 	}
@@ -560,7 +598,7 @@ func (r *Runner) runIn(ctx context.Context, s *slot, req sandbox.Request, spec s
 // (plt.show() saves the figures) and the egress listener.
 func (r *Runner) programSpec(g *runGuard, iso executor.Isolation, p executor.Program) (executor.Spec, error) {
 	iso.TmpBytes = p.Limits.FileSizeBytes
-	path, env := p.Path, append(minimalEnv(p.Dir), executor.ThreadEnv(p.Limits.CPUs)...)
+	path, env := p.Path, append(minimalEnv(p.Dir, r.envPath), executor.ThreadEnv(p.Limits.CPUs)...)
 	if r.workspace != nil {
 		env = append(env, sandbox.WorkspaceVariable+"="+iso.Path(*r.workspace))
 	}
@@ -579,13 +617,35 @@ func (r *Runner) programSpec(g *runGuard, iso executor.Isolation, p executor.Pro
 		path, env = r.python.Python, executor.PythonEnv(env, r.python)
 	}
 	var egressAddr string
-	if p.Serve != nil {
+	serve, proxyPort := p.Serve, 0
+	switch {
+	case p.Serve == nil:
+	case !iso.Network && r.seatbelt != nil:
+		// No network namespace to listen in: the server listens on a
+		// loopback port of the run's own, the one its profile lets it
+		// reach.
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return executor.Spec{}, fmt.Errorf("%w: listening for the run's egress proxy: %v", sandbox.ErrSandboxUnavailable, err)
+		}
+		p.Serve(ln)
+		serve, proxyPort = nil, ln.Addr().(*net.TCPAddr).Port
+		env = append(env, egress.ProxyEnv(ln.Addr().String())...)
+	default:
 		env, egressAddr = append(env, egress.ProxyEnv(EgressAddr)...), EgressAddr
 	}
 	env = sandbox.WithEnv(env, p.Env)
+	var profile string
+	if r.seatbelt != nil {
+		var err error
+		if profile, err = r.seatbelt.profile(iso, p.Dir, proxyPort); err != nil {
+			return executor.Spec{}, fmt.Errorf("%w: the run's Seatbelt profile: %v", sandbox.ErrSandboxUnavailable, err)
+		}
+	}
 	return executor.Spec{
+		Seatbelt:            profile,
 		EgressAddr:          egressAddr,
-		EgressServe:         p.Serve,
+		EgressServe:         serve,
 		Isolation:           iso,
 		Path:                path,
 		Args:                append(interpreterArgs(p.Lang, p.Limits), p.Args...),
@@ -644,19 +704,6 @@ func addressSpaceExtra(lang string) int64 {
 		return 1 << 30
 	}
 	return 0
-}
-
-// minimalEnv is the scrubbed environment of a sandboxed program: nothing of
-// the server's, a fixed PATH, and HOME and TMPDIR in the work directory.
-func minimalEnv(workDir string) []string {
-	return []string{
-		"PATH=" + executor.MinimalPath,
-		"HOME=" + workDir,
-		"TMPDIR=" + workDir,
-		"LANG=C.UTF-8",
-		"LC_ALL=C.UTF-8",
-		"PWD=" + workDir,
-	}
 }
 
 // Helpers are the internal subcommands of the binary that process mode

@@ -8,8 +8,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/codeexec/codeexec/sandbox/internal/executor"
 )
 
 // UIDRange is a range of host user ids, First to Last inclusive, that
@@ -109,11 +110,11 @@ func (p *uidPool) tryAcquire() *uidLease {
 	p.mu.Unlock()
 	for i := range p.rng.Size() {
 		uid := p.rng.First + (start+i)%p.rng.Size()
-		f, err := os.OpenFile(filepath.Join(p.lockDir, strconv.Itoa(uid)), os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW, 0o600)
+		f, err := os.OpenFile(filepath.Join(p.lockDir, strconv.Itoa(uid)), os.O_CREATE|os.O_RDWR|oNoFollow, 0o600)
 		if err != nil {
 			continue
 		}
-		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+		if executor.TryLock(f) != nil {
 			f.Close()
 			continue
 		}

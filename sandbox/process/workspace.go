@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/codeexec/codeexec/sandbox"
 )
 
@@ -41,7 +39,7 @@ func (u runUsers) may(path string, fi fs.FileInfo, want uint32) bool {
 	if u.uidRange {
 		return uint32(fi.Mode().Perm())&want == want
 	}
-	return unix.Access(path, want) == nil
+	return access(path, want) == nil
 }
 
 // who names the runs' users and the permission class that applies to

@@ -65,6 +65,9 @@ func KeyPlanted(desc string) bool {
 	return true
 }
 
+// ODirectory is the open flag O_DIRECTORY, for InheritableFiles.
+const ODirectory = syscall.O_DIRECTORY
+
 // InheritableFiles opens paths without close-on-exec, as descriptors that a
 // server inherited from whatever started it; flags[i] are the open flags of
 // paths[i]. The returned function closes them.

@@ -11,13 +11,17 @@ import (
 
 const execArg = "__codeexec-sandbox-exec"
 
+// SandboxExec is macOS's command that runs a program under a Seatbelt
+// profile.
+const SandboxExec = "/usr/bin/sandbox-exec"
+
 // Helpers are the internal subcommands that the run core re-executes the
 // binary as, by their first argument: here the exec stage. Each returns the
 // exit status.
-var Helpers = map[string]func() int{execArg: execMain}
+var Helpers = map[string]func() int{execArg: execMain, SeatbeltProbeArg: seatbeltProbeMain}
 
 // execMain is the exec stage: it reads the Spec on fd 3, sets the limits
-// and execs the interpreter. On failure it writes one line to stderr and
+// and execs the interpreter (through sandbox-exec with a Seatbelt profile). On failure it writes one line to stderr and
 // exits 126, like a shell.
 func execMain() int {
 	cfg := os.NewFile(3, "spec")
@@ -42,7 +46,13 @@ func execMain() int {
 		set(syscall.RLIMIT_FSIZE, uint64(l.FileSizeBytes))
 	}
 	set(syscall.RLIMIT_CORE, 0)
-	err := syscall.Exec(spec.Path, append([]string{spec.Path}, spec.Args...), spec.Env)
-	fmt.Fprintf(os.Stderr, "codeexec: starting %s: %v\n", spec.Path, err)
+	path, argv := spec.Path, append([]string{spec.Path}, spec.Args...)
+	if spec.Seatbelt != "" {
+		// sandbox-exec applies the profile to itself and execs the
+		// program, which then holds it for good, with whatever it starts.
+		path, argv = SandboxExec, append([]string{SandboxExec, "-p", spec.Seatbelt, "--"}, argv...)
+	}
+	err := syscall.Exec(path, argv, spec.Env)
+	fmt.Fprintf(os.Stderr, "codeexec: starting %s: %v\n", path, err)
 	return 126
 }

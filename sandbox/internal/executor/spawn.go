@@ -74,6 +74,10 @@ type Spec struct {
 	NoNewPrivs bool
 	// Isolation is the kernel isolation of the run (Linux only).
 	Isolation Isolation
+	// Seatbelt, when set, is the Seatbelt profile (SBPL) that the program
+	// runs under (macOS only): the exec stage, once it set the rlimits,
+	// execs the program through sandbox-exec with it.
+	Seatbelt string
 	// Collect, with a mount namespace, has the supervisor collect the
 	// artifacts of the run's private run directory into the Result (see
 	// CollectSpec). Without one, the caller collects from Dir itself.
@@ -240,14 +244,11 @@ func stopAndWait(sup *supervised, waitCh <-chan error) error {
 	}
 }
 
-// startDirect starts the program itself, without a supervisor, in a process
-// group of its own; stopping the run kills that group. afterExit, if set,
-// runs once the program has been waited for (Linux uses it to sweep the
-// run's orphans).
-func startDirect(spec Spec, out *sandbox.Output, afterExit func(pid int)) (*supervised, error) {
-	// Whatever the server holds without close-on-exec stays with it.
-	_ = CloseInheritedOnExec()
-	cmd := exec.Command(spec.Path, spec.Args...)
+// commandOf is the command path args of spec's run: its environment,
+// working directory and standard input, its output into out, and
+// stopGrace for its output to close after it ended.
+func commandOf(spec Spec, out *sandbox.Output, path string, args ...string) *exec.Cmd {
+	cmd := exec.Command(path, args...)
 	cmd.Env = spec.Env
 	cmd.Dir = spec.Dir
 	if spec.Stdin != "" {
@@ -255,24 +256,8 @@ func startDirect(spec Spec, out *sandbox.Output, afterExit func(pid int)) (*supe
 	}
 	cmd.Stdout = out.Stdout()
 	cmd.Stderr = out.Stderr()
-	cmd.SysProcAttr = directAttr()
 	cmd.WaitDelay = stopGrace
-	if err := startTracked(cmd); err != nil {
-		return nil, err
-	}
-	pid := cmd.Process.Pid
-	return &supervised{
-		cmd:  cmd,
-		stop: func() { killGroup(pid) },
-		status: func() status {
-			untrack(pid)
-			killGroup(pid)
-			if afterExit != nil {
-				afterExit(pid)
-			}
-			return exitStatus(cmd)
-		},
-	}, nil
+	return cmd
 }
 
 // exitStatus reads how a waited-for command ended.
@@ -315,10 +300,6 @@ func untrack(pid int) {
 	delete(children.pids, pid)
 	children.Unlock()
 }
-
-// MinimalPath is the PATH of the supervisor, and of the programs of process
-// mode, which looks for interpreters there.
-const MinimalPath = "/usr/local/bin:/usr/bin:/bin"
 
 // ErrNotBegun says that the supervisor was gone before it read its run
 // (a prepared one killed while it waited): nothing of the run happened, and

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
-	"strings"
 	"syscall"
 
 	"github.com/codeexec/codeexec/sandbox"
@@ -17,15 +15,16 @@ import (
 // kernel isolation: the program runs in a process group of its own, which is
 // killed when the run ends. In process mode the binary re-executes itself as
 // the exec stage (execstage_other.go), which sets the resource limits this
-// system enforces and then execs the interpreter.
+// system enforces and then execs the interpreter: on macOS through
+// sandbox-exec, under the run's Seatbelt profile (Spec.Seatbelt).
 
 // startRun starts the program in a process group of its own: through the
-// exec stage when it has rlimits, directly otherwise.
+// exec stage when it has rlimits or a Seatbelt profile, directly otherwise.
 func startRun(spec Spec, out *sandbox.Output) (*supervised, error) {
 	if spec.EgressServe != nil {
-		return nil, fmt.Errorf("egress needs a network namespace, which needs Linux")
+		return nil, errEgressNeedsLinux
 	}
-	if !spec.Rlimits {
+	if !spec.Rlimits && spec.Seatbelt == "" {
 		return startDirect(spec, out, nil)
 	}
 	exe, err := os.Executable()
@@ -36,17 +35,9 @@ func startRun(spec Spec, out *sandbox.Output) (*supervised, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(exe, execArg)
-	cmd.Env = spec.Env
-	cmd.Dir = spec.Dir
-	if spec.Stdin != "" {
-		cmd.Stdin = strings.NewReader(spec.Stdin)
-	}
-	cmd.Stdout = out.Stdout()
-	cmd.Stderr = out.Stderr()
+	cmd := commandOf(spec, out, exe, execArg)
 	cmd.ExtraFiles = []*os.File{cfgR}
 	cmd.SysProcAttr = directAttr()
-	cmd.WaitDelay = stopGrace
 	err = startTracked(cmd)
 	cfgR.Close()
 	if err != nil {
@@ -73,24 +64,3 @@ func signalName(s syscall.Signal) string { return s.String() }
 func EnableOrphanReaping() error { return nil }
 
 func killGroup(pid int) { _ = syscall.Kill(-pid, syscall.SIGKILL) }
-
-// Prepared is Linux only: there is no supervisor to start ahead here.
-type Prepared struct{}
-
-// Prepare says that supervisors are started ahead on Linux only.
-func Prepare(Spec) (*Prepared, error) {
-	return nil, fmt.Errorf("prepared supervisors need Linux")
-}
-
-// PID is 0.
-func (p *Prepared) PID() int { return 0 }
-
-// Alive reports false.
-func (p *Prepared) Alive() bool { return false }
-
-// Close does nothing.
-func (p *Prepared) Close() {}
-
-func (p *Prepared) handOver(Spec, *sandbox.Output) (*supervised, error) {
-	return nil, fmt.Errorf("prepared supervisors need Linux")
-}

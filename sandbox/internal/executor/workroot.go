@@ -7,11 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 )
 
 // WorkRoot is the directory that holds the run directories of one server.
-// A lock file inside it is held (flock) for as long as the server lives, so
+// A lock file inside it is held (TryLock) for as long as the server lives, so
 // that the next server to start can tell the work roots of servers that died
 // without cleaning up (SIGKILL, a crash, a power cut) and remove them.
 type WorkRoot struct {
@@ -35,7 +34,7 @@ func NewWorkRoot(base, prefix string, mode os.FileMode, log *slog.Logger) (*Work
 	}
 	lock, err := os.OpenFile(filepath.Join(dir, lockName), os.O_CREATE|os.O_RDWR|os.O_EXCL, 0o600)
 	if err == nil {
-		err = syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		err = TryLock(lock)
 	}
 	if err == nil {
 		err = os.Chmod(dir, mode)
@@ -50,14 +49,14 @@ func NewWorkRoot(base, prefix string, mode os.FileMode, log *slog.Logger) (*Work
 	return &WorkRoot{Dir: dir, lock: lock}, nil
 }
 
-// Remove deletes the work root and releases its lock. Safe to call twice.
+// Remove releases the work root's lock and deletes it (Windows deletes no
+// open file). Safe to call twice.
 func (w *WorkRoot) Remove() error {
-	err := RemoveAll(w.Dir)
 	if w.lock != nil {
 		w.lock.Close()
 		w.lock = nil
 	}
-	return err
+	return RemoveAll(w.Dir)
 }
 
 // sweepWorkRoots removes the work roots in base whose lock no live server
@@ -77,18 +76,46 @@ func sweepWorkRoots(base, prefix string, log *slog.Logger) {
 		if err != nil {
 			continue
 		}
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if errors.Is(err, syscall.EWOULDBLOCK) {
+		err = TryLock(f)
+		if errors.Is(err, ErrLocked) {
 			f.Close() // a live server holds it
 			continue
 		}
 		if err == nil {
-			if rerr := RemoveAll(dir); rerr != nil && log != nil {
+			// Everything but the lock file while it is held, then the
+			// rest once it is closed (Windows deletes no open file).
+			rerr := removeAllBut(dir, lockName)
+			f.Close()
+			if rerr == nil {
+				rerr = RemoveAll(dir)
+			}
+			if rerr != nil && log != nil {
 				log.Warn("could not remove the work root of a server that died", "dir", dir, "err", rerr)
 			} else if log != nil {
 				log.Info("removed the work root of a server that died", "dir", dir)
 			}
+			continue
 		}
 		f.Close()
 	}
 }
+
+// removeAllBut removes what dir holds except the entry named keep.
+func removeAllBut(dir, keep string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.Name() == keep {
+			continue
+		}
+		if err := RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ErrLocked says that TryLock found the file locked by another open file.
+var ErrLocked = errors.New("the file is locked by another process")
