@@ -124,11 +124,20 @@ func interpreterArgs(lang string, lim sandbox.Limits) []string {
 
 // setUpRunUsers gives root's server a pool of host users, one per run in
 // flight, and says so for sandbox_info.
-func (r *Runner) setUpRunUsers(disabled []Feature, rng UIDRange) sandbox.Protection {
+func (r *Runner) setUpRunUsers(ctx context.Context, disabled []Feature, rng UIDRange) (sandbox.Protection, error) {
 	p := sandbox.Protection{Name: protectionName(FeatureUIDRange)}
 	switch {
 	case slices.Contains(disabled, FeatureUIDRange):
 		p.Detail = "turned off by CODE_EXEC_PROCESS_DISABLE: every run is the same host user (uid " + strconv.Itoa(rng.First) + ")"
+		if r.cred != nil {
+			// Root's runs are that user: keep a server of the whole
+			// range from taking it, and from sweeping them.
+			f, err := shareUID(ctx, rng.First, uidLockDir)
+			if err != nil {
+				return p, fmt.Errorf("process mode: the run user %d: %w", rng.First, err)
+			}
+			r.sharedUID = f
+		}
 	case runtime.GOOS != "linux":
 		p.Detail = "needs Linux"
 	case os.Geteuid() != 0:
@@ -137,13 +146,13 @@ func (r *Runner) setUpRunUsers(disabled []Feature, rng UIDRange) sandbox.Protect
 		pool, err := newUIDPool(rng, uidLockDir)
 		if err != nil {
 			p.Detail = "unavailable: " + err.Error()
-			return p
+			return p, nil
 		}
 		r.uids = pool
 		p.Active = true
 		p.Detail = fmt.Sprintf("each run in flight is a host user of its own from CODE_EXEC_PROCESS_UID_RANGE=%s (%d at once, further runs wait for one; servers share the range through locks in "+uidLockDir+"): runs cannot signal each other, per-user kernel limits (processes, inotify, ...) are not shared, and what a run leaves running is swept by its user", rng, rng.Size())
 	}
-	return p
+	return p, nil
 }
 
 // setUpCgroups makes the parent of the runs' cgroups and checks that a run

@@ -83,6 +83,9 @@ type Runner struct {
 	shield sandbox.Protection
 	// uids hands out the runs' host users (root only; nil otherwise).
 	uids *uidPool
+	// sharedUID, with uid-range turned off under root, holds the shared
+	// lock on the one run user's id (see shareUID) until Close.
+	sharedUID *os.File
 	// uidRange is the configured range of run users.
 	uidRange UIDRange
 	// cgroups makes the runs' cgroups (nil where the host allows none).
@@ -148,7 +151,11 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		// (On Windows python runs as it is: no figure hook.)
 		r.python, pkgs = executor.PreparePython(ctx, root, in, log)
 	}
-	runUsers := r.setUpRunUsers(cfg.Disable, uids)
+	runUsers, err := r.setUpRunUsers(ctx, cfg.Disable, uids)
+	if err != nil {
+		_ = wr.Remove()
+		return nil, err
+	}
 	r.iso, r.features = r.probeIsolation(ctx, cfg.Disable, uids.First)
 	if r.python != nil {
 		// Bound after the private /tmp, like the run directory: the work
@@ -730,6 +737,9 @@ func (r *Runner) Close() error {
 		r.pool.close()
 	}
 	r.closeCgroups()
+	if r.sharedUID != nil {
+		_ = r.sharedUID.Close()
+	}
 	return r.workRoot.Remove()
 }
 

@@ -126,3 +126,36 @@ func (p *uidPool) tryAcquire() *uidLease {
 // release gives the id back; the caller has made sure nothing of its run is
 // left (or lets the next taker sweep it).
 func (l *uidLease) release() { l.lock.Close() }
+
+// shareUID is for a server whose runs all run as one host user of the
+// range (uid-range turned off): it holds a shared lock on uid's file in
+// lockDir for as long as the returned file is open, so that a server of
+// the whole range (which takes each id with an exclusive lock) never hands
+// that id to one of its runs, nor sweeps the processes of this server's
+// runs as a leftover of it. Servers that share the id hold the lock
+// together. It waits while a run of such a server holds the id.
+func shareUID(ctx context.Context, uid int, lockDir string) (*os.File, error) {
+	if err := os.MkdirAll(lockDir, 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(lockDir, strconv.Itoa(uid)), os.O_CREATE|os.O_RDWR|oNoFollow, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err := executor.TryLockShared(f)
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, executor.ErrLocked) {
+			f.Close()
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("waiting for the run user %d, which a run of another server holds: %w", uid, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}

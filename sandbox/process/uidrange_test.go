@@ -61,3 +61,52 @@ func TestUIDPoolHandsOutEachIDOnce(t *testing.T) {
 		t.Fatalf("acquire after release = %v, %v; want uid %d", c, err, b.uid)
 	}
 }
+
+// A root server with uid-range turned off runs everything as the range's
+// first id; a server of the whole range on the same host must then never
+// hand that id to a run of its own, nor sweep it as a leftover (seen by the
+// flake hunt: such a sweep killed the first server's supervisors at start).
+// Servers that share the id hold it together; one waits while a run of a
+// range server holds it.
+func TestSharedUIDIsNeverLeased(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	rng := UIDRange{First: 4000000, Last: 4000001}
+	a, err := shareUID(context.Background(), rng.First, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := shareUID(context.Background(), rng.First, dir)
+	if err != nil {
+		t.Fatalf("a second server could not share the id: %v", err)
+	}
+	pool, err := newUIDPool(rng, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := pool.tryAcquire()
+	if l == nil || l.uid != rng.Last {
+		t.Fatalf("the range server took %+v, want only %d", l, rng.Last)
+	}
+	if l2 := pool.tryAcquire(); l2 != nil {
+		t.Fatalf("the range server took the shared id %d", l2.uid)
+	}
+	a.Close()
+	if l2 := pool.tryAcquire(); l2 != nil {
+		t.Fatalf("the range server took the id %d while a server still shares it", l2.uid)
+	}
+	b.Close()
+	l2 := pool.tryAcquire()
+	if l2 == nil || l2.uid != rng.First {
+		t.Fatalf("once no server shares it, the range server took %+v, want %d", l2, rng.First)
+	}
+	// While a run of the range server holds it, a server sharing it waits.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if f, err := shareUID(ctx, rng.First, dir); err == nil {
+		f.Close()
+		t.Fatal("the id was shared while a run of the range server held it")
+	}
+	l.release()
+	l2.release()
+}

@@ -18,3 +18,14 @@ func TryLock(f *os.File) error {
 	}
 	return err
 }
+
+// TryLockShared takes a shared lock on f (flock) without waiting: other
+// shared locks may be held with it, and it fails with ErrLocked while an
+// exclusive one is. The lock lasts until f is closed.
+func TryLockShared(f *os.File) error {
+	err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB)
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		return ErrLocked
+	}
+	return err
+}

@@ -19,3 +19,15 @@ func TryLock(f *os.File) error {
 	}
 	return err
 }
+
+// TryLockShared takes a shared lock on f (LockFileEx on its first byte)
+// without waiting: other shared locks may be held with it, and it fails
+// with ErrLocked while an exclusive one is. The lock lasts until f is
+// closed.
+func TryLockShared(f *os.File) error {
+	err := windows.LockFileEx(windows.Handle(f.Fd()), windows.LOCKFILE_FAIL_IMMEDIATELY, 0, 1, 0, &windows.Overlapped{})
+	if errors.Is(err, windows.ERROR_LOCK_VIOLATION) {
+		return ErrLocked
+	}
+	return err
+}
