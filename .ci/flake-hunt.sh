@@ -18,7 +18,7 @@ dir=${FLAKE_DIR:-/tmp/codeexec-flake-hunt}
 mkdir -p "$dir"
 command -v stress-ng >/dev/null || { echo "flake-hunt: stress-ng is missing: apt-get install -y stress-ng" >&2; exit 2; }
 export CODE_EXEC_REQUIRE_DOCKER=1 CODE_EXEC_REQUIRE_DATASCIENCE=1 CODE_EXEC_REQUIRE_INSTALLERS=1 \
-    CODE_EXEC_REQUIRE_BROWSER=1 CODE_EXEC_REQUIRE_ISOLATION=1
+    CODE_EXEC_REQUIRE_BROWSER=1 CODE_EXEC_REQUIRE_HAPROXY=1 CODE_EXEC_REQUIRE_ISOLATION=1
 
 cores=$(nproc)
 # Bounded: stress-ng ends by itself after 12 hours at the latest.
