@@ -66,17 +66,31 @@ type uidPool struct {
 const uidLockDir = "/run/codeexec/uids"
 
 func newUIDPool(r UIDRange, lockDir string) (*uidPool, error) {
-	if err := os.MkdirAll(lockDir, 0o700); err != nil {
+	if err := makeLockDir(lockDir); err != nil {
 		return nil, err
+	}
+	return &uidPool{rng: r, lockDir: lockDir}, nil
+}
+
+// makeLockDir makes lockDir if it is missing, and checks that only its
+// owner can write it.
+func makeLockDir(lockDir string) error {
+	if err := os.MkdirAll(lockDir, 0o700); err != nil {
+		return err
 	}
 	st, err := os.Lstat(lockDir)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if !st.IsDir() || st.Mode().Perm()&0o022 != 0 {
-		return nil, fmt.Errorf("%s is not a directory that only its owner can write", lockDir)
+		return fmt.Errorf("%s is not a directory that only its owner can write", lockDir)
 	}
-	return &uidPool{rng: r, lockDir: lockDir}, nil
+	return nil
+}
+
+// openUIDLock opens (making it if needed) the lock file of uid in lockDir.
+func openUIDLock(lockDir string, uid int) (*os.File, error) {
+	return os.OpenFile(filepath.Join(lockDir, strconv.Itoa(uid)), os.O_CREATE|os.O_RDWR|oNoFollow, 0o600)
 }
 
 // uidLease is one id taken from the pool.
@@ -110,7 +124,7 @@ func (p *uidPool) tryAcquire() *uidLease {
 	p.mu.Unlock()
 	for i := range p.rng.Size() {
 		uid := p.rng.First + (start+i)%p.rng.Size()
-		f, err := os.OpenFile(filepath.Join(p.lockDir, strconv.Itoa(uid)), os.O_CREATE|os.O_RDWR|oNoFollow, 0o600)
+		f, err := openUIDLock(p.lockDir, uid)
 		if err != nil {
 			continue
 		}
@@ -135,10 +149,10 @@ func (l *uidLease) release() { l.lock.Close() }
 // runs as a leftover of it. Servers that share the id hold the lock
 // together. It waits while a run of such a server holds the id.
 func shareUID(ctx context.Context, uid int, lockDir string) (*os.File, error) {
-	if err := os.MkdirAll(lockDir, 0o700); err != nil {
+	if err := makeLockDir(lockDir); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(filepath.Join(lockDir, strconv.Itoa(uid)), os.O_CREATE|os.O_RDWR|oNoFollow, 0o600)
+	f, err := openUIDLock(lockDir, uid)
 	if err != nil {
 		return nil, err
 	}
