@@ -32,13 +32,19 @@ type SessionOptions struct {
 	// no size cap in this mode (mode none, or no mount namespace);
 	// otherwise a call cannot write more than the file-size limit there.
 	DirUncapped string
+	// Processes, if set, is the sessions' process limit instead of
+	// DefaultLimits'. Where the limit counts every process of a host user
+	// that the tests share (process mode without a user namespace or users
+	// of its own: RLIMIT_NPROC), the sessions and test binaries that run
+	// beside a session take from its headroom as they start.
+	Processes int
 }
 
-// StartSession starts a session of lang on b with DefaultLimits and a
-// deadline an hour away; it is closed at cleanup.
-func StartSession(t *testing.T, b sessions.Backend, lang string) sessions.Session {
+// startSession starts a session of lang on b within lim and a deadline an
+// hour away; it is closed at cleanup.
+func startSession(t *testing.T, b sessions.Backend, lang string, lim sandbox.Limits) sessions.Session {
 	t.Helper()
-	s, err := b.Start(context.Background(), sessions.Spec{ID: "ses_test", Language: lang, Limits: DefaultLimits(), Deadline: time.Now().Add(time.Hour)})
+	s, err := b.Start(context.Background(), sessions.Spec{ID: "ses_test", Language: lang, Limits: lim, Deadline: time.Now().Add(time.Hour)})
 	if err != nil {
 		t.Fatalf("starting a %s session: %v", lang, err)
 	}
@@ -48,6 +54,13 @@ func StartSession(t *testing.T, b sessions.Backend, lang string) sessions.Sessio
 		}
 	})
 	return s
+}
+
+// StartSession starts a session of lang on b with DefaultLimits and a
+// deadline an hour away; it is closed at cleanup.
+func StartSession(t *testing.T, b sessions.Backend, lang string) sessions.Session {
+	t.Helper()
+	return startSession(t, b, lang, DefaultLimits())
 }
 
 // SessionCall runs code in s with DefaultLimits and fails the test on an error.
@@ -172,6 +185,22 @@ type sessionSuite struct {
 	alive func(t *testing.T, marker string) bool
 }
 
+// limits are the limits of the suite's sessions.
+func (ss *sessionSuite) limits() sandbox.Limits {
+	lim := DefaultLimits()
+	if ss.opts.Processes > 0 {
+		lim.Processes = ss.opts.Processes
+	}
+	return lim
+}
+
+// start starts a session of lang within the suite's limits; it is closed
+// at cleanup.
+func (ss *sessionSuite) start(t *testing.T, lang string) sessions.Session {
+	t.Helper()
+	return startSession(t, ss.b, lang, ss.limits())
+}
+
 // expect fails t unless res exited with exit, wrote stdout and ran in the
 // backend's mode.
 func (ss *sessionSuite) expect(t *testing.T, res *sandbox.Result, exit int, stdout string) {
@@ -220,7 +249,7 @@ func sessionVariablesPersist(t *testing.T, ss *sessionSuite) {
 	} {
 		t.Run(lang, func(t *testing.T) {
 			t.Parallel()
-			s := StartSession(t, ss.b, lang)
+			s := ss.start(t, lang)
 			ss.expect(t, SessionCall(t, s, lang, calls[0]), 0, "")
 			ss.expect(t, SessionCall(t, s, lang, calls[1]), 0, "42\n")
 		})
@@ -237,7 +266,7 @@ func sessionFilesPersist(t *testing.T, ss *sessionSuite) {
 	} {
 		t.Run(lang, func(t *testing.T) {
 			t.Parallel()
-			s := StartSession(t, ss.b, lang)
+			s := ss.start(t, lang)
 			SessionCall(t, s, lang, calls[0])
 			want := "kept\n"
 			if lang == "bash" {
@@ -268,7 +297,7 @@ func sessionFilesInAndArtifactsOutCallByCall(t *testing.T, ss *sessionSuite) {
 	} {
 		t.Run(lang, func(t *testing.T) {
 			t.Parallel()
-			s := StartSession(t, ss.b, lang)
+			s := ss.start(t, lang)
 			call := func(code string, files ...artifacts.File) *sandbox.Result {
 				t.Helper()
 				req := Req(lang, code)
@@ -323,7 +352,7 @@ func sessionFilesInAndArtifactsOutCallByCall(t *testing.T, ss *sessionSuite) {
 // sessionNamesWithControlCharactersAreListedEscapedOnce is the case "names with control characters are listed escaped, once".
 func sessionNamesWithControlCharactersAreListedEscapedOnce(t *testing.T, ss *sessionSuite) {
 	t.Parallel()
-	s := StartSession(t, ss.b, "python")
+	s := ss.start(t, "python")
 	req := Req("python", unsafeNamesProgram)
 	req.Artifacts = &artifacts.Options{}
 	res, err := s.Exec(context.Background(), req)
@@ -345,7 +374,7 @@ func sessionNamesWithControlCharactersAreListedEscapedOnce(t *testing.T, ss *ses
 // sessionFilesAreNeverWrittenThroughALink is the case "files are never written through a link".
 func sessionFilesAreNeverWrittenThroughALink(t *testing.T, ss *sessionSuite) {
 	t.Parallel()
-	s := StartSession(t, ss.b, "python")
+	s := ss.start(t, "python")
 	SessionCall(t, s, "python", "import os; os.symlink('/tmp', 'link')")
 	req := Req("python", "print('ran')")
 	req.Files = inputs(t, artifacts.File{Path: "link/planted.txt", Content: "x"})
@@ -373,7 +402,7 @@ func sessionFilesAreNeverWrittenThroughALink(t *testing.T, ss *sessionSuite) {
 // sessionAnExceptionKeepsTheState is the case "an exception keeps the state".
 func sessionAnExceptionKeepsTheState(t *testing.T, ss *sessionSuite) {
 	t.Parallel()
-	s := StartSession(t, ss.b, "python")
+	s := ss.start(t, "python")
 	SessionCall(t, s, "python", "x = 1")
 	res := SessionCall(t, s, "python", "x = 2\nraise ValueError('boom')")
 	if res.ExitCode != 1 || !strings.Contains(res.Stderr, "ValueError: boom") || res.StateLost {
@@ -385,7 +414,7 @@ func sessionAnExceptionKeepsTheState(t *testing.T, ss *sessionSuite) {
 // sessionStdinIsTheCalls is the case "stdin is the call's".
 func sessionStdinIsTheCalls(t *testing.T, ss *sessionSuite) {
 	t.Parallel()
-	s := StartSession(t, ss.b, "python")
+	s := ss.start(t, "python")
 	req := Req("python", "import sys; print(sys.stdin.read()[::-1])")
 	req.Stdin = "abc"
 	res, err := s.Exec(context.Background(), req)
@@ -405,7 +434,7 @@ func sessionATimeoutLosesTheStateNotTheFiles(t *testing.T, ss *sessionSuite) {
 	} {
 		t.Run(lang, func(t *testing.T) {
 			t.Parallel()
-			s := StartSession(t, ss.b, lang)
+			s := ss.start(t, lang)
 			SessionCall(t, s, lang, calls[0])
 			req := Req(lang, calls[1])
 			req.Limits.Timeout = 500 * time.Millisecond
@@ -428,7 +457,7 @@ func sessionATimeoutLosesTheStateNotTheFiles(t *testing.T, ss *sessionSuite) {
 // sessionTheOutputCapLosesTheState is the case "the output cap loses the state".
 func sessionTheOutputCapLosesTheState(t *testing.T, ss *sessionSuite) {
 	t.Parallel()
-	s := StartSession(t, ss.b, "python")
+	s := ss.start(t, "python")
 	req := Req("python", "while True: print('y' * 1000)")
 	req.Limits.OutputBytes = 10000
 	res, err := s.Exec(context.Background(), req)
@@ -444,7 +473,7 @@ func sessionTheOutputCapLosesTheState(t *testing.T, ss *sessionSuite) {
 // sessionBashTimeout is the case "bash timeout".
 func sessionBashTimeout(t *testing.T, ss *sessionSuite) {
 	t.Parallel()
-	s := StartSession(t, ss.b, "bash")
+	s := ss.start(t, "bash")
 	req := Req("bash", "sleep 30")
 	req.Limits.Timeout = 300 * time.Millisecond
 	res, err := s.Exec(context.Background(), req)
@@ -460,7 +489,7 @@ func sessionBashTimeout(t *testing.T, ss *sessionSuite) {
 // sessionCancel is the case "cancel".
 func sessionCancel(t *testing.T, ss *sessionSuite) {
 	t.Parallel()
-	s := StartSession(t, ss.b, "python")
+	s := ss.start(t, "python")
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	_, err := s.Exec(ctx, Req("python", "import time; time.sleep(30)"))
@@ -473,7 +502,7 @@ func sessionCancel(t *testing.T, ss *sessionSuite) {
 // sessionEnvironmentScrubbed is the case "environment scrubbed".
 func sessionEnvironmentScrubbed(t *testing.T, ss *sessionSuite) {
 	t.Parallel()
-	s := StartSession(t, ss.b, "python")
+	s := ss.start(t, "python")
 	res := SessionCall(t, s, "python", "import os; print(os.environ.get('"+SecretName+"', 'absent'))")
 	ss.expect(t, res, 0, "absent\n")
 }
@@ -484,7 +513,7 @@ func sessionNothingACallStartsOutlivesItAndCloseRemovesEverything(t *testing.T, 
 	for _, lang := range []string{"python", "javascript", "bash"} {
 		t.Run(lang, func(t *testing.T) {
 			t.Parallel()
-			s, err := ss.b.Start(context.Background(), sessions.Spec{ID: "ses_test", Language: lang, Limits: DefaultLimits(), Deadline: time.Now().Add(time.Hour)})
+			s, err := ss.b.Start(context.Background(), sessions.Spec{ID: "ses_test", Language: lang, Limits: ss.limits(), Deadline: time.Now().Add(time.Hour)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -533,7 +562,7 @@ func sessionLeftoversCannotWriteIntoLaterCalls(t *testing.T, ss *sessionSuite) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			s := StartSession(t, ss.b, c.lang)
+			s := ss.start(t, c.lang)
 			if res := SessionCall(t, s, c.lang, c.start); !strings.Contains(res.Stdout, "started") {
 				t.Fatalf("the call that starts the leftover ended before its own code did (its leftover forged the end), or the leftover did not start: exit %d stdout %q stderr %q", res.ExitCode, abbrev(res.Stdout), abbrev(res.Stderr))
 			}
@@ -554,7 +583,7 @@ func sessionAForgedEndDoesNotEndACall(t *testing.T, ss *sessionSuite) {
 	} {
 		t.Run(lang, func(t *testing.T) {
 			t.Parallel()
-			s := StartSession(t, ss.b, lang)
+			s := ss.start(t, lang)
 			req := Req(lang, code)
 			req.Limits.Timeout = 1500 * time.Millisecond
 			res, err := s.Exec(context.Background(), req)
@@ -575,7 +604,7 @@ func sessionTheWorkingDirectoryIsCapped(t *testing.T, ss *sessionSuite) {
 	if ss.opts.DirUncapped != "" {
 		t.Skip(ss.opts.DirUncapped)
 	}
-	lim := DefaultLimits()
+	lim := ss.limits()
 	lim.FileSizeBytes = 4 << 20
 	s, err := ss.b.Start(context.Background(), sessions.Spec{ID: "ses_test", Language: "python", Limits: lim, Deadline: time.Now().Add(time.Hour)})
 	if err != nil {

@@ -14,7 +14,7 @@ import os, sys
 def _codeexec_supervisor(argv):
     # Imported here, not taken from the module's globals: a python
     # session's generations clear __main__ before the driver runs in it.
-    import builtins, ctypes, fcntl, os, selectors, signal, socket, struct, sys, tarfile, tempfile, time
+    import builtins, ctypes, fcntl, os, resource, selectors, signal, socket, struct, sys, tarfile, tempfile, time
 
     lang, cin_spec, cout_spec, rest = argv[0], argv[1], argv[2], argv[3:]
     relay = None
@@ -25,6 +25,7 @@ def _codeexec_supervisor(argv):
     interp = rest[1:]
 
     MAX = 4091  # a frame is one write of at most PIPE_BUF bytes
+    START_LIMIT = 25  # seconds an interpreter may take to start (the server waits 30)
     me = os.getpid()
     pid1 = me == 1
     libc = ctypes.CDLL(None, use_errno=True)
@@ -242,9 +243,9 @@ def _codeexec_supervisor(argv):
         while True:
             try:
                 return os.fork()
-            except BlockingIOError:
+            except BlockingIOError as e:
                 if time.monotonic() >= give_up:
-                    raise
+                    fail("a process of the session could not be started: %s%s" % (e.strerror, nproc_reached()))
                 reap()
                 time.sleep(delay)
                 delay = min(2 * delay, 0.1)
@@ -390,6 +391,11 @@ def _codeexec_supervisor(argv):
         os.set_blocking(r2, False)
         st8.update(pid=pid, to=w1, frm=r2, fd=fd)
         # Its first frame says it is loaded: "<pid> <interpreter> <version>".
+        # node that the process limit refuses one of its threads as it
+        # starts waits for that thread forever: it is given up once the
+        # limit is seen reached, or at the latest after START_LIMIT seconds
+        # (within the server's own bound on a reset), with the reason.
+        began = time.monotonic()
         while True:
             frames, ended = read_frames()
             r = [p for k, p in frames if k == b"R"]
@@ -404,7 +410,15 @@ def _codeexec_supervisor(argv):
                     # ended) may land as the interpreter starts after
                     # the drop: it is started again.
                     return start_interp(attempt + 1)
-                fail("the %s interpreter ended as it started" % lang)
+                fail("the %s interpreter ended as it started%s" % (lang, nproc_reached()))
+            waited = time.monotonic() - began
+            why = nproc_reached() if waited >= 2 else ""
+            if why or waited >= START_LIMIT:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                fail("the %s interpreter did not start%s" % (lang, why or " within %d s" % START_LIMIT))
             s = selectors.DefaultSelector()
             s.register(r2, selectors.EVENT_READ)
             s.select(1.0)
@@ -418,6 +432,34 @@ def _codeexec_supervisor(argv):
                 can_look = False
         stop(pid)
         sel.register(r2, selectors.EVENT_READ, "interp")
+
+    def nproc_reached():
+        # ": the process limit is reached ...", when the threads of this
+        # process's user that it can see are as many as its RLIMIT_NPROC
+        # allows, or within 16 of it (fewer than node starts with); ""
+        # otherwise. Where the session's processes share their
+        # host user with others (process mode without a user namespace or a
+        # user of its own), those count too.
+        soft = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+        if soft == resource.RLIM_INFINITY:
+            return ""
+        uid, n = os.getuid(), 0
+        for p in os.listdir("/proc"):
+            if not p.isdigit():
+                continue
+            try:
+                with open("/proc/%s/status" % p) as f:
+                    for line in f:
+                        if line.startswith("Uid:") and int(line.split()[1]) != uid:
+                            break
+                        if line.startswith("Threads:"):
+                            n += int(line.split()[1])
+                            break
+            except (OSError, ValueError, IndexError):
+                continue
+        if n + 16 < soft:
+            return ""
+        return ": the process limit is reached (user %d has %d threads; RLIMIT_NPROC allows %d)" % (uid, n, soft)
 
     def become_python(r, w):
         # A generation of a python session starts as a fork of this process,
