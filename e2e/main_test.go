@@ -159,6 +159,13 @@ func serverEnv(t *testing.T, extra map[string]string) map[string]string {
 		"CODE_EXEC_LOG_FORMAT": "json",
 		"CODE_EXEC_LOG_LEVEL":  "debug",
 	}
+	if os.Getenv("CODE_EXEC_TEST_NO_USERNS") == "1" && os.Geteuid() != 0 {
+		// Without user namespaces an ordinary user's runs share its
+		// process limit (RLIMIT_NPROC counts every process of the user):
+		// the servers and runs of the tests beside one take from its
+		// headroom as they start.
+		env["CODE_EXEC_PIDS"] = "4096"
+	}
 	for k, v := range extra {
 		env[k] = v
 	}
