@@ -167,7 +167,7 @@ type Config struct {
 
 	// ProcessPoolSize defaults to 1: the next run is prepared while the
 	// model thinks, for a sequential agent loop.
-	ProcessPoolSize int `env:"PROCESS_POOL_SIZE" envDefault:"1" accepted:"a whole number from 0 to 16" help:"process mode, on Linux: runs prepared ahead of demand (their host user, cgroups and directories taken, their supervisor started in the run's namespaces and waiting); each serves one request; 0 prepares every run on demand"`
+	ProcessPoolSize int `env:"PROCESS_POOL_SIZE" envDefault:"1" accepted:"a whole number from 0 to 16" help:"process mode, on Linux: runs prepared ahead of demand, per language and limits that requests ask for, more while back-to-back requests find none (their host user, cgroups and directories taken, their supervisor started in the run's namespaces, and python's and javascript's interpreter started in the run's sandbox, waiting); each serves one request; 0 prepares every run on demand"`
 
 	DockerImage   string `env:"DOCKER_IMAGE" envDefault:"codeexec-sandbox:latest" accepted:"an image reference" help:"sandbox image of docker mode (build it with docker/build-sandbox-image.sh)"`
 	DockerRuntime string `env:"DOCKER_RUNTIME" accepted:"a runtime the engine knows, such as runsc" help:"OCI runtime for docker mode containers (for example gVisor's runsc); empty means the engine's default"`
