@@ -3,7 +3,6 @@ package process_test
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -57,25 +56,6 @@ func waitLoaded(t *testing.T, r *process.Runner, lang string) int {
 	return pid
 }
 
-// childOf returns the only child of process pid (of any of its threads).
-func childOf(t *testing.T, pid int) int {
-	t.Helper()
-	tasks, err := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/children")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var children []string
-	for _, task := range tasks {
-		b, _ := os.ReadFile(task)
-		children = append(children, strings.Fields(string(b))...)
-	}
-	if len(children) != 1 {
-		t.Fatalf("process %d has the children %v, want one", pid, children)
-	}
-	child, _ := strconv.Atoi(children[0])
-	return child
-}
-
 // startTime is the start time of process pid (field 22 of its stat, in
 // clock ticks since boot): the same for it in every PID namespace.
 func startTime(t *testing.T, stat string) string {
@@ -100,7 +80,7 @@ func TestInterpreterStartedAhead(t *testing.T) {
 	} {
 		t.Run(c.lang, func(t *testing.T) {
 			sup := waitLoaded(t, r, c.lang)
-			pid := childOf(t, sup)
+			pid := sandboxtest.OnlyChild(t, sup)
 			st, _ := r.Capabilities().Language(c.lang)
 			exe, err := os.Stat("/proc/" + strconv.Itoa(pid) + "/exe")
 			if err != nil {
@@ -251,7 +231,7 @@ func artifactList(res *sandbox.Result) string {
 // its own program's.
 func TestStartedAheadKilled(t *testing.T) {
 	r := newLoadedRunner(t)
-	pid := childOf(t, waitLoaded(t, r, "python"))
+	pid := sandboxtest.OnlyChild(t, waitLoaded(t, r, "python"))
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

@@ -5,10 +5,6 @@ package executor_test
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -71,7 +67,7 @@ func TestPreloadGoneIsNotBegun(t *testing.T) {
 	}
 	defer p.Close()
 	wait(t, p.Loaded(), "the interpreter's loading")
-	interp := onlyChild(t, p.PID())
+	interp := sandboxtest.OnlyChild(t, p.PID())
 	if err := syscall.Kill(interp, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -85,28 +81,6 @@ func TestPreloadGoneIsNotBegun(t *testing.T) {
 	if !errors.Is(err, executor.ErrNotBegun) {
 		t.Fatalf("err = %v, result %+v; want a run that never began", err, res)
 	}
-}
-
-// onlyChild returns the only child of process pid (of any of its threads).
-func onlyChild(t *testing.T, pid int) int {
-	t.Helper()
-	tasks, err := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/children")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var children []string
-	for _, task := range tasks {
-		b, _ := os.ReadFile(task)
-		children = append(children, strings.Fields(string(b))...)
-	}
-	if len(children) != 1 {
-		t.Fatalf("process %d has the children %v, want one", pid, children)
-	}
-	child, err := strconv.Atoi(children[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return child
 }
 
 // A prepared run whose interpreter does not load reports it: Failed, not
