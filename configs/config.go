@@ -167,7 +167,7 @@ type Config struct {
 
 	// ProcessPoolSize defaults to 1: the next run is prepared while the
 	// model thinks, for a sequential agent loop.
-	ProcessPoolSize int `env:"PROCESS_POOL_SIZE" envDefault:"1" accepted:"a whole number from 0 to 16" help:"process mode, on Linux: runs prepared ahead of demand (their host user, cgroups and directories taken, their supervisor started in the run's namespaces and waiting); each serves one request; 0 prepares every run on demand"`
+	ProcessPoolSize int `env:"PROCESS_POOL_SIZE" envDefault:"1" accepted:"a whole number from 0 to 16" help:"process mode, on Linux: runs prepared ahead of demand, per language and limits that requests ask for, more while back-to-back requests find none (their host user, cgroups and directories taken, their supervisor started in the run's namespaces, and python's and javascript's interpreter started in the run's sandbox, waiting); each serves one request; 0 prepares every run on demand"`
 
 	DockerImage     string `env:"DOCKER_IMAGE" envDefault:"codeexec-sandbox:latest" accepted:"an image reference" help:"sandbox image of docker mode; when the engine lacks it, docker mode pulls it if its name begins with a registry (registry.example.com/team/sandbox:1), and builds codeexec-sandbox:latest and codeexec-sandbox:datascience from the Dockerfile embedded in codeexec (see CODE_EXEC_DOCKER_PULL)"`
 	DockerBaseImage string `env:"DOCKER_BASE_IMAGE" envDefault:"debian:bookworm-slim" accepted:"an image reference of a Debian bookworm image" help:"docker mode: the base that a missing codeexec-sandbox:latest or codeexec-sandbox:datascience is built on at start; pulled first when the engine lacks it"`

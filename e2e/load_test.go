@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/docker"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 )
@@ -390,9 +392,10 @@ func waitNoDescendants(t *testing.T, pid int, d time.Duration) {
 	deadline := time.Now().Add(d)
 	for {
 		left := descendants(pid)
-		// The server prepares one run ahead (the default pool size):
-		// more waiting supervisors would be runs' leftovers.
-		if len(left) == 0 && preparedSupervisors(pid) <= 1 {
+		// The server prepares runs ahead, per language, more while
+		// requests find none (up to twice the CPUs each, see
+		// docs/modes.md): more waiting supervisors would be leftovers.
+		if len(left) == 0 && preparedSupervisors(pid) <= len(sandbox.LanguageNames())*max(1, 2*runtime.NumCPU()) {
 			return
 		}
 		if time.Now().After(deadline) {

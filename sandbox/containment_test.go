@@ -181,7 +181,9 @@ func newModeRunners(t *testing.T) []modeRunner {
 		_ = os.Chmod(d, 0o711)
 	}
 	var out []modeRunner
-	pr, err := process.New(ctx, process.Config{Languages: langs, WorkRoot: work})
+	// As the server runs it: runs prepared ahead, with python's and
+	// javascript's interpreters started in them (for the attacks' limits).
+	pr, err := process.New(ctx, process.Config{Languages: langs, WorkRoot: work, PoolSize: 1, PoolLimits: attackLimits()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -541,14 +543,22 @@ func TestContainment(t *testing.T) {
 	}
 }
 
+// attackLimits are the limits of an attack's run: the suite's, tighter
+// (an attack may ask for a longer timeout).
+func attackLimits() sandbox.Limits {
+	l := sandboxtest.DefaultLimits()
+	l.MemoryBytes = 256 << 20
+	l.Processes = 64
+	l.OpenFiles = 256
+	l.OutputBytes = 256 << 10
+	l.Timeout = 10 * time.Second
+	return l
+}
+
 func runAttack(t *testing.T, a attack, lang string, m modeRunner, mustContain bool) {
 	tr := setTraps(t, m.host)
 	req := sandboxtest.Req(lang, tr.expand(a.Code[lang], m.host))
-	req.Limits.MemoryBytes = 256 << 20
-	req.Limits.Processes = 64
-	req.Limits.OpenFiles = 256
-	req.Limits.OutputBytes = 256 << 10
-	req.Limits.Timeout = 10 * time.Second
+	req.Limits = attackLimits()
 	if a.TimeoutSeconds > 0 {
 		req.Limits.Timeout = time.Duration(a.TimeoutSeconds * float64(time.Second))
 	}

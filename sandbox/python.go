@@ -34,13 +34,15 @@ const PythonUsePackages = `def _codeexec_use_packages(folder):
 `
 
 // PythonRunMain is python source that defines _codeexec_run_main(path,
-// code, packages): it puts the packages folder on sys.path (see
-// PythonUsePackages), removes codeexec's own names from __main__, and runs
-// code (bytes) as the main program from path: sys.argv, __file__,
+// code, packages, prelude=None): it puts the packages folder on sys.path
+// (see PythonUsePackages), removes codeexec's own names from __main__, and
+// runs code (bytes) as the main program from path: sys.argv, __file__,
 // tracebacks (its own frame is left out) and exit statuses as those of
 // python3 -I -B path (an uncaught exception exits with 1, a
-// KeyboardInterrupt with 130).
-const PythonRunMain = PythonUsePackages + `def _codeexec_run_main(path, code, packages):
+// KeyboardInterrupt with 130). A prelude, when given, is the code object
+// of the program's first lines, compiled ahead: it runs first, and code is
+// the rest of the program (its lines numbered as in the whole).
+const PythonRunMain = PythonUsePackages + `def _codeexec_run_main(path, code, packages, prelude=None):
     import sys
     _codeexec_use_packages(packages)
     g = sys.modules["__main__"].__dict__
@@ -53,6 +55,8 @@ const PythonRunMain = PythonUsePackages + `def _codeexec_run_main(path, code, pa
     if "-c" in orig:
         orig[orig.index("-c"):] = [path]
     try:
+        if prelude is not None:
+            exec(prelude, g)
         exec(compile(bytes(code), path, "exec", dont_inherit=True), g)
     except SystemExit:
         raise

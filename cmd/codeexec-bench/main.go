@@ -21,9 +21,20 @@
 //
 // The configurations: bare (the interpreter started directly, e.g.
 // /usr/bin/python3 -c, without codeexec; the servers get PATH=/usr/bin:/bin so
-// that they run the same interpreters), none, process, docker with
+// that they run the same interpreters), none, process, process with
+// CODE_EXEC_PYTHON_POLICY=restricted (python only), docker with
 // CODE_EXEC_DOCKER_POOL_SIZE=0 (a container created per run) and docker with
-// the pool (-pool, default 2). Docker configurations are skipped with -docker=false.
+// the pool (-pool, default 2). Docker configurations are skipped with
+// -docker=false. With -baseline, the baseline binary's process
+// configurations are measured too, in the same rounds.
+//
+// Back to back and with think time (-b2b, see pace.go): each configuration
+// called in blocks of calls with no pause between an answer and the next
+// call, and again with -b2b-think between them, the blocks of every
+// configuration alternating; the back-to-back rate of each, and the ratios
+// to bare, with and without think time:
+//
+//	go run ./cmd/codeexec-bench -docker=false -rounds 150 -b2b 150 -sustained 0
 //
 // The cost of docker and kubernetes mode side by side (-cost-rounds, see
 // cost.go): a cold sandbox, a warm one and a session call in each mode,
@@ -55,6 +66,9 @@ type program struct {
 	bare             []string // the interpreter started directly
 }
 
+// restricted is CODE_EXEC_PYTHON_POLICY=restricted.
+const restricted = "CODE_EXEC_PYTHON_POLICY=restricted"
+
 var programs = []program{
 	{"python", "print(2**64)", "18446744073709551616\n", []string{"/usr/bin/python3", "-c"}},
 	{"javascript", "console.log(2n**64n + '')", "18446744073709551616\n", []string{"node", "-e"}},
@@ -63,11 +77,16 @@ var programs = []program{
 
 // target is one configuration under test.
 type target struct {
-	name string
-	env  []string           // for a codeexec server; nil for bare
-	cs   *mcp.ClientSession // nil for bare
-	lat  map[string][]time.Duration
+	name  string
+	env   []string           // for a codeexec server; nil for bare
+	bin   string             // the server's binary ("": the one built or -bin)
+	langs []string           // the languages it is measured with (nil: all)
+	cs    *mcp.ClientSession // nil for bare
+	lat   map[string][]time.Duration
 }
+
+// measures reports whether t is measured with lang.
+func (t *target) measures(lang string) bool { return t.langs == nil || slices.Contains(t.langs, lang) }
 
 func main() {
 	rounds := flag.Int("rounds", 100, "calls per configuration and language, interleaved round-robin")
@@ -81,7 +100,11 @@ func main() {
 	flag.StringVar(&sus.pools, "sustained-pools", "0,2", "pool sizes whose sustained rate is measured")
 	flag.StringVar(&sus.concurrency, "concurrency", "1,4", "numbers of clients calling at once in the sustained-rate measurements")
 	flag.DurationVar(&sus.think, "think", 250*time.Millisecond, "pause of each client between an answer and its next call, measured apart from the back-to-back figures (0 skips it)")
-	flag.StringVar(&sus.baseline, "baseline", "", "a second codeexec binary whose sustained rate is measured in the same run, alternating with this one")
+	flag.StringVar(&sus.baseline, "baseline", "", "a second codeexec binary (say, the previous release) measured in the same run: its process configurations in the latency rounds and back to back, and its docker-mode sustained rate, alternating with this one")
+	var pc pace
+	flag.IntVar(&pc.calls, "b2b", 30, "calls per configuration and language (python, javascript) made back to back, and again with -b2b-think between them, in blocks that alternate between the configurations (0 skips them)")
+	flag.IntVar(&pc.block, "b2b-block", 10, "calls per block of the back-to-back measurement")
+	flag.DurationVar(&pc.think, "b2b-think", 250*time.Millisecond, "pause of the client between an answer and its next call in the back-to-back measurement's second pass (0 skips it)")
 	var cst cost
 	flag.IntVar(&cst.rounds, "cost-rounds", 0, "rounds of the cost measurement, docker and kubernetes mode side by side: cold, warm and session calls (0 skips it)")
 	flag.IntVar(&cst.block, "cost-block", 10, "back-to-back calls per configuration and think time in each round of the cost measurement")
@@ -89,13 +112,13 @@ func main() {
 	flag.BoolVar(&cst.kubernetes, "kubernetes", os.Getenv("KUBECONFIG") != "", "include kubernetes mode in the cost measurement (the cluster KUBECONFIG names)")
 	flag.StringVar(&cst.cpus, "cost-cpus", "0.5", "CODE_EXEC_CPUS of every configuration of the cost measurement")
 	flag.Parse()
-	if err := run(*rounds, *warmup, *pool, *bin, *withDocker, sus, *settle, cst); err != nil {
+	if err := run(*rounds, *warmup, *pool, *bin, *withDocker, sus, *settle, cst, pc); err != nil {
 		fmt.Fprintln(os.Stderr, "codeexec-bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(rounds, warmup, pool int, bin string, withDocker bool, sus sustained, settle time.Duration, cst cost) (err error) {
+func run(rounds, warmup, pool int, bin string, withDocker bool, sus sustained, settle time.Duration, cst cost, pc pace) (err error) {
 	ctx := context.Background()
 	if bin == "" {
 		dir, err := os.MkdirTemp("", "codeexec-bench-")
@@ -124,11 +147,11 @@ func run(rounds, warmup, pool int, bin string, withDocker bool, sus sustained, s
 			}
 		}()
 	}
-	if rounds <= 0 {
+	if rounds <= 0 && pc.calls <= 0 {
 		return nil
 	}
 
-	targets := latencyTargets(withDocker, pool)
+	targets := latencyTargets(withDocker, pool, sus.baseline)
 	defer closeTargets(targets)
 	if err := connectTargets(ctx, bin, targets); err != nil {
 		return err
@@ -136,11 +159,17 @@ func run(rounds, warmup, pool int, bin string, withDocker bool, sus sustained, s
 	if withDocker {
 		time.Sleep(3 * time.Second) // let the pool fill before the first round
 	}
-	if err := measureLatency(ctx, targets, warmup, rounds, withDocker, settle); err != nil {
-		return err
+	if rounds > 0 {
+		if err := measureLatency(ctx, targets, warmup, rounds, withDocker, settle); err != nil {
+			return err
+		}
+		printLatency(targets, rounds)
+		printRatios("interleaved", func(t *target, lang string) []time.Duration { return t.lat[lang] }, targets)
+		printDockerRatios(targets, withDocker, pool)
 	}
-	printLatency(targets, rounds)
-	printRatios(targets, withDocker, pool)
+	if pc.calls > 0 {
+		return pc.measure(ctx, targets)
+	}
 	return nil
 }
 
@@ -157,12 +186,20 @@ func buildCodeexec(dir string) (string, error) {
 }
 
 // latencyTargets are the configurations of the latency rounds: bare, none,
-// process and, withDocker, docker without a pool and with pool.
-func latencyTargets(withDocker bool, pool int) []*target {
+// process, process with restricted python, the baseline binary's process
+// configurations (unless baseline is ""), and, withDocker, docker without a
+// pool and with pool.
+func latencyTargets(withDocker bool, pool int, baseline string) []*target {
 	targets := []*target{
 		{name: "bare"},
 		{name: "none", env: []string{"CODE_EXEC_SANDBOX=none"}},
 		{name: "process", env: []string{"CODE_EXEC_SANDBOX=process"}},
+		{name: "process restricted", env: []string{"CODE_EXEC_SANDBOX=process", restricted}, langs: []string{"python"}},
+	}
+	if baseline != "" {
+		targets = append(targets,
+			&target{name: "baseline process", env: []string{"CODE_EXEC_SANDBOX=process"}, bin: baseline},
+			&target{name: "baseline process restricted", env: []string{"CODE_EXEC_SANDBOX=process", restricted}, bin: baseline, langs: []string{"python"}})
 	}
 	if withDocker {
 		targets = append(targets,
@@ -182,7 +219,11 @@ func connectTargets(ctx context.Context, bin string, targets []*target) error {
 		if t.env == nil {
 			continue
 		}
-		cs, err := connect(ctx, bin, t.env)
+		b := bin
+		if t.bin != "" {
+			b = t.bin
+		}
+		cs, err := connect(ctx, b, t.env)
 		if err != nil {
 			return fmt.Errorf("%s: %w", t.name, err)
 		}
@@ -207,6 +248,9 @@ func measureLatency(ctx context.Context, targets []*target, warmup, rounds int, 
 	for round := range warmup + rounds {
 		for _, p := range programs {
 			for _, t := range targets {
+				if !t.measures(p.lang) {
+					continue
+				}
 				d, err := t.call(ctx, p)
 				if err != nil {
 					return fmt.Errorf("%s %s: %w", t.name, p.lang, err)
@@ -241,41 +285,85 @@ func printLatency(targets []*target, rounds int) {
 	_ = tw.Flush()
 }
 
-// printRatios prints the ratios of python's latencies that the modes are
-// held to, and whether each is met.
-func printRatios(targets []*target, withDocker bool, pool int) {
+// printRatios prints the ratios that process mode is held to, of the
+// medians that lat gives (the latencies of a target and language) in the
+// measurement called what, and whether each is met: process / bare for
+// python (at most 1) and javascript, process with restricted python / bare
+// python (at most 1.5), none / bare for python, and process / the
+// baseline's process when there is one.
+func printRatios(what string, lat func(*target, string) []time.Duration, targets []*target) {
 	med := func(name, lang string) float64 {
 		for _, t := range targets {
 			if t.name == name {
-				return ms(pct(t.lat[lang], 50))
+				return ms(pct(lat(t, lang), 50))
 			}
 		}
 		return 0
 	}
 	fmt.Println()
-	fmt.Println("ratios (python, print(2**64)):")
-	ratio := func(what string, v, limit float64, atMost bool) {
-		ok := v <= limit
-		cmp := "<="
-		if !atMost {
-			ok, cmp = v >= limit, ">="
+	fmt.Printf("ratios of medians, %s:\n", what)
+	for _, r := range []struct {
+		num, den, lang string
+		limit          float64
+	}{
+		{"process", "bare", "python", 1},
+		{"process", "bare", "javascript", 1},
+		{"process restricted", "bare", "python", 1.5},
+		{"none", "bare", "python", 1.3},
+		{"process", "baseline process", "python", 0},
+		{"process", "baseline process", "javascript", 0},
+		{"process restricted", "baseline process restricted", "python", 0},
+	} {
+		n, d := med(r.num, r.lang), med(r.den, r.lang)
+		if n == 0 || d == 0 {
+			continue
 		}
-		verdict := "met"
-		if !ok {
-			verdict = "NOT met"
-		}
-		fmt.Printf("  %-58s %6.2f  (target %s %.2f: %s)\n", what, v, cmp, limit, verdict)
+		ratio(fmt.Sprintf("%s / %s (%s)", r.num, r.den, r.lang), n/d, r.limit, true)
 	}
-	ratio("none median / bare median", med("none", "python")/med("bare", "python"), 1.3, true)
-	if withDocker {
-		pooled := fmt.Sprintf("docker pool=%d", pool)
-		ratio(pooled+" median / process median", med(pooled, "python")/med("process", "python"), 1.0, true)
-		ratio("docker pool=0 median / "+pooled+" median", med("docker pool=0", "python")/med(pooled, "python"), 8, false)
+}
+
+// ratio prints one ratio and, with a limit above 0, whether it is met: v
+// at most limit (atMost) or at least limit.
+func ratio(what string, v, limit float64, atMost bool) {
+	if limit <= 0 {
+		fmt.Printf("  %-58s %6.2f\n", what, v)
+		return
+	}
+	ok := v <= limit
+	cmp := "<="
+	if !atMost {
+		ok, cmp = v >= limit, ">="
+	}
+	verdict := "met"
+	if !ok {
+		verdict = "NOT met"
+	}
+	fmt.Printf("  %-58s %6.2f  (target %s %.2f: %s)\n", what, v, cmp, limit, verdict)
+}
+
+// printDockerRatios prints the ratios of python's latencies that docker
+// mode is held to, and whether each is met.
+func printDockerRatios(targets []*target, withDocker bool, pool int) {
+	if !withDocker {
+		return
+	}
+	med := func(name string) float64 {
 		for _, t := range targets {
-			if t.name == pooled {
-				l := t.lat["python"]
-				ratio(fmt.Sprintf("%s p90 / median over %d runs", pooled, len(l)), ms(pct(l, 90))/ms(pct(l, 50)), 2, true)
+			if t.name == name {
+				return ms(pct(t.lat["python"], 50))
 			}
+		}
+		return 0
+	}
+	fmt.Println()
+	fmt.Println("docker mode's ratios (python, print(2**64)):")
+	pooled := fmt.Sprintf("docker pool=%d", pool)
+	ratio(pooled+" median / process median", med(pooled)/med("process"), 1.0, true)
+	ratio("docker pool=0 median / "+pooled+" median", med("docker pool=0")/med(pooled), 8, false)
+	for _, t := range targets {
+		if t.name == pooled {
+			l := t.lat["python"]
+			ratio(fmt.Sprintf("%s p90 / median over %d runs", pooled, len(l)), ms(pct(l, 90))/ms(pct(l, 50)), 2, true)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/codeexec/codeexec/sandbox/egress/proxy"
 	"github.com/codeexec/codeexec/sandbox/host"
 	"github.com/codeexec/codeexec/sandbox/process"
+	"github.com/codeexec/codeexec/sandbox/pypolicy"
 	"github.com/codeexec/codeexec/sandbox/sessions"
 	"github.com/codeexec/codeexec/server/metrics"
 )
@@ -76,8 +77,14 @@ func newMode(ctx context.Context, cfg *configs.Config, log *slog.Logger) (mode, 
 		if err != nil {
 			return mode{}, err
 		}
-		r, err := process.New(ctx, process.Config{Languages: cfg.Languages, WorkRoot: cfg.WorkDir, Logger: log, Disable: disable, Strict: cfg.ProcessStrict,
-			UIDRange: uids, PoolSize: cfg.ProcessPoolSize, Egress: egressProxy, Workspace: workspace(cfg)})
+		pcfg := process.Config{Languages: cfg.Languages, WorkRoot: cfg.WorkDir, Logger: log, Disable: disable, Strict: cfg.ProcessStrict,
+			UIDRange: uids, PoolSize: cfg.ProcessPoolSize, PoolLimits: runLimits(cfg, cfg.Timeout), Egress: egressProxy, Workspace: workspace(cfg)}
+		if cfg.RestrictedPython() {
+			// Every python run imports the checker's modules and begins
+			// with the checker: interpreters started ahead do both first.
+			pcfg.PythonPreload, pcfg.PythonPrelude = pypolicy.Imports, pypolicy.Prelude()
+		}
+		r, err := process.New(ctx, pcfg)
 		if err != nil {
 			return mode{}, err
 		}

@@ -54,10 +54,33 @@ func TestPythonPackagesAreListed(t *testing.T) {
 }
 
 // A CSV in, a pandas summary out, and the chart the program shows comes
-// back as a PNG image that the program never saved.
+// back as a PNG image that the program never saved: on an interpreter
+// started for the run, and on one started ahead of it.
 func TestChartsComeBackAsImages(t *testing.T) {
-	r := newRunner(t)
+	t.Run("started for the run", func(t *testing.T) { checkChart(t, newRunner(t), nil) })
+	t.Run("started ahead", func(t *testing.T) {
+		r, err := process.New(context.Background(), process.Config{Languages: []string{"python"}, WorkRoot: WorkRoot(t),
+			PoolSize: 1, PoolLimits: sandboxtest.HeavyReq("python", "").Limits})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = r.Close() })
+		if !r.Capabilities().Active("runs kept apart") {
+			t.Skip("runs are not kept apart on this host, so no interpreter starts ahead of its run")
+		}
+		checkChart(t, r, func() { waitLoaded(t, r, "python") })
+		if process.LoadedTaken(r) != 1 {
+			t.Fatal("the run was not served by an interpreter started ahead")
+		}
+	})
+}
+
+// checkChart runs the chart program on r, after ready (unless nil).
+func checkChart(t *testing.T, r *process.Runner, ready func()) {
 	requirePackages(t, r)
+	if ready != nil {
+		ready()
+	}
 	req := sandboxtest.HeavyReq("python", `
 import pandas as pd
 import matplotlib.pyplot as plt

@@ -61,3 +61,42 @@ func runCode(t *testing.T, r *process.Runner, lang, code string) *sandbox.Result
 	}
 	return res
 }
+
+// newLoadedRunner is a runner as the server makes it: one run prepared
+// ahead per language, python's and javascript's interpreters started in
+// theirs, for the suite's limits; with, set, more of its Config.
+func newLoadedRunner(t *testing.T, with ...func(*process.Config)) *process.Runner {
+	t.Helper()
+	cfg := process.Config{Languages: sandbox.LanguageNames(), WorkRoot: WorkRoot(t), PoolSize: 1, PoolLimits: sandboxtest.DefaultLimits()}
+	for _, f := range with {
+		f(&cfg)
+	}
+	r, err := process.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("process.New: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := r.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	if !r.Capabilities().Active("runs kept apart") {
+		// Interpreters start ahead only where runs are kept apart.
+		if os.Getenv("CODE_EXEC_REQUIRE_ISOLATION") == "1" && os.Geteuid() == 0 {
+			t.Fatal("runs are not kept apart here, so no interpreter starts ahead")
+		}
+		t.Skip("runs are not kept apart on this host (no uid range, or no PID and user namespaces), so no interpreter starts ahead of its run")
+	}
+	return r
+}
+
+// waitLoaded waits until a run of lang waits in r's pool with its
+// interpreter started and loaded, and returns its supervisor's pid.
+func waitLoaded(t *testing.T, r *process.Runner, lang string) int {
+	t.Helper()
+	pid, err := process.WaitLoaded(t.Context(), r, lang)
+	if err != nil {
+		t.Fatalf("no %s interpreter was started ahead: %v", lang, err)
+	}
+	return pid
+}

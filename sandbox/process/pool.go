@@ -3,10 +3,14 @@ package process
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/internal/executor"
@@ -15,10 +19,12 @@ import (
 // A run's fixed costs are paid ahead of demand, as docker mode's warm pool
 // does for containers: the run's host user, its cgroups, its directories
 // and its supervisor, started in the run's namespaces with the exec stage
-// waiting, already in the cgroups. A prepared run serves one request and is
+// waiting, already in the cgroups; and, for python and javascript, the
+// interpreter itself, started in the run's final sandbox and waiting for
+// its program (see preload.go). A prepared run serves one request and is
 // then gone like any run; a new one is prepared in the background. What is
-// left for the request is its own work: the program file, the minimal root,
-// the program.
+// left for the request is its own work: the program file and its files,
+// and for a supervisor alone the minimal root and the interpreter's start.
 
 // slot is what one run runs in: its guard (host user, cgroups), its
 // directories, and, for a prepared run, its waiting supervisor.
@@ -29,6 +35,12 @@ type slot struct {
 	prep       *executor.Prepared
 	owner      *executor.Owner
 	programSet bool
+	// key is what the prepared run was made for; spec, with an
+	// interpreter started ahead (key.lang set), is its Spec.
+	key  poolKey
+	spec *executor.Spec
+	// since is when it joined the pool.
+	since time.Time
 }
 
 // end gives back what the slot holds; clean says the run ended normally.
@@ -46,6 +58,20 @@ func (s *slot) end(clean bool) {
 	}
 	if s.g != nil {
 		s.g.end(clean)
+	}
+}
+
+// loaded reports whether the slot's interpreter was started ahead and has
+// loaded.
+func (s *slot) loaded() bool {
+	if s.spec == nil {
+		return false
+	}
+	select {
+	case <-s.prep.Loaded():
+		return true
+	default:
+		return false
 	}
 }
 
@@ -107,6 +133,23 @@ func (s *slot) base() executor.Spec {
 	return spec
 }
 
+// preloadSpec is the Spec of the slot's interpreter of k.lang, started
+// ahead under k.lim (see executor.Preload): the Spec of any run of that
+// language (programSpec), but for the request.
+func (s *slot) preloadSpec(k poolKey) (executor.Spec, error) {
+	r := s.r
+	file := filepath.Join(s.dir, sandbox.Languages[k.lang].FileName)
+	p := executor.Program{Lang: k.lang, Dir: s.dir, Path: r.interp[k.lang].Path, Args: preloadArgs(k.lang, file, r.pythonAhead), Limits: k.lim}
+	if r.egress != nil {
+		// The run's own part of the proxy serves the listener at the
+		// hand-over (runIn); this one is never called.
+		p.Serve = func(l net.Listener) { l.Close() }
+	}
+	spec, err := r.programSpec(s.g, s.isolation(), p)
+	spec.Preload = &executor.Preload{}
+	return spec, err
+}
+
 // writeProgram writes the program file into the slot's directory.
 func (s *slot) writeProgram(fileName, code string) (string, error) {
 	file := filepath.Join(s.dir, fileName)
@@ -116,96 +159,292 @@ func (s *slot) writeProgram(fileName, code string) (string, error) {
 	return file, nil
 }
 
-// warmPool holds prepared runs. A size of 0 prepares nothing.
-type warmPool struct {
-	r    *Runner
-	size int
-
-	// taken counts the requests served by a prepared run.
-	taken atomic.Int64
-
-	mu      sync.Mutex
-	idle    []*slot
-	filling int
-	closed  bool
-	wg      sync.WaitGroup
-	// changed is closed, and replaced, whenever a preparation ends (with
-	// a prepared run or without): tests wait on it, not on a clock.
-	changed chan struct{}
+// poolKey is what a prepared run is made for: a language and the run's
+// limits (all but the output cap, which only the server enforces) for an
+// interpreter started ahead; the zero key for a supervisor alone, which
+// serves any request.
+type poolKey struct {
+	lang string
+	lim  sandbox.Limits
 }
 
-func newWarmPool(r *Runner, size int) *warmPool {
-	p := &warmPool{r: r, size: size, changed: make(chan struct{})}
+// keyOf is the key of an interpreter of lang started ahead for lim.
+func keyOf(lang string, lim sandbox.Limits) poolKey {
+	lim.OutputBytes = 0
+	return poolKey{lang: lang, lim: lim}
+}
+
+// warmPool holds prepared runs. A size of 0 prepares nothing.
+//
+// It keeps, for each key that requests asked for lately (see demand), as
+// many prepared runs as the demand's target (most in all), starting at
+// most parallel at once. A request takes a run of its key; when none is there but one is
+// being prepared, it waits for that one, which is further along than any it
+// could start; otherwise it takes a supervisor alone, or starts its run on
+// demand. A key whose interpreter dies before its run, three times in a
+// row, is not started ahead again: its requests run as the others do.
+type warmPool struct {
+	r        *Runner
+	parallel int
+	// most bounds the prepared runs of every key together (each holds a
+	// host user, cgroups and memory).
+	most int
+
+	// taken counts the requests served by a prepared run; loaded, those
+	// whose interpreter had loaded before they came.
+	taken, loaded atomic.Int64
+
+	mu        sync.Mutex
+	demand    *demand
+	idle      map[poolKey][]*slot
+	filling   map[poolKey]int
+	preparing int
+	failed    map[poolKey]int
+	closed    bool
+	wg        sync.WaitGroup
+	// changed is closed, and replaced, whenever a preparation ends (with
+	// a prepared run or without) or a run leaves the pool: waiters and
+	// tests wait on it, not on a clock.
+	changed chan struct{}
+	stop    chan struct{}
+}
+
+// trimEvery is how often the pool lets go of prepared runs that the
+// demand no longer wants.
+const trimEvery = 5 * time.Second
+
+// maxPrepared bounds the prepared runs of a pool.
+const maxPrepared = 16
+
+// newWarmPool starts a pool of size prepared runs per key, with the keys
+// wanted from the start (see demand).
+func newWarmPool(r *Runner, size int, wanted []poolKey) *warmPool {
+	most := maxPrepared
+	if r.uids != nil {
+		// Half the host users at most: runs must find one.
+		most = max(1, min(most, r.uidRange.Size()/2))
+	}
+	p := &warmPool{
+		r:        r,
+		most:     most,
+		parallel: max(1, runtime.NumCPU()),
+		demand:   newDemand(size, max(size, 2*runtime.NumCPU()), wanted, time.Now()),
+		idle:     map[poolKey][]*slot{},
+		filling:  map[poolKey]int{},
+		failed:   map[poolKey]int{},
+		changed:  make(chan struct{}),
+		stop:     make(chan struct{}),
+	}
+	p.wg.Add(1)
+	go p.trimLoop()
 	p.fill()
 	return p
 }
 
-// take returns a prepared run, or nil when none is ready; either way it
-// starts preparing the next.
-func (p *warmPool) take() *slot {
+// changedLocked wakes the waiters; the caller holds mu.
+func (p *warmPool) changedLocked() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// take returns a prepared run for a request of key k, or nil when none is
+// ready or coming; either way the pool goes on preparing what the demand
+// wants. A request that cannot use an interpreter started ahead has the
+// zero key.
+func (p *warmPool) take(ctx context.Context, k poolKey) *slot {
 	p.mu.Lock()
-	var s *slot
-	for len(p.idle) > 0 && s == nil {
-		s = p.idle[0]
-		p.idle = p.idle[1:]
-		if !s.prep.Alive() {
-			// Killed while it waited: discard it.
-			go s.end(false)
-			s = nil
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	if p.failed[k] >= 3 {
+		k = poolKey{}
+	}
+	s := p.popLocked(k)
+	hit := s != nil && (k == poolKey{} || s.loaded())
+	p.demand.asked(k, time.Now(), hit)
+	if hit {
+		p.failed[k] = 0
+	}
+	for s == nil && k != (poolKey{}) && p.filling[k] > 0 && !p.closed {
+		changed := p.changed
+		p.mu.Unlock()
+		p.fill()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			p.fill()
+			return nil
 		}
+		p.mu.Lock()
+		s = p.popLocked(k)
+	}
+	if s == nil {
+		s = p.popLocked(poolKey{})
 	}
 	p.mu.Unlock()
+	p.fill()
 	if s != nil {
 		p.taken.Add(1)
+		if s.loaded() {
+			p.loaded.Add(1)
+		}
 	}
-	p.fill()
 	return s
 }
 
-// fill prepares runs in the background until the pool is full.
-func (p *warmPool) fill() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	// One at a time, each finished one starting the next: a host where
-	// preparing fails does not spin.
-	if !p.closed && len(p.idle)+p.filling < p.size {
-		p.filling++
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			s := p.prepare()
-			p.mu.Lock()
-			p.filling--
-			keep := s != nil && !p.closed
-			if keep {
-				p.idle = append(p.idle, s)
-			}
-			close(p.changed)
-			p.changed = make(chan struct{})
-			p.mu.Unlock()
-			if s != nil && !keep {
-				s.end(true)
-			}
-			if keep {
-				p.fill()
-			}
-		}()
+// popLocked takes the first prepared run of k that is still alive, one
+// whose interpreter has loaded first; the caller holds mu.
+func (p *warmPool) popLocked(k poolKey) *slot {
+	q := p.idle[k]
+	for i := 0; i < len(q); {
+		if !q[i].prep.Alive() {
+			// Killed while it waited: discard it.
+			s := q[i]
+			q = slices.Delete(q, i, i+1)
+			p.diedLocked(s)
+			go s.end(false)
+			continue
+		}
+		i++
+	}
+	i := slices.IndexFunc(q, (*slot).loaded)
+	if i < 0 && len(q) > 0 {
+		i = 0
+	}
+	if i < 0 {
+		p.idle[k] = q
+		return nil
+	}
+	s := q[i]
+	p.idle[k] = slices.Delete(q, i, i+1)
+	p.changedLocked()
+	return s
+}
+
+// diedLocked counts a prepared run of an interpreter started ahead that
+// died before its run; the caller holds mu.
+func (p *warmPool) diedLocked(s *slot) {
+	if s.key == (poolKey{}) {
+		return
+	}
+	if p.failed[s.key]++; p.failed[s.key] == 3 {
+		p.r.log.Warn("the interpreter started ahead of its run keeps ending before it; its runs start it themselves", "language", s.key.lang)
 	}
 }
 
-// prepare makes one prepared run, or returns nil (no free host user, or
-// the supervisor could not start: requests then start theirs on demand).
-func (p *warmPool) prepare() *slot {
+// notBegun tells the pool that the run of s never began: its interpreter,
+// started ahead, died before it took the run.
+func (p *warmPool) notBegun(s *slot) {
+	p.mu.Lock()
+	p.diedLocked(s)
+	p.mu.Unlock()
+}
+
+// fill prepares runs in the background until the pool holds what the
+// demand wants, at most parallel at once.
+func (p *warmPool) fill() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	total := p.preparing
+	for _, q := range p.idle {
+		total += len(q)
+	}
+	for _, w := range p.demand.targets(time.Now()) {
+		if p.failed[w.key] >= 3 {
+			continue
+		}
+		for len(p.idle[w.key])+p.filling[w.key] < w.target && p.preparing < p.parallel && total < p.most {
+			total++
+			p.filling[w.key]++
+			p.preparing++
+			p.wg.Add(1)
+			go p.prepareOne(w.key)
+		}
+	}
+}
+
+// prepareOne prepares a run of k and puts it in the pool. A run that could
+// not be prepared starts no other (a host where preparing fails does not
+// spin): the next request tries again.
+func (p *warmPool) prepareOne(k poolKey) {
+	defer p.wg.Done()
+	s := p.prepare(k)
+	p.mu.Lock()
+	p.filling[k]--
+	p.preparing--
+	keep := s != nil && !p.closed
+	if keep {
+		s.since = time.Now()
+		p.idle[k] = append(p.idle[k], s)
+	}
+	if keep && s.spec != nil {
+		p.wg.Add(1)
+		go p.watch(s)
+	}
+	p.changedLocked()
+	p.mu.Unlock()
+	if s != nil && !keep {
+		s.end(true)
+	}
+	if keep {
+		p.fill()
+	}
+}
+
+// watch discards a prepared run whose interpreter, started ahead, died
+// before it loaded, while it waits in the pool.
+func (p *warmPool) watch(s *slot) {
+	defer p.wg.Done()
+	select {
+	case <-s.prep.Failed():
+	case <-s.prep.Loaded():
+		return
+	case <-p.stop:
+		return
+	}
+	p.mu.Lock()
+	q := p.idle[s.key]
+	i := slices.Index(q, s)
+	if i >= 0 {
+		p.idle[s.key] = slices.Delete(q, i, i+1)
+		p.diedLocked(s)
+		p.changedLocked()
+	}
+	p.mu.Unlock()
+	if i >= 0 {
+		s.end(false)
+		p.fill()
+	}
+}
+
+// prepare makes one prepared run of k, or returns nil (no free host user,
+// or the supervisor could not start: requests then start theirs on
+// demand).
+func (p *warmPool) prepare(k poolKey) *slot {
 	r := p.r
-	// The limits are the request's, set at the hand-over.
-	s, err := r.newSlotIn(context.Background(), sandbox.Limits{}, false, "prepared-")
+	// A supervisor alone gets the request's limits at the hand-over.
+	s, err := r.newSlotIn(context.Background(), k.lim, false, "prepared-")
 	if err != nil || s == nil {
 		if err != nil {
 			r.log.Debug("could not prepare a run", "err", err)
 		}
 		return nil
 	}
-	if s.prep, err = executor.Prepare(s.base()); err != nil {
+	s.key = k
+	spec := s.base()
+	if k.lang != "" {
+		if spec, err = s.preloadSpec(k); err == nil {
+			s.spec = &spec
+		}
+	}
+	if err == nil {
+		s.prep, err = executor.Prepare(spec)
+	}
+	if err != nil {
 		r.log.Debug("could not prepare a run", "err", err)
 		s.end(false)
 		return nil
@@ -213,13 +452,59 @@ func (p *warmPool) prepare() *slot {
 	return s
 }
 
+// trimLoop lets go, every trimEvery, of the prepared runs beyond what the
+// demand wants, until the pool closes.
+func (p *warmPool) trimLoop() {
+	defer p.wg.Done()
+	t := time.NewTicker(trimEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+		}
+		var drop []*slot
+		p.mu.Lock()
+		now := time.Now()
+		for k, q := range p.idle {
+			if len(q) > 0 && now.Sub(q[0].since) > shrinkAfter {
+				// The oldest waited long: one fewer is enough.
+				p.demand.idle(k)
+			}
+		}
+		wanted := map[poolKey]int{}
+		for _, w := range p.demand.targets(now) {
+			wanted[w.key] = w.target
+		}
+		for k, q := range p.idle {
+			for len(q) > 0 && len(q)+p.filling[k] > wanted[k] {
+				drop = append(drop, q[0])
+				q = q[1:]
+			}
+			p.idle[k] = q
+		}
+		if len(drop) > 0 {
+			p.changedLocked()
+		}
+		p.mu.Unlock()
+		for _, s := range drop {
+			s.end(true)
+		}
+	}
+}
+
 // close discards the prepared runs and waits for those being prepared.
 func (p *warmPool) close() {
 	p.mu.Lock()
 	p.closed = true
-	idle := p.idle
-	p.idle = nil
+	var idle []*slot
+	for _, q := range p.idle {
+		idle = append(idle, q...)
+	}
+	p.idle = map[poolKey][]*slot{}
 	p.mu.Unlock()
+	close(p.stop)
 	p.wg.Wait()
 	for _, s := range idle {
 		s.end(true)

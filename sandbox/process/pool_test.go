@@ -35,13 +35,25 @@ func waitPrepared(t *testing.T, r *process.Runner) int {
 	return pid
 }
 
-// Every behaviour of a run holds on prepared runs too.
+// Every behaviour of a run holds on prepared runs too, and on those whose
+// interpreter was started ahead.
 func TestSuitePrepared(t *testing.T) {
 	r := newPooledRunner(t)
 	waitPrepared(t, r)
 	sandboxtest.RunSuite(t, r, sandboxtest.Options{Mode: sandbox.ModeProcess, ScrubsEnv: true})
 	if process.PreparedTaken(r) == 0 {
 		t.Fatal("no request was served by a prepared run")
+	}
+}
+
+// As TestSuitePrepared, with the suite's limits known from the start: the
+// suite's requests find interpreters started ahead.
+func TestSuiteStartedAhead(t *testing.T) {
+	r := newLoadedRunner(t)
+	waitLoaded(t, r, "python")
+	sandboxtest.RunSuite(t, r, sandboxtest.Options{Mode: sandbox.ModeProcess, ScrubsEnv: true})
+	if process.LoadedTaken(r) == 0 {
+		t.Fatal("no request was served by an interpreter started ahead")
 	}
 }
 

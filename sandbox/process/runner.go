@@ -55,10 +55,26 @@ type Config struct {
 	// it at sandbox.WorkspacePath, without one at its own path.
 	Workspace *sandbox.Workspace
 	// PoolSize is how many runs are prepared ahead of demand
-	// (CODE_EXEC_PROCESS_POOL_SIZE): their host user, cgroups and
-	// directories taken and their supervisor started, waiting. 0 prepares
-	// none; Linux only.
+	// (CODE_EXEC_PROCESS_POOL_SIZE), per language and limits that requests
+	// ask for, more while back-to-back requests find none waiting: their
+	// host user, cgroups and directories taken and their supervisor
+	// started, waiting, with the interpreter of python and javascript
+	// started in the run's sandbox and loaded. 0 prepares none; Linux
+	// only.
 	PoolSize int
+	// PoolLimits are the limits of the runs prepared from the start (the
+	// server's defaults); the zero value prepares supervisors alone until
+	// requests say which limits they ask for.
+	PoolLimits sandbox.Limits
+	// PythonPreload are python modules that an interpreter started ahead
+	// imports while it waits for its run: those that every run imports
+	// (restricted Python's checker's), never a run's own.
+	PythonPreload []string
+	// PythonPrelude is python source, whole lines, that the programs of
+	// this server begin with (restricted Python's checker): an interpreter
+	// started ahead compiles it while it waits, and a program that begins
+	// with it has only the rest compiled.
+	PythonPrelude string
 }
 
 // EgressAddr is where a run's programs find the egress proxy, inside the
@@ -106,6 +122,14 @@ type Runner struct {
 	seatbelt *seatbeltRuns
 	// envPath is the PATH of the programs (programPath).
 	envPath string
+	// pythonAhead is what a python interpreter started ahead prepares while it
+	// waits.
+	pythonAhead pythonAhead
+	// preloading says whether interpreters start ahead of their runs:
+	// only where runs are kept apart (see protections), since a waiting
+	// interpreter that other runs could reach would let them reach the
+	// run it is to serve.
+	preloading bool
 }
 
 var _ sandbox.Runner = (*Runner)(nil)
@@ -199,10 +223,37 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		_ = wr.Remove()
 		return nil, err
 	}
+	r.pythonAhead = pythonAhead{modules: slices.Clone(cfg.PythonPreload), prelude: cfg.PythonPrelude}
+	if err := r.pythonAhead.check(); err != nil {
+		r.closeCgroups()
+		_ = wr.Remove()
+		return nil, fmt.Errorf("process mode: %w", err)
+	}
+	r.preloading = r.uids != nil || r.iso.PID && r.iso.User
 	if cfg.PoolSize > 0 && runtime.GOOS == "linux" {
-		r.pool = newWarmPool(r, cfg.PoolSize)
+		r.pool = newWarmPool(r, cfg.PoolSize, r.poolKeys(cfg.PoolLimits))
 	}
 	return r, nil
+}
+
+// poolKeys are the prepared runs wanted from the start with the limits
+// lim: an interpreter started ahead for each available language that has
+// one, a supervisor alone for the others; none for the zero limits.
+func (r *Runner) poolKeys(lim sandbox.Limits) []poolKey {
+	if lim == (sandbox.Limits{}) {
+		return nil
+	}
+	var keys []poolKey
+	for _, l := range r.caps.Languages {
+		if !l.Available {
+			continue
+		}
+		k := r.poolKey(sandbox.Request{Language: l.Name, Limits: lim})
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }
 
 // checkStrict refuses, for CODE_EXEC_PROCESS_STRICT, a host where a
@@ -536,14 +587,17 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		return nil, err
 	}
 	defer end()
-	s, err := r.takeSlot(ctx, req.Limits)
+	s, err := r.takeSlot(ctx, req)
 	if err != nil {
 		return nil, err
 	}
 	res, err := r.runIn(ctx, s, req, spec, in)
 	if errors.Is(err, executor.ErrNotBegun) {
-		// Its supervisor was killed while it waited for this request:
-		// start one on demand.
+		// Its supervisor was killed while it waited for this request, or
+		// its interpreter started ahead died: start one on demand.
+		if r.pool != nil {
+			r.pool.notBegun(s)
+		}
 		if s, err = r.newSlot(ctx, req.Limits, true); err != nil {
 			return nil, err
 		}
@@ -552,10 +606,21 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 	return res, err
 }
 
-// runIn runs req in slot s, and gives s back.
+// runIn runs req in slot s, and gives s back: in the background, once the
+// result is known (the run's directories, cgroups and host user outlive
+// no process of it; Close waits for them). It must be called within a run
+// of r.runs.
 func (r *Runner) runIn(ctx context.Context, s *slot, req sandbox.Request, spec sandbox.LanguageSpec, in sandbox.Interpreter) (*sandbox.Result, error) {
 	clean := false
-	defer func() { s.end(clean) }()
+	var reaped chan struct{}
+	defer func() {
+		r.runs.Go(func() {
+			if reaped != nil {
+				<-reaped // the supervisor, which is the run's user, has exited
+			}
+			s.end(clean)
+		})
+	}()
 	file, err := s.writeProgram(spec.FileName, programText(req.Language, req.Code))
 	if err != nil {
 		return nil, err
@@ -572,11 +637,19 @@ func (r *Runner) runIn(ctx context.Context, s *slot, req sandbox.Request, spec s
 		part, serve = proxy.NewPart(r.egress, fmt.Sprintf("process-%d", r.runSeq.Add(1)), req.Network)
 		defer func() { res.Network = part.Close() }()
 	}
-	run, err := r.programSpec(g, s.isolation(), executor.ProgramOf(req, spec, in.Path, dir, file, serve))
-	if err != nil {
+	var run executor.Spec
+	if s.spec != nil {
+		// The interpreter started ahead with this Spec: the request
+		// brings its limits (the same, but the output cap), its input,
+		// its environment and its part of the egress proxy.
+		run = *s.spec
+		run.Limits, run.EgressServe, run.Preload = req.Limits, serve, preloadMessage(req.Env)
+	} else if run, err = r.programSpec(g, s.isolation(), executor.ProgramOf(req, spec, in.Path, dir, file, serve)); err != nil {
 		return nil, err
 	}
 	run.Stdin, run.Observe = req.Stdin, req.Observe
+	reaped = make(chan struct{})
+	run.Reaped = reaped
 	// With a mount namespace the run directory is the run's own tmpfs, a
 	// copy of the host's: its supervisor collects the artifacts there.
 	if req.Artifacts != nil && run.Isolation.Mount {
@@ -668,21 +741,34 @@ func (r *Runner) programSpec(g *runGuard, iso executor.Isolation, p executor.Pro
 	}, nil
 }
 
-// takeSlot returns a prepared run when one is ready, with the request's
-// limits set on its cgroups, or makes a slot on demand.
-func (r *Runner) takeSlot(ctx context.Context, lim sandbox.Limits) (*slot, error) {
+// takeSlot returns a prepared run when one is ready for req (with the
+// request's limits set on the cgroups of a supervisor alone; an
+// interpreter started ahead has them already), or makes a slot on demand.
+func (r *Runner) takeSlot(ctx context.Context, req sandbox.Request) (*slot, error) {
 	if r.pool != nil {
-		if s := r.pool.take(); s != nil {
-			if s.g.cg == nil {
+		if s := r.pool.take(ctx, r.poolKey(req)); s != nil {
+			if s.spec != nil || s.g.cg == nil {
 				return s, nil
 			}
-			if err := s.g.cg.setLimits(lim); err == nil {
+			if err := s.g.cg.setLimits(req.Limits); err == nil {
 				return s, nil
 			}
 			s.end(true)
 		}
 	}
-	return r.newSlot(ctx, lim, true)
+	return r.newSlot(ctx, req.Limits, true)
+}
+
+// poolKey is the key of the prepared run that suits req: an interpreter of
+// its language started ahead for its limits, when interpreters start ahead
+// here, its language has one and req can run on it (no packages, no
+// variable the interpreter reads as it starts); a supervisor alone
+// otherwise.
+func (r *Runner) poolKey(req sandbox.Request) poolKey {
+	if !r.preloading || !slices.Contains(preloadLanguages, req.Language) || req.PackageDir != nil || !lateEnv(req.Env) {
+		return poolKey{}
+	}
+	return keyOf(req.Language, req.Limits)
 }
 
 // makeRootDir makes the empty directory on which a run's minimal root is

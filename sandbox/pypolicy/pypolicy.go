@@ -68,6 +68,18 @@ var Defeating = []string{"builtins", "sys", "importlib", "inspect", "gc", "ctype
 	"faulthandler", "tracemalloc", "asyncio", "concurrent", "shelve", "dbm", "pathlib", "shutil", "tempfile", "glob",
 	"logging", "timeit", "profile", "cProfile", "trace", "doctest", "pydoc", "rlcompleter"}
 
+// Imports are the modules the bootstrap imports before it checks the
+// program: every restricted run imports them. A sandbox that starts its
+// interpreters ahead of their runs (process mode) may import them then.
+var Imports = []string{"_string", "ast", "base64", "builtins", "collections", "enum", "functools", "importlib",
+	"json", "linecache", "operator", "os", "string", "sys", "traceback", "types", "unicodedata"}
+
+// Prelude is the text every restricted program begins with: the
+// bootstrap, before the line that calls it with the program and the
+// policy. A sandbox that starts its interpreters ahead of their runs
+// (process mode) may compile it then.
+func Prelude() string { return bootstrap }
+
 // exitStatus is the bootstrap's exit status on a refusal.
 const exitStatus = 120
 

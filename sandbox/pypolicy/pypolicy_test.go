@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -42,7 +43,11 @@ func newBase(t *testing.T, mode sandbox.Mode) sandbox.Runner {
 	)
 	switch mode {
 	case sandbox.ModeProcess:
-		r, err = process.New(ctx, process.Config{Languages: langs, WorkRoot: workRoot(t)})
+		// As the server runs it: python's interpreter started ahead of
+		// each run, with the policy's modules imported and its bootstrap
+		// compiled.
+		r, err = process.New(ctx, process.Config{Languages: langs, WorkRoot: workRoot(t),
+			PoolSize: 1, PoolLimits: sandboxtest.DefaultLimits(), PythonPreload: pypolicy.Imports, PythonPrelude: pypolicy.Prelude()})
 	case sandbox.ModeNone:
 		r, err = host.New(ctx, host.Config{Languages: langs, WorkRoot: t.TempDir()})
 	case sandbox.ModeDocker:
@@ -341,5 +346,30 @@ func TestNothingRunsBeforeThePolicy(t *testing.T) {
 				t.Fatalf("something ran before the policy, or the packages were not importable: exit %d, stdout %q, stderr %q", res.ExitCode, res.Stdout, abbrev(res.Stderr))
 			}
 		})
+	}
+}
+
+// TestImportsAreTheBootstraps: Imports, which process mode's interpreters
+// import ahead of their runs, are the modules the bootstrap imports before
+// it checks the program, no more and no fewer.
+func TestImportsAreTheBootstraps(t *testing.T) {
+	b, err := os.ReadFile("bootstrap.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, body, _ := strings.Cut(string(b), "def _codeexec_policy(payload):\n")
+	var got []string
+	for _, line := range strings.Split(body, "\n") {
+		m, ok := strings.CutPrefix(line, "    import ")
+		if !ok {
+			if strings.TrimSpace(line) == "" {
+				continue
+			}
+			break
+		}
+		got = append(got, m)
+	}
+	if !slices.Equal(got, pypolicy.Imports) {
+		t.Errorf("the bootstrap imports %v first; pypolicy.Imports is %v", got, pypolicy.Imports)
 	}
 }

@@ -629,6 +629,29 @@ func Marker() string {
 	return fmt.Sprintf("%d.%06d", 900+n%99, n%1000000)
 }
 
+// OnlyChild returns the only child of process pid (of any of its
+// threads), read from /proc, and fails t unless there is exactly one.
+func OnlyChild(t *testing.T, pid int) int {
+	t.Helper()
+	tasks, err := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/children")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var children []string
+	for _, task := range tasks {
+		b, _ := os.ReadFile(task)
+		children = append(children, strings.Fields(string(b))...)
+	}
+	if len(children) != 1 {
+		t.Fatalf("process %d has the children %v, want one", pid, children)
+	}
+	child, err := strconv.Atoi(children[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return child
+}
+
 // ProcessesAlive reports whether a process on this host has marker in its
 // command line, leaving out those that are dying: it waits up to a minute
 // for processes that are being killed (SIGKILL pending, or exiting) to

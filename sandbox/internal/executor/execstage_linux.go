@@ -102,9 +102,16 @@ func execWithLimits(spec Spec, argv []string) int {
 			return execFail("setting "+ls[i].name, e)
 		}
 	}
-	// The last steps: no descriptor but stdio survives the exec, and the
-	// program starts with every signal at its default, none blocked.
+	// The last steps: no descriptor but stdio survives the exec (and, for
+	// an interpreter started ahead, its socket as fd 3, which its
+	// bootstrap closes before the program runs), and the program starts
+	// with every signal at its default, none blocked.
 	closeFromRaw(3)
+	if spec.Preload != nil {
+		if _, _, e := syscall.RawSyscall(unix.SYS_DUP3, preloadFD, 3, 0); e != 0 {
+			return execFail("keeping the interpreter's socket", e)
+		}
+	}
 	resetSignalsRaw()
 	_, _, e := syscall.RawSyscall(unix.SYS_EXECVE, uintptr(unsafe.Pointer(path)), uintptr(unsafe.Pointer(&argvp[0])), uintptr(unsafe.Pointer(&envp[0])))
 	return execFail("starting "+spec.Path, e)

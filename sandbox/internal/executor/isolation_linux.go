@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -60,8 +61,9 @@ func applyCloneAttrs(a *syscall.SysProcAttr, iso Isolation) {
 
 // enterIsolation runs in the supervisor, inside its new namespaces: it gives
 // the run its hostname, brings up the isolated loopback, bounds shared memory
-// in its IPC namespace and assembles the minimal root.
-func enterIsolation(spec Spec) error {
+// in its IPC namespace and assembles the minimal root, with a copy of the
+// host's run directory src in the run's own (nil: it stays empty).
+func enterIsolation(spec Spec, src *os.Root) error {
 	iso := spec.Isolation
 	if iso.UTS {
 		if err := unix.Sethostname([]byte("codeexec")); err != nil {
@@ -79,7 +81,7 @@ func enterIsolation(spec Spec) error {
 		}
 	}
 	if iso.Mount {
-		if err := buildRoot(spec); err != nil {
+		if err := buildRoot(spec, src); err != nil {
 			return fmt.Errorf("building the minimal root: %w", err)
 		}
 	}
@@ -120,9 +122,10 @@ func loopbackUp() error {
 
 // buildRoot assembles the run's root in iso.RootDir and pivots into it:
 // the system directories read-only, the run directory writable at its own
-// path, private /tmp and /dev/shm, a minimal /dev and a /proc of the run's
-// PID namespace. Nothing else of the host is there.
-func buildRoot(spec Spec) error {
+// path (holding a copy of src, unless nil), private /tmp and /dev/shm, a
+// minimal /dev and a /proc of the run's PID namespace. Nothing else of the
+// host is there.
+func buildRoot(spec Spec, src *os.Root) error {
 	iso := spec.Isolation
 	root := iso.RootDir
 	// Nothing done here may propagate back to the host.
@@ -160,8 +163,10 @@ func buildRoot(spec Spec) error {
 		if err := mountTmpfs(work, sized+",mode=0755"); err != nil {
 			return err
 		}
-		if err := copyTree(spec.Dir, work); err != nil {
-			return fmt.Errorf("copying the run directory: %w", err)
+		if src != nil {
+			if err := copyTree(src, work); err != nil {
+				return err
+			}
 		}
 	}
 	for _, b := range iso.Binds {
@@ -207,18 +212,29 @@ func buildRoot(spec Spec) error {
 	return unix.Mount("", "/", "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "")
 }
 
+// openRunDir opens the host's run directory of spec, to copy it into the
+// run's own (see buildRoot): nil when the run binds it instead, or has no
+// mount namespace. The directory stays reachable through it once the
+// host's root is out of sight.
+func openRunDir(spec Spec) (*os.Root, error) {
+	if !spec.Isolation.Mount || spec.Isolation.BindWork {
+		return nil, nil
+	}
+	src, err := os.OpenRoot(spec.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("opening the run directory: %w", err)
+	}
+	return src, nil
+}
+
 // copyTree copies the directories and regular files under src into dst
 // (an empty tmpfs); anything else (links, devices) is left out.
-func copyTree(src, dst string) error {
-	return filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
+func copyTree(src *os.Root, dst string) error {
+	err := fs.WalkDir(src.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == "." {
 			return err
 		}
-		rel, err := filepath.Rel(src, p)
-		if err != nil || rel == "." {
-			return err
-		}
-		to := filepath.Join(dst, rel)
+		to := filepath.Join(dst, filepath.FromSlash(p))
 		info, err := d.Info()
 		if err != nil {
 			return err
@@ -227,14 +243,18 @@ func copyTree(src, dst string) error {
 		case d.IsDir():
 			return os.Mkdir(to, info.Mode().Perm()|0o700)
 		case d.Type().IsRegular():
-			return copyFile(p, to, info.Mode().Perm())
+			return copyFile(src, p, to, info.Mode().Perm())
 		}
 		return nil
 	})
+	if err != nil {
+		return fmt.Errorf("copying the run directory: %w", err)
+	}
+	return nil
 }
 
-func copyFile(src, dst string, perm os.FileMode) error {
-	in, err := os.Open(src)
+func copyFile(root *os.Root, src, dst string, perm os.FileMode) error {
+	in, err := root.Open(filepath.FromSlash(src))
 	if err != nil {
 		return err
 	}

@@ -28,6 +28,15 @@ func (p *Prepared) PID() int { return 0 }
 // Alive reports false.
 func (p *Prepared) Alive() bool { return false }
 
+// Loaded is nil.
+func (p *Prepared) Loaded() <-chan struct{} { return nil }
+
+// Failed is nil.
+func (p *Prepared) Failed() <-chan struct{} { return nil }
+
+// Preloaded reports false.
+func (p *Prepared) Preloaded() bool { return false }
+
 // Close does nothing.
 func (p *Prepared) Close() {}
 

@@ -45,6 +45,13 @@ func (g *RunGroup) Begin(ctx context.Context) (context.Context, func(), error) {
 	}, nil
 }
 
+// Go runs f in the background as part of a run in flight (its cleanup
+// after its result, say): Close waits for it too. Only a run that has
+// begun and not ended may call it.
+func (g *RunGroup) Go(f func()) {
+	g.wg.Go(f)
+}
+
 // Close cancels the runs in flight and waits for them to end. It reports
 // whether this call closed the group (false when it was already closed).
 func (g *RunGroup) Close() bool {

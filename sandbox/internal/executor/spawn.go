@@ -103,7 +103,45 @@ type Spec struct {
 	// EgressFD is the supervisor's descriptor of the egress socket pair,
 	// set by the server: the first after the other descriptors it passes.
 	EgressFD int
+	// Reaped, when not nil, lets Spawn return as soon as the supervisor
+	// has reported and ended the run's output (every process of the run is
+	// gone), before the supervisor's own exit; it is closed once the
+	// supervisor has been waited for, which must come before what the run
+	// held (its user, its cgroups, its directories) is given back.
+	Reaped chan struct{} `json:"-"`
+	// Preload, in the Spec given to Prepare, starts the interpreter ahead
+	// of its run (see Preload); the run's Spec then carries the message
+	// that starts the program.
+	Preload *Preload
 }
+
+// Preload is a run whose interpreter starts ahead of it: Prepare's Spec
+// is then complete but for the request (Path, Args, Env, Limits, ...), and
+// the supervisor enters the run's isolation and has the exec stage start
+// the interpreter at once, in the run's final sandbox (namespaces, cgroups,
+// user, Landlock, seccomp filter, rlimits, minimal root, environment). The
+// interpreter's descriptor 3 is a socket to the supervisor: its bootstrap
+// (the caller's, in Args) loads what it needs, writes PreloadReady there
+// and reads until the end of the socket. At the hand-over the supervisor
+// copies the run's directory (the program file and the request's files,
+// written there by the server as for any run) into the run's own, records
+// it for the artifacts, writes Message and closes its end; the bootstrap
+// takes the request's environment from Message, closes the descriptor and
+// runs the program. An end of the socket without a message (the run was
+// discarded, or the supervisor is gone) must make the bootstrap exit
+// without running anything. The run's Spec must have the same Path, Args,
+// Env, Dir, Isolation and Limits (but the output cap, which only the server
+// enforces) as Prepare's: the program runs under Prepare's.
+type Preload struct {
+	// Message is what the program's start is told, in the bootstrap's own
+	// format; empty in Prepare's Spec.
+	Message []byte
+}
+
+// PreloadReady is the byte that the bootstrap of an interpreter started
+// ahead (see Preload) writes on its fd 3 once it has loaded, before it
+// reads its message there.
+const PreloadReady = 0x16
 
 // needsExecStage reports whether anything must be applied to the program's
 // own process before the interpreter starts.
@@ -121,19 +159,29 @@ type supervised struct {
 	cmd *exec.Cmd
 	// stop asks for the run to be killed.
 	stop func()
-	// status returns how the program ended; call it after cmd.Wait returned.
+	// status returns how the program ended; call it after cmd.Wait
+	// returned, or finished was closed.
 	status func() status
+	// finished, unless nil, is closed once the supervisor has reported and
+	// ended the run's output: every process of the run is gone, and only
+	// the supervisor's own exit is left.
+	finished <-chan struct{}
+	// reaped, unless nil, is called once cmd.Wait has returned.
+	reaped func()
 }
 
 // received is the byte the supervisor writes on its status pipe once it
 // has read its run, before the JSON status.
 const received = '+'
 
+// loaded is the byte a supervisor writes on its status pipe first, once the
+// interpreter it started ahead (Spec.Preload) has loaded.
+const loaded = '*'
+
 // readStatus decodes the supervisor's report from r.
-func readStatus(r io.ReadCloser) status {
+func readStatus(r io.Reader) status {
 	var st status
 	b, _ := io.ReadAll(r)
-	_ = r.Close()
 	b, begun := bytes.CutPrefix(b, []byte{received})
 	st.notBegun = !begun
 	if len(bytes.TrimSpace(b)) == 0 {
@@ -177,6 +225,9 @@ func spawn(ctx context.Context, spec Spec, res *sandbox.Result, startSup func(*s
 
 	sup, err := startSup(out)
 	if err != nil {
+		if spec.Reaped != nil {
+			close(spec.Reaped) // no supervisor is left to wait for
+		}
 		return fmt.Errorf("%w: starting the supervisor: %w", sandbox.ErrSandboxUnavailable, err)
 	}
 	cmd := sup.cmd
@@ -192,9 +243,11 @@ func spawn(ctx context.Context, spec Spec, res *sandbox.Result, startSup func(*s
 	}
 
 	var waitErr error
-	timedOut, cancelled, killed := false, false, false
+	timedOut, cancelled, killed, waited := false, false, false, false
 	select {
 	case waitErr = <-waitCh:
+		waited = true
+	case <-sup.finished:
 	case <-timer:
 		timedOut, killed = true, true
 	case <-stopCh:
@@ -203,7 +256,26 @@ func spawn(ctx context.Context, spec Spec, res *sandbox.Result, startSup func(*s
 		cancelled, killed = true, true
 	}
 	if killed {
-		waitErr = stopAndWait(sup, waitCh)
+		waitErr, waited = stopAndWait(sup, waitCh), true
+	}
+	if !waited && spec.Reaped == nil {
+		waitErr, waited = <-waitCh, true
+	}
+	reaped := func() {
+		if sup.reaped != nil {
+			sup.reaped()
+		}
+		if spec.Reaped != nil {
+			close(spec.Reaped)
+		}
+	}
+	if waited {
+		reaped()
+	} else {
+		go func() {
+			<-waitCh
+			reaped()
+		}()
 	}
 	st := sup.status()
 	res.Duration = time.Since(start)

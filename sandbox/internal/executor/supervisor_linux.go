@@ -3,6 +3,7 @@
 package executor
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -75,18 +76,42 @@ type Prepared struct {
 	egressFD            int
 	closeOnce, handOnce sync.Once
 	base                Spec
+	// status reads the supervisor's status pipe; with Preload its first
+	// byte, read ahead, closes loaded, or failed.
+	status         io.Reader
+	loaded, failed chan struct{}
+	// output is the run's stdout and stderr as the supervisor passes them
+	// on, copied into stdout and stderr.
+	output *outputPipes
 }
 
 // Prepare starts a supervisor for a run whose Spec is not known yet. base
 // holds what must not change between it and the run's Spec: Isolation, Dir,
 // CgroupProcs, Rlimits, Credential, NoNewPrivs and EgressAddr (the rest is
-// ignored until the run's Spec comes).
+// ignored until the run's Spec comes). With base.Preload, base is the whole
+// run but for the request, and the interpreter starts at once (see
+// Preload).
 func Prepare(base Spec) (*Prepared, error) {
 	if base.Direct {
 		return nil, errors.New("a direct run has no supervisor to prepare")
 	}
+	if base.Preload != nil && (!base.needsExecStage() || len(base.Preload.Message) > 0) {
+		return nil, errors.New("an interpreter started ahead needs an exec stage, and its message comes with its run")
+	}
 	return prepare(base)
 }
+
+// Loaded is closed once the interpreter that the Prepared started ahead
+// (Spec.Preload) has loaded and waits for its run; nil without Preload.
+func (p *Prepared) Loaded() <-chan struct{} { return p.loaded }
+
+// Failed is closed once the supervisor that was to start an interpreter
+// ahead (Spec.Preload) reported instead that it could not, or is gone; nil
+// without Preload. At most one of Loaded and Failed is closed.
+func (p *Prepared) Failed() <-chan struct{} { return p.failed }
+
+// Preloaded reports whether the Prepared starts its interpreter ahead.
+func (p *Prepared) Preloaded() bool { return p.base.Preload != nil }
 
 // The supervisor's name (its comm, as ps shows it) says whether it waits
 // for its run or runs one, so that tools, and the tests that check that
@@ -132,6 +157,10 @@ func prepare(base Spec) (*Prepared, error) {
 	}
 	p := &Prepared{cfgW: cfgW, statusR: statusR, ctlW: ctlW, base: base,
 		stdout: &lateWriter{}, stderr: &lateWriter{}, stdin: newLateReader()}
+	if p.output, err = newOutputPipes(p.stdout, p.stderr); err != nil {
+		return fail(err)
+	}
+	opened = append(opened, p.output.outR, p.output.outW, p.output.errR, p.output.errW)
 	var egressFile *os.File
 	if base.EgressAddr != "" {
 		if !base.Isolation.Network {
@@ -163,8 +192,7 @@ func prepare(base Spec) (*Prepared, error) {
 	// The run's stdio is known only at the hand-over: until then nothing
 	// comes in, and what the supervisor might write is dropped.
 	cmd.Stdin = p.stdin
-	cmd.Stdout = p.stdout
-	cmd.Stderr = p.stderr
+	cmd.Stdout, cmd.Stderr = p.output.outW, p.output.errW
 	cmd.ExtraFiles = []*os.File{cfgR, statusW, ctlR} // fds 3, 4, 5 = ctlFD
 	if exeFile != nil || len(base.CgroupProcs) > 0 {
 		cmd.ExtraFiles = append(cmd.ExtraFiles, exeFile) // fd 6 = exeFD (nil: closed)
@@ -180,22 +208,29 @@ func prepare(base Spec) (*Prepared, error) {
 	p.egressFD = base.EgressFD
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	applyCloneAttrs(cmd.SysProcAttr, base.Isolation)
-	// Pipes held open by a stray process must not hold up Wait forever.
+	// A stdin held open by a stray process must not hold up Wait forever.
 	cmd.WaitDelay = stopGrace
 	err = startTracked(cmd)
 	cfgR.Close()
 	statusW.Close()
 	ctlR.Close()
+	p.output.started()
 	if err != nil {
 		cfgW.Close()
 		statusR.Close()
 		ctlW.Close()
+		p.output.close()
 		if p.egressConn != nil {
 			p.egressConn.Close()
 		}
 		return nil, err
 	}
 	p.cmd = cmd
+	p.status = statusR
+	if base.Preload != nil {
+		p.loaded, p.failed = make(chan struct{}), make(chan struct{})
+		p.status = readLoaded(statusR, p.loaded, p.failed)
+	}
 	// The first half of the Spec (see supervisorMain): small, it fits the
 	// pipe's buffer.
 	if err := json.NewEncoder(cfgW).Encode(base); err != nil {
@@ -221,11 +256,52 @@ func (p *Prepared) Close() {
 		if p.egressConn != nil {
 			p.egressConn.Close()
 		}
-		_, _ = io.Copy(io.Discard, p.statusR)
-		p.statusR.Close()
-		_ = p.cmd.Wait()
-		untrack(p.cmd.Process.Pid)
+		p.finish()
 	})
+}
+
+// finish waits for a supervisor told to stop: its status is read to the
+// end and dropped, it is waited for, and its output drained.
+func (p *Prepared) finish() {
+	_, _ = io.Copy(io.Discard, p.status)
+	p.statusR.Close()
+	_ = p.cmd.Wait()
+	p.output.drain()
+	untrack(p.cmd.Process.Pid)
+}
+
+// readLoaded reads the first byte of the status pipe r in the background:
+// the loaded byte closes loadedC, anything else (a status, the end)
+// failedC; the Reader it returns reads the rest of r, and any other first
+// byte, once that read is done.
+func readLoaded(r io.Reader, loadedC, failedC chan struct{}) io.Reader {
+	first := make(chan []byte, 1)
+	go func() {
+		b := make([]byte, 1)
+		n, _ := r.Read(b)
+		if n == 1 && b[0] == loaded {
+			close(loadedC)
+			n = 0
+		} else {
+			close(failedC)
+		}
+		first <- b[:n]
+	}()
+	return &afterFirst{first: first, rest: r}
+}
+
+// afterFirst reads what readLoaded left of the first byte, then the rest.
+type afterFirst struct {
+	first <-chan []byte
+	r     io.Reader
+	rest  io.Reader
+}
+
+func (a *afterFirst) Read(p []byte) (int, error) {
+	if a.r == nil {
+		a.r = io.MultiReader(bytes.NewReader(<-a.first), a.rest)
+	}
+	return a.r.Read(p)
 }
 
 // PID is the prepared supervisor's process id.
@@ -241,6 +317,9 @@ func (p *Prepared) Alive() bool {
 
 // handOver gives the Prepared its run: the program's stdio and the Spec.
 func (p *Prepared) handOver(spec Spec, out *sandbox.Output) (*supervised, error) {
+	if (spec.Preload != nil) != p.Preloaded() {
+		return nil, errors.New("the run's Spec and the prepared supervisor's disagree about starting the interpreter ahead")
+	}
 	taken := false
 	p.handOnce.Do(func() { taken = true })
 	if !taken {
@@ -261,10 +340,7 @@ func (p *Prepared) handOver(spec Spec, out *sandbox.Output) (*supervised, error)
 	p.cfgW.Close()
 	if err != nil {
 		stop()
-		_, _ = io.Copy(io.Discard, p.statusR)
-		p.statusR.Close()
-		_ = cmd.Wait()
-		untrack(pid)
+		p.finish()
 		if p.egressConn != nil {
 			p.egressConn.Close()
 		}
@@ -287,18 +363,87 @@ func (p *Prepared) handOver(spec Spec, out *sandbox.Output) (*supervised, error)
 	}
 	// The status is read as it comes: with a run's artifacts it can be
 	// larger than the pipe's buffer, and a supervisor blocked writing it
-	// would never exit.
-	stCh := make(chan status, 1)
-	go func() { stCh <- readStatus(p.statusR) }()
+	// would never exit. The supervisor ends the run's output before it
+	// reports: with both, the run is over but for the supervisor's own exit
+	// (finished).
+	var st status
+	read := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		st = readStatus(p.status)
+		p.statusR.Close()
+		close(read)
+		<-p.output.done
+		close(finished)
+	}()
 	return &supervised{
-		cmd:  cmd,
-		stop: stop,
+		cmd:      cmd,
+		stop:     stop,
+		finished: finished,
 		status: func() status {
 			stop()
-			untrack(pid)
-			return <-stCh
+			<-read
+			p.output.drain()
+			return st
 		},
+		reaped: func() { untrack(pid) },
 	}, nil
+}
+
+// outputPipes carry the run's stdout and stderr from the supervisor to
+// their writers; done is closed once both have ended (every process that
+// held them is gone, or drain gave up on them).
+type outputPipes struct {
+	outR, outW, errR, errW *os.File
+	done                   chan struct{}
+}
+
+// newOutputPipes makes the pipes and starts copying them into stdout and
+// stderr.
+func newOutputPipes(stdout, stderr io.Writer) (*outputPipes, error) {
+	o := &outputPipes{done: make(chan struct{})}
+	var err error
+	if o.outR, o.outW, err = os.Pipe(); err != nil {
+		return nil, err
+	}
+	if o.errR, o.errW, err = os.Pipe(); err != nil {
+		o.outR.Close()
+		o.outW.Close()
+		return nil, err
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { _, _ = io.Copy(stdout, o.outR) })
+	wg.Go(func() { _, _ = io.Copy(stderr, o.errR) })
+	go func() {
+		wg.Wait()
+		close(o.done)
+	}()
+	return o, nil
+}
+
+// started closes the write ends, which the supervisor now holds.
+func (o *outputPipes) started() {
+	o.outW.Close()
+	o.errW.Close()
+}
+
+// close ends both pipes, whoever holds them.
+func (o *outputPipes) close() {
+	o.outR.Close()
+	o.errR.Close()
+	o.started()
+}
+
+// drain waits until the output has ended, and, once the supervisor is
+// gone, at most stopGrace for a stray process that holds the pipes open
+// (then it closes them). Safe to call more than once.
+func (o *outputPipes) drain() {
+	select {
+	case <-o.done:
+	case <-time.After(stopGrace):
+		o.close()
+		<-o.done
+	}
 }
 
 // setName sets the calling thread's name (the process's, on the main
@@ -332,9 +477,29 @@ func supervisorMain() int {
 	// exec stage sets them back to their defaults for the program), so the
 	// run ends and reports as usual.
 	ignoreAllSignals()
-	_ = json.NewEncoder(sv.status).Encode(sv.supervise())
+	st := sv.supervise()
+	// Every process of the run is gone: its output ends before the
+	// report, so that the server has both once it has the report, and
+	// need not wait for this process's own exit.
+	endOutput()
+	_ = json.NewEncoder(sv.status).Encode(st)
 	_ = sv.status.Close()
 	return 0
+}
+
+// endOutput points stdout and stderr at /dev/null (or closes them).
+func endOutput() {
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	for _, fd := range []int{1, 2} {
+		if err == nil {
+			_ = unix.Dup2(int(null.Fd()), fd)
+		} else {
+			_ = unix.Close(fd)
+		}
+	}
+	if err == nil {
+		null.Close()
+	}
 }
 
 // runSupervisor is the run supervisor's side of its pipes with the server.
@@ -365,7 +530,9 @@ func watchStop(ctl *os.File) <-chan struct{} {
 // program), then the whole run. The exec stage is started, and moved into
 // the run's cgroups, before the rest of the run is known, so that both
 // overlap with the work that needs it (the move waits for an RCU grace
-// period on cgroup v1).
+// period on cgroup v1). With Preload the first is the whole run but for
+// the request, and the interpreter starts before the second comes (see
+// superviseLoaded).
 func (sv *runSupervisor) supervise() status {
 	dec := json.NewDecoder(sv.cfg)
 	var base Spec
@@ -376,15 +543,77 @@ func (sv *runSupervisor) supervise() status {
 	if err != nil {
 		return status{Error: err.Error()}
 	}
-	spec, err := sv.receiveSpec(dec)
+	if base.Preload != nil {
+		return sv.superviseLoaded(stage, base, dec)
+	}
+	spec, err := sv.receiveSpec(dec, nil)
 	if err == nil {
+		sv.begin()
 		err = enterRun(spec)
 	}
 	if err != nil {
 		stage.abort()
 		return status{Error: err.Error()}
 	}
-	return sv.runProgram(stage, spec)
+	// The run directory is the run's own tmpfs now: record it before the
+	// program starts, to collect what the program changed once it is gone.
+	before, collect := recordRunDir(spec)
+	child, err := stage.start(spec)
+	if err != nil {
+		return status{Error: err.Error()}
+	}
+	return sv.endRun(child, waitExit(child), spec, before, collect)
+}
+
+// superviseLoaded supervises a run whose interpreter starts ahead (see
+// Preload): it enters the run's isolation and has the exec stage start the
+// interpreter with base at once, then waits for the run's Spec (or a stop
+// request, or the interpreter's end: a run that never began). The run then
+// gets its copy of the run directory, its egress listener and the message
+// that starts the program; the server is told the run has begun only once
+// the interpreter has the message, so that one that died while it waited
+// is a run that can start afresh.
+func (sv *runSupervisor) superviseLoaded(stage *execStage, base Spec, dec *json.Decoder) status {
+	src, err := openRunDir(base)
+	if err == nil && base.Isolation.Namespaces() {
+		// The run directory is still empty: it is copied at the hand-over.
+		err = enterIsolation(base, nil)
+	}
+	if err != nil {
+		stage.abort()
+		closeRoot(src)
+		return status{Error: err.Error()}
+	}
+	child, err := stage.start(base)
+	if err != nil {
+		closeRoot(src)
+		return status{Error: err.Error()}
+	}
+	exited := waitExit(child)
+	err = sv.awaitLoaded(stage, exited)
+	var spec Spec
+	if err == nil {
+		spec, err = sv.receiveSpec(dec, exited)
+	}
+	if err == nil && src != nil {
+		err = copyTree(src, spec.Dir)
+	}
+	closeRoot(src)
+	if err == nil && spec.EgressAddr != "" {
+		err = sendEgressListener(spec.EgressAddr, spec.EgressFD)
+	}
+	var before artifacts.Snapshot
+	var collect bool
+	if err == nil {
+		before, collect = recordRunDir(spec)
+		err = stage.release(spec.Preload)
+	}
+	if err != nil {
+		killDescendants(child)
+		return status{Error: err.Error()}
+	}
+	sv.begin()
+	return sv.endRun(child, exited, spec, before, collect)
 }
 
 // startStage makes this process the run's child subreaper and starts the
@@ -425,9 +654,9 @@ func startStage(base Spec) (*execStage, error) {
 	return stage, nil
 }
 
-// receiveSpec waits for the whole run's Spec, or for a stop request, and
-// tells the server the run has begun (see readStatus).
-func (sv *runSupervisor) receiveSpec(dec *json.Decoder) (Spec, error) {
+// receiveSpec waits for the whole run's Spec, or for a stop request, or
+// for exited (nil: never), the end of an interpreter started ahead.
+func (sv *runSupervisor) receiveSpec(dec *json.Decoder, exited <-chan syscall.WaitStatus) (Spec, error) {
 	specCh := make(chan error, 1)
 	var spec Spec
 	go func() { specCh <- dec.Decode(&spec) }()
@@ -436,19 +665,60 @@ func (sv *runSupervisor) receiveSpec(dec *json.Decoder) (Spec, error) {
 		if err != nil {
 			return Spec{}, fmt.Errorf("reading the run spec: %w", err)
 		}
-		_, _ = sv.status.Write([]byte{received})
-		setName(nameRunning)
 	case <-sv.stopReq:
 		return Spec{}, errors.New("stopped before the run began")
+	case ws := <-exited:
+		return Spec{}, endedEarly(ws)
 	}
 	_ = sv.cfg.Close()
 	return spec, nil
 }
 
-// enterRun enters the run's isolation and hands its egress listener over.
+// awaitLoaded waits until the interpreter started ahead has loaded, and
+// tells the server (see Prepared.Loaded); or for a stop request, or for
+// the interpreter's end.
+func (sv *runSupervisor) awaitLoaded(stage *execStage, exited <-chan syscall.WaitStatus) error {
+	select {
+	case err := <-stage.awaitLoaded():
+		if err != nil {
+			return err
+		}
+	case <-sv.stopReq:
+		return errors.New("stopped before the run began")
+	case ws := <-exited:
+		return endedEarly(ws)
+	}
+	_, _ = sv.status.Write([]byte{loaded})
+	return nil
+}
+
+// endedEarly is the error of an interpreter started ahead that ended, with
+// status ws, before its run.
+func endedEarly(ws syscall.WaitStatus) error {
+	code, sig := exitOf(ws)
+	if sig != "" {
+		return fmt.Errorf("the interpreter started ahead ended before its run (status %d, %s)", code, sig)
+	}
+	return fmt.Errorf("the interpreter started ahead ended before its run (status %d)", code)
+}
+
+// begin tells the server the run has begun (see readStatus).
+func (sv *runSupervisor) begin() {
+	_, _ = sv.status.Write([]byte{received})
+	setName(nameRunning)
+}
+
+// enterRun enters the run's isolation, with a copy of the host's run
+// directory, and hands its egress listener over.
 func enterRun(spec Spec) error {
 	if spec.Isolation.Namespaces() {
-		if err := enterIsolation(spec); err != nil {
+		src, err := openRunDir(spec)
+		if err != nil {
+			return err
+		}
+		err = enterIsolation(spec, src)
+		closeRoot(src)
+		if err != nil {
 			return err
 		}
 	}
@@ -460,23 +730,23 @@ func enterRun(spec Spec) error {
 	return nil
 }
 
-// runProgram starts the program, waits for it to end (or kills it on a
-// stop request), kills every descendant, and collects the artifacts when
-// the run's directory is its own tmpfs.
-func (sv *runSupervisor) runProgram(stage *execStage, spec Spec) status {
-	// The run directory is the run's own tmpfs now: record it before the
-	// program starts, to collect what the program changed once it is gone.
-	var before artifacts.Snapshot
-	collect := spec.Collect != nil && spec.Isolation.Mount
-	if collect {
-		before, _ = artifacts.TakeContents(artifacts.DirSource{Dir: spec.Dir}, spec.Collect.options())
+// recordRunDir records the run directory before the program starts, when
+// the run collects its artifacts there (its own tmpfs), and says whether
+// it does.
+func recordRunDir(spec Spec) (artifacts.Snapshot, bool) {
+	if spec.Collect == nil || !spec.Isolation.Mount {
+		return artifacts.Snapshot{}, false
 	}
-	child, err := stage.start(spec)
-	if err != nil {
-		return status{Error: err.Error()}
-	}
+	before, _ := artifacts.TakeContents(artifacts.DirSource{Dir: spec.Dir}, spec.Collect.options())
+	return before, true
+}
+
+// endRun waits for the program child to end (see wait), kills every
+// descendant, and collects the artifacts against before when collect is
+// set.
+func (sv *runSupervisor) endRun(child int, exited <-chan syscall.WaitStatus, spec Spec, before artifacts.Snapshot, collect bool) status {
 	st := status{Started: true}
-	st.ExitCode, st.Signal = exitOf(sv.wait(child))
+	st.ExitCode, st.Signal = exitOf(sv.wait(child, exited))
 	killDescendants(child)
 	if collect {
 		c, err := artifacts.Collect(artifacts.DirSource{Dir: spec.Dir}, before, spec.Collect.options())
@@ -488,9 +758,8 @@ func (sv *runSupervisor) runProgram(stage *execStage, spec Spec) status {
 	return st
 }
 
-// wait waits for the program child to end, killing its process group on a
-// stop request first.
-func (sv *runSupervisor) wait(child int) syscall.WaitStatus {
+// waitExit waits for child in the background; the channel gets its status.
+func waitExit(child int) <-chan syscall.WaitStatus {
 	exited := make(chan syscall.WaitStatus, 1)
 	go func() {
 		var ws syscall.WaitStatus
@@ -503,6 +772,12 @@ func (sv *runSupervisor) wait(child int) syscall.WaitStatus {
 			return
 		}
 	}()
+	return exited
+}
+
+// wait waits for the program child to end (exited, from waitExit), killing
+// its process group on a stop request first.
+func (sv *runSupervisor) wait(child int, exited <-chan syscall.WaitStatus) syscall.WaitStatus {
 	select {
 	case ws := <-exited:
 		return ws
@@ -521,6 +796,57 @@ type execStage struct {
 	joined  chan error
 	direct  bool
 	started func() error
+	// preload is the supervisor's end of the socket pair whose other end
+	// is the fd 3 of an interpreter started ahead (Spec.Preload); nil
+	// without one.
+	preload *os.File
+}
+
+// preloadFD is where the exec stage finds its end of the socket pair that
+// becomes the fd 3 of an interpreter started ahead.
+const preloadFD = 4
+
+// awaitLoaded returns a channel that gets nil once the interpreter started
+// ahead has loaded (it wrote PreloadReady), or why not.
+func (s *execStage) awaitLoaded() <-chan error {
+	ch := make(chan error, 1)
+	go func() {
+		var b [1]byte
+		n, err := s.preload.Read(b[:])
+		switch {
+		case n == 1 && b[0] == PreloadReady:
+			ch <- nil
+		case err == nil:
+			ch <- fmt.Errorf("the interpreter started ahead wrote %q, not its ready byte", b[:n])
+		default:
+			ch <- fmt.Errorf("the interpreter started ahead did not load: %w", err)
+		}
+	}()
+	return ch
+}
+
+// release hands an interpreter started ahead, loaded, its run: it writes
+// the message of p and closes the socket. An error means the interpreter
+// is gone and has not read it.
+func (s *execStage) release(p *Preload) error {
+	if p == nil || s.preload == nil {
+		return errors.New("the run's Spec does not start an interpreter that waits for it")
+	}
+	_, err := s.preload.Write(append([]byte(nil), p.Message...))
+	if cerr := s.preload.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("the interpreter started ahead did not take its run: %w", err)
+	}
+	return nil
+}
+
+// closeRoot closes src unless it is nil.
+func closeRoot(src *os.Root) {
+	if src != nil {
+		_ = src.Close()
+	}
 }
 
 // forkExecStage starts the exec stage in a new process group (and, with a
@@ -557,12 +883,27 @@ func forkExecStage(base Spec, started func() error) (*execStage, error) {
 		dir = "/"
 	}
 	attr := &syscall.ProcAttr{Dir: dir, Env: []string{"GORACE=atexit_sleep_ms=0"}, Files: []uintptr{0, 1, 2, r.Fd()}, Sys: sys}
+	var preload *os.File
+	if base.Preload != nil {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			w.Close()
+			return nil, fmt.Errorf("the interpreter's socket pair: %w", err)
+		}
+		preload = os.NewFile(uintptr(fds[0]), "preload")
+		theirs := os.NewFile(uintptr(fds[1]), "preload")
+		defer theirs.Close()
+		attr.Files = append(attr.Files, theirs.Fd()) // preloadFD
+	}
 	pid, err := syscall.ForkExec(exe, []string{exe, execArg}, attr)
 	if err != nil {
 		w.Close()
+		if preload != nil {
+			preload.Close()
+		}
 		return nil, fmt.Errorf("starting the program: %w", err)
 	}
-	s := &execStage{pid: pid, w: w, joined: make(chan error, 1)}
+	s := &execStage{pid: pid, w: w, joined: make(chan error, 1), preload: preload}
 	if err := started(); err != nil {
 		s.abort()
 		return nil, err
@@ -606,6 +947,9 @@ func (s *execStage) abort() {
 		return
 	}
 	_ = s.w.Close()
+	if s.preload != nil {
+		_ = s.preload.Close()
+	}
 	_ = syscall.Kill(-s.pid, syscall.SIGKILL)
 	var ws syscall.WaitStatus
 	for {

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"text/tabwriter"
+	"time"
+)
+
+// pace measures every configuration of the latency rounds as a client
+// that calls back to back (its next call as soon as it has the answer:
+// nothing gives a pool time to catch up that such a client would not) and
+// as one that thinks (think between an answer and its next call, like an
+// agent waiting for its model), for python and javascript. Each
+// configuration and language is called in blocks of block calls, no other
+// call between them; the blocks of every configuration alternate, round
+// after round, so that drift of the machine hits each alike. The
+// back-to-back rate is the calls of a configuration's back-to-back blocks
+// over the time those blocks took.
+type pace struct {
+	calls, block int
+	think        time.Duration
+}
+
+// paceLangs are the languages of the pace measurement.
+var paceLangs = []string{"python", "javascript"}
+
+// paced is what the pace measurement records of one configuration, by
+// think time and language.
+type paced struct {
+	lat  map[time.Duration]map[string][]time.Duration
+	busy map[string]time.Duration // wall time of the back-to-back blocks
+}
+
+func (pc pace) measure(ctx context.Context, targets []*target) error {
+	thinks := []time.Duration{0}
+	if pc.think > 0 {
+		thinks = append(thinks, pc.think)
+	}
+	block := max(1, pc.block)
+	rounds := (pc.calls + block - 1) / block
+	fmt.Fprintf(os.Stderr, "back to back and with think time: %d rounds of %d calls per configuration, language and think time ...\n", rounds, block)
+	got := map[*target]*paced{}
+	for _, t := range targets {
+		got[t] = &paced{lat: map[time.Duration]map[string][]time.Duration{}, busy: map[string]time.Duration{}}
+		for _, think := range thinks {
+			got[t].lat[think] = map[string][]time.Duration{}
+		}
+	}
+	progs := map[string]program{}
+	for _, p := range programs {
+		progs[p.lang] = p
+	}
+	for round := range rounds {
+		n := min(block, pc.calls-round*block)
+		for _, think := range thinks {
+			for _, lang := range paceLangs {
+				for _, t := range targets {
+					if !t.measures(lang) {
+						continue
+					}
+					start := time.Now()
+					for i := range n {
+						if i > 0 {
+							time.Sleep(think) // the client's think time, between an answer and its next call
+						}
+						d, err := t.call(ctx, progs[lang])
+						if err != nil {
+							return fmt.Errorf("%s %s: %w", t.name, lang, err)
+						}
+						got[t].lat[think][lang] = append(got[t].lat[think][lang], d)
+					}
+					if think == 0 {
+						got[t].busy[lang] += time.Since(start)
+					}
+				}
+			}
+		}
+	}
+	pc.print(targets, thinks, got)
+	return nil
+}
+
+func (pc pace) print(targets []*target, thinks []time.Duration, got map[*target]*paced) {
+	fmt.Printf("\nback to back and with think time: %d calls per configuration, language and think time, in blocks of %d\n\n", pc.calls, pc.block)
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "configuration\tlanguage\tthink time\tmedian ms\tp90 ms\tp99 ms\tcalls/s\t")
+	for _, think := range thinks {
+		for _, lang := range paceLangs {
+			for _, t := range targets {
+				l := got[t].lat[think][lang]
+				if len(l) == 0 {
+					continue
+				}
+				rate := "-"
+				if think == 0 {
+					rate = fmt.Sprintf("%.1f", float64(len(l))/got[t].busy[lang].Seconds())
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%v\t%.1f\t%.1f\t%.1f\t%s\t\n", t.name, lang, think, ms(pct(l, 50)), ms(pct(l, 90)), ms(pct(l, 99)), rate)
+			}
+		}
+	}
+	_ = tw.Flush()
+	for _, think := range thinks {
+		what := "back to back"
+		if think > 0 {
+			what = fmt.Sprintf("with %v of think time", think)
+		}
+		printRatios(what, func(t *target, lang string) []time.Duration { return got[t].lat[think][lang] }, targets)
+	}
+}
