@@ -25,7 +25,7 @@ def _codeexec_supervisor(argv):
     interp = rest[1:]
 
     MAX = 4091  # a frame is one write of at most PIPE_BUF bytes
-    START_LIMIT = 25  # seconds an interpreter may take to start (the server waits 30)
+    START_LIMIT = 55  # seconds an interpreter may take to start (docker and kubernetes mode wait 60)
     me = os.getpid()
     pid1 = me == 1
     libc = ctypes.CDLL(None, use_errno=True)
@@ -394,7 +394,8 @@ def _codeexec_supervisor(argv):
         # node that the process limit refuses one of its threads as it
         # starts waits for that thread forever: it is given up once the
         # limit is seen reached, or at the latest after START_LIMIT seconds
-        # (within the server's own bound on a reset), with the reason.
+        # (within docker and kubernetes mode's bound on a session's start),
+        # with the reason.
         began = time.monotonic()
         while True:
             frames, ended = read_frames()
