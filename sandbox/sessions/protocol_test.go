@@ -9,7 +9,12 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +26,24 @@ import (
 // (no sandbox), with its control channel on fds 3 and 4, in a directory of
 // its own, and returns its Conn. Both end at cleanup.
 func startDriver(t *testing.T, lang string) *Conn {
+	t.Helper()
+	c, diag := launchDriver(t, lang, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ready, err := c.WaitReady(ctx)
+	if err != nil {
+		t.Fatalf("the %s supervisor never got ready: %v (%s)", lang, err, diag.String())
+	}
+	if !strings.HasPrefix(ready, lang) {
+		t.Fatalf("ready frame = %q, want it to name %s", ready, lang)
+	}
+	return c
+}
+
+// launchDriver starts a session supervisor of lang as startDriver does,
+// with its command changed by edit first (if set), and returns its Conn
+// and what it wrote itself, without waiting for it to be ready.
+func launchDriver(t *testing.T, lang string, edit func(*exec.Cmd)) (*Conn, *lockedBuffer) {
 	t.Helper()
 	python, err := exec.LookPath("python3")
 	if err != nil {
@@ -42,9 +65,12 @@ func startDriver(t *testing.T, lang string) *Conn {
 	interp := append([]string{path}, sandbox.Languages[lang].Args...)
 	cmd := exec.Command(python, SupervisorArgs(lang, "fd:3", "fd:4", interp)...)
 	cmd.Dir = t.TempDir()
-	var diag bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &diag, &diag
+	diag := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = diag, diag
 	cmd.ExtraFiles = []*os.File{inR, outW}
+	if edit != nil {
+		edit(cmd)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -58,16 +84,69 @@ func startDriver(t *testing.T, lang string) *Conn {
 			t.Logf("the supervisor's own output: %s", diag.String())
 		}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	return c, diag
+}
+
+// lockedBuffer is a bytes.Buffer that a command's output and a test share.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// An interpreter that cannot start within the process limit ends the
+// session's start at once, naming the limit. node, refused one of its
+// threads as it starts, waits for it forever: where a session's processes
+// share their host user with others (process mode without a user namespace
+// or a user of its own), RLIMIT_NPROC counts those too, and the session's
+// headroom shrinks as they start more, until a reset after a timeout cannot
+// start node again. Here the supervisor runs as a host user of its own, whose
+// processes nothing else changes, with room for itself and two more threads.
+// Seen failing without the supervisor's check: no answer within the minute.
+func TestInterpreterAtTheProcessLimit(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the supervisor runs as a host user of its own, since RLIMIT_NPROC counts every process of its user")
+	}
+	prlimit, err := exec.LookPath("prlimit")
+	if err != nil {
+		t.Skipf("prlimit (util-linux) is not installed: %v", err)
+	}
+	const uid = 3999999 // no process of the host's has it
+	c, diag := launchDriver(t, "javascript", func(cmd *exec.Cmd) {
+		// An interpreter the user can reach (not a shim under root's home).
+		if _, err := os.Stat("/usr/bin/python3"); err == nil {
+			cmd.Args[0] = "/usr/bin/python3"
+		}
+		cmd.Args = append([]string{prlimit, "--nproc=3", "--"}, cmd.Args...)
+		cmd.Path = prlimit
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+		for _, d := range []string{filepath.Dir(cmd.Dir), cmd.Dir} {
+			if err := os.Chmod(d, 0o777); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	// Before the supervisor is waited for: one that does not give up
+	// waits for node, and node for its thread, forever.
+	t.Cleanup(func() { killUser(uid) })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	ready, err := c.WaitReady(ctx)
-	if err != nil {
-		t.Fatalf("the %s supervisor never got ready: %v (%s)", lang, err, diag.String())
+	if err == nil || !strings.Contains(err.Error(), "the process limit is reached") {
+		t.Fatalf("a javascript supervisor with room for 3 threads: ready %q, %v (its output: %q); want the process limit named", ready, err, diag.String())
 	}
-	if !strings.HasPrefix(ready, lang) {
-		t.Fatalf("ready frame = %q, want it to name %s", ready, lang)
-	}
-	return c
 }
 
 var testLimits = sandbox.Limits{Timeout: 10 * time.Second, OutputBytes: 1 << 20}
@@ -303,4 +382,38 @@ func TestConnRejectsBadFrames(t *testing.T) {
 			}
 		})
 	}
+}
+
+// killUser kills every process of host user uid, until none is left but
+// zombies (which their parents reap).
+func killUser(uid int) {
+	for {
+		found := false
+		entries, _ := os.ReadDir("/proc")
+		for _, e := range entries {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			var st syscall.Stat_t
+			if syscall.Stat("/proc/"+e.Name(), &st) != nil || int(st.Uid) != uid {
+				continue
+			}
+			if b, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err != nil || zombie(b) {
+				continue
+			}
+			found = true
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		if !found {
+			return
+		}
+		runtime.Gosched()
+	}
+}
+
+// zombie says whether stat, a /proc/PID/stat, is a zombie's.
+func zombie(stat []byte) bool {
+	i := bytes.LastIndexByte(stat, ')')
+	return i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X'
 }
