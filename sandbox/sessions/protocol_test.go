@@ -13,7 +13,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,12 +26,12 @@ import (
 // its own, and returns its Conn. Both end at cleanup.
 func startDriver(t *testing.T, lang string) *Conn {
 	t.Helper()
-	c, diag := launchDriver(t, lang, nil)
+	c := launchDriver(t, lang, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	ready, err := c.WaitReady(ctx)
 	if err != nil {
-		t.Fatalf("the %s supervisor never got ready: %v (%s)", lang, err, diag.String())
+		t.Fatalf("the %s supervisor never got ready: %v (its own output is logged at the end)", lang, err)
 	}
 	if !strings.HasPrefix(ready, lang) {
 		t.Fatalf("ready frame = %q, want it to name %s", ready, lang)
@@ -42,8 +41,9 @@ func startDriver(t *testing.T, lang string) *Conn {
 
 // launchDriver starts a session supervisor of lang as startDriver does,
 // with its command changed by edit first (if set), and returns its Conn
-// and what it wrote itself, without waiting for it to be ready.
-func launchDriver(t *testing.T, lang string, edit func(*exec.Cmd)) (*Conn, *lockedBuffer) {
+// without waiting for it to be ready. What the supervisor wrote itself is
+// logged at the end if the test failed.
+func launchDriver(t *testing.T, lang string, edit func(*exec.Cmd)) *Conn {
 	t.Helper()
 	python, err := exec.LookPath("python3")
 	if err != nil {
@@ -65,8 +65,8 @@ func launchDriver(t *testing.T, lang string, edit func(*exec.Cmd)) (*Conn, *lock
 	interp := append([]string{path}, sandbox.Languages[lang].Args...)
 	cmd := exec.Command(python, SupervisorArgs(lang, "fd:3", "fd:4", interp)...)
 	cmd.Dir = t.TempDir()
-	diag := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = diag, diag
+	var diag bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &diag, &diag
 	cmd.ExtraFiles = []*os.File{inR, outW}
 	if edit != nil {
 		edit(cmd)
@@ -84,25 +84,7 @@ func launchDriver(t *testing.T, lang string, edit func(*exec.Cmd)) (*Conn, *lock
 			t.Logf("the supervisor's own output: %s", diag.String())
 		}
 	})
-	return c, diag
-}
-
-// lockedBuffer is a bytes.Buffer that a command's output and a test share.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	return c
 }
 
 // An interpreter that cannot start within the process limit ends the
@@ -124,7 +106,7 @@ func TestInterpreterAtTheProcessLimit(t *testing.T) {
 		t.Skipf("prlimit (util-linux) is not installed: %v", err)
 	}
 	const uid = 3999999 // no process of the host's has it
-	c, diag := launchDriver(t, "javascript", func(cmd *exec.Cmd) {
+	c := launchDriver(t, "javascript", func(cmd *exec.Cmd) {
 		// An interpreter the user can reach (not a shim under root's home).
 		if _, err := os.Stat("/usr/bin/python3"); err == nil {
 			cmd.Args[0] = "/usr/bin/python3"
@@ -145,7 +127,7 @@ func TestInterpreterAtTheProcessLimit(t *testing.T) {
 	defer cancel()
 	ready, err := c.WaitReady(ctx)
 	if err == nil || !strings.Contains(err.Error(), "the process limit is reached") {
-		t.Fatalf("a javascript supervisor with room for 3 threads: ready %q, %v (its output: %q); want the process limit named", ready, err, diag.String())
+		t.Fatalf("a javascript supervisor with room for 3 threads: ready %q, %v; want the process limit named", ready, err)
 	}
 }
 
