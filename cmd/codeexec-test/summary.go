@@ -61,7 +61,7 @@ func classify(reason string) int {
 
 // A line of the summary: a group, or a reason that no group takes.
 type summaryLine struct {
-	order  int // the group's index; len(groups) for a reason of its own
+	order  int // the group's index; len(groups) for a reason of its own, one more for none
 	count  int
 	lacks  string
 	enable string
@@ -81,7 +81,7 @@ func writeSummary(w io.Writer, skips []skip, module string) {
 	for _, s := range skips {
 		key, l := s.reason, summaryLine{order: len(groups), lacks: s.reason}
 		if l.lacks == "" {
-			key, l.lacks = "", "(the test gave no reason)"
+			key, l.lacks, l.order = "", "(the test gave no reason)", len(groups)+1
 		}
 		if i := classify(s.reason); i >= 0 {
 			key, l = groups[i].lacks, summaryLine{order: i, lacks: groups[i].lacks, enable: groups[i].enable}
@@ -96,9 +96,14 @@ func writeSummary(w io.Writer, skips []skip, module string) {
 			sl.pkgs = append(sl.pkgs, p)
 		}
 	}
-	slices.SortStableFunc(lines, func(a, b *summaryLine) int {
-		return cmp.Or(cmp.Compare(b.count, a.count), cmp.Compare(a.order, b.order))
+	// Packages report in the order they end, which the machine's load
+	// decides: the summary is the same whatever it was.
+	slices.SortFunc(lines, func(a, b *summaryLine) int {
+		return cmp.Or(cmp.Compare(b.count, a.count), cmp.Compare(a.order, b.order), cmp.Compare(a.lacks, b.lacks))
 	})
+	for _, l := range lines {
+		slices.Sort(l.pkgs)
+	}
 	tests := "tests"
 	if len(skips) == 1 {
 		tests = "test"

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -146,5 +149,34 @@ func TestGroupsDocumented(t *testing.T) {
 		if row := "| " + g.lacks + " |"; !strings.Contains(section, "\n"+row) {
 			t.Errorf("%s#skipped-tests has no row that begins %q", doc, row)
 		}
+	}
+}
+
+// The summary does not depend on the order in which packages reported
+// their skips, which the machine's load decides (the flake hunt saw
+// "(in engine, broken)" where the fixture's golden file says "(in broken,
+// engine)").
+func TestSummaryIgnoresArrivalOrder(t *testing.T) {
+	skips := []skip{
+		{"m/engine", "-short"},
+		{"m/broken", "-short"},
+		{"m/host", "restarts the Docker Engine under every other test"},
+		{"m/host", ""},
+		{"m/engine", "a reason of its own"},
+		{"m/a", "a reason of its own"},
+	}
+	var first bytes.Buffer
+	writeSummary(&first, skips, "m")
+	for i := range 20 {
+		shuffled := slices.Clone(skips)
+		rand.New(rand.NewPCG(uint64(i), 1)).Shuffle(len(shuffled), func(a, b int) { shuffled[a], shuffled[b] = shuffled[b], shuffled[a] })
+		var got bytes.Buffer
+		writeSummary(&got, shuffled, "m")
+		if got.String() != first.String() {
+			t.Fatalf("the skips in the order %v give\n%s\nand in the order %v\n%s", shuffled, got.String(), skips, first.String())
+		}
+	}
+	if !strings.Contains(first.String(), "(in a, engine)") || !strings.HasSuffix(first.String(), "(the test gave no reason) (in host)\n") {
+		t.Fatalf("want packages in name order and the skips without a reason last:\n%s", first.String())
 	}
 }

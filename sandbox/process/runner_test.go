@@ -4,14 +4,11 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/process"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
-	"github.com/codeexec/codeexec/sandbox/sessions"
 )
 
 func TestMain(m *testing.M) {
@@ -74,38 +71,10 @@ func TestSessionSuite(t *testing.T) {
 	// Runs that share the server's host user without a user namespace have
 	// a process limit (RLIMIT_NPROC) over every process of that user: the
 	// suite's own sessions and the test binaries beside it take from each
-	// session's headroom as they start (TestSessionAtTheProcessLimit is
-	// what happens when none is left).
+	// session's headroom as they start (TestInterpreterAtTheProcessLimit in
+	// sandbox/sessions is what happens when none is left).
 	if !r.Capabilities().Active("runs kept apart") {
 		opts.Processes = 4096
 	}
 	sandboxtest.RunSessionSuite(t, r.Sessions(), opts)
-}
-
-// TestSessionAtTheProcessLimit: a session whose interpreter cannot start
-// within the process limit fails at once with the reason. node, refused one
-// of its threads as it starts, waits for it forever; where runs share their
-// host user with other programs (without a user namespace or a user of their
-// own), RLIMIT_NPROC counts those too, so that a session's headroom shrinks
-// as they start more, until a reset after a timeout cannot start node again.
-// Seen failing without the supervisor's check: the start ran into the
-// server's 30 s bound ("context deadline exceeded").
-func TestSessionAtTheProcessLimit(t *testing.T) {
-	r := newRunner(t)
-	if !r.Capabilities().Active("runs kept apart") {
-		// The session's headroom is what the user had at its start, plus 1;
-		// the tests beside this one start and end processes of that user
-		// meanwhile, so that the limit may not bind.
-		t.Skip("runs share the server's host user here, so the process limit counts processes that the tests beside this one start and end: it cannot be made to bind")
-	}
-	lim := sandboxtest.DefaultLimits()
-	lim.Processes = 1 // node starts half a dozen threads
-	s, err := r.Sessions().Start(context.Background(), sessions.Spec{ID: "ses_test", Language: "javascript", Limits: lim, Deadline: time.Now().Add(time.Hour)})
-	if err == nil {
-		_ = s.Close()
-		t.Fatal("a javascript session started within a limit of 1 process")
-	}
-	if !strings.Contains(err.Error(), "the process limit is reached") {
-		t.Fatalf("starting a javascript session within a limit of 1 process: %v; want the process limit named", err)
-	}
 }

@@ -22,6 +22,25 @@ import (
 // its own, and returns its Conn. Both end at cleanup.
 func startDriver(t *testing.T, lang string) *Conn {
 	t.Helper()
+	c := launchDriver(t, lang, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ready, err := c.WaitReady(ctx)
+	if err != nil {
+		t.Fatalf("the %s supervisor never got ready: %v (its own output is logged at the end)", lang, err)
+	}
+	if !strings.HasPrefix(ready, lang) {
+		t.Fatalf("ready frame = %q, want it to name %s", ready, lang)
+	}
+	return c
+}
+
+// launchDriver starts a session supervisor of lang as startDriver does,
+// with its command changed by edit first (if set), and returns its Conn
+// without waiting for it to be ready. What the supervisor wrote itself is
+// logged at the end if the test failed.
+func launchDriver(t *testing.T, lang string, edit func(*exec.Cmd)) *Conn {
+	t.Helper()
 	python, err := exec.LookPath("python3")
 	if err != nil {
 		t.Skipf("python3 is not installed: %v", err)
@@ -45,6 +64,9 @@ func startDriver(t *testing.T, lang string) *Conn {
 	var diag bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &diag, &diag
 	cmd.ExtraFiles = []*os.File{inR, outW}
+	if edit != nil {
+		edit(cmd)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -58,15 +80,6 @@ func startDriver(t *testing.T, lang string) *Conn {
 			t.Logf("the supervisor's own output: %s", diag.String())
 		}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	ready, err := c.WaitReady(ctx)
-	if err != nil {
-		t.Fatalf("the %s supervisor never got ready: %v (%s)", lang, err, diag.String())
-	}
-	if !strings.HasPrefix(ready, lang) {
-		t.Fatalf("ready frame = %q, want it to name %s", ready, lang)
-	}
 	return c
 }
 

@@ -138,11 +138,12 @@ func rlimitsFor(spec Spec) []rlimit {
 	}
 	if l.Processes > 0 {
 		// RLIMIT_NPROC counts every process of the user, not only this
-		// run's: allow the user's existing processes plus the run's share,
-		// the program included. This stage's own threads are not existing
-		// ones: the program it becomes is one thread. Never above the hard
-		// limit that the server has: it could not raise it.
-		n := uint64(max(countUserProcesses(os.Getuid())-ownThreads(), 0) + l.Processes)
+		// run's: allow the user's existing processes plus the run's share.
+		// This stage's own threads are counted as existing ones: until the
+		// execve the Go runtime may start another, which must not fail.
+		// Never above the hard limit that the server has: it could not
+		// raise it.
+		n := uint64(countUserProcesses(os.Getuid()) + l.Processes)
 		var have unix.Rlimit
 		if unix.Getrlimit(unix.RLIMIT_NPROC, &have) == nil && have.Max < n {
 			n = have.Max
@@ -169,21 +170,6 @@ func rlimitsFor(spec Spec) []rlimit {
 		}
 	}
 	return ls
-}
-
-// ownThreads counts this process's threads (0 if it cannot tell).
-func ownThreads() int {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
-			n, _ := strconv.Atoi(strings.TrimSpace(v))
-			return n
-		}
-	}
-	return 0
 }
 
 // countUserProcesses counts the threads owned by uid (RLIMIT_NPROC counts

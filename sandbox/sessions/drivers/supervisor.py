@@ -25,7 +25,7 @@ def _codeexec_supervisor(argv):
     interp = rest[1:]
 
     MAX = 4091  # a frame is one write of at most PIPE_BUF bytes
-    START_LIMIT = 25  # seconds an interpreter may take to start (the server waits 30)
+    START_LIMIT = 55  # seconds an interpreter may take to start (docker and kubernetes mode wait 60)
     me = os.getpid()
     pid1 = me == 1
     libc = ctypes.CDLL(None, use_errno=True)
@@ -393,8 +393,10 @@ def _codeexec_supervisor(argv):
         # Its first frame says it is loaded: "<pid> <interpreter> <version>".
         # node that the process limit refuses one of its threads as it
         # starts waits for that thread forever: it is given up once the
-        # limit is seen reached, or at the latest after START_LIMIT seconds
-        # (within the server's own bound on a reset), with the reason.
+        # limit is seen reached (python's start is one fork, whose failure
+        # fork reports), or at the latest after START_LIMIT seconds
+        # (within docker and kubernetes mode's bound on a session's start),
+        # with the reason.
         began = time.monotonic()
         while True:
             frames, ended = read_frames()
@@ -412,7 +414,7 @@ def _codeexec_supervisor(argv):
                     return start_interp(attempt + 1)
                 fail("the %s interpreter ended as it started%s" % (lang, nproc_reached()))
             waited = time.monotonic() - began
-            why = nproc_reached() if waited >= 2 else ""
+            why = nproc_reached() if waited >= 2 and lang == "javascript" else ""
             if why or waited >= START_LIMIT:
                 try:
                     os.kill(pid, signal.SIGKILL)
@@ -436,8 +438,7 @@ def _codeexec_supervisor(argv):
     def nproc_reached():
         # ": the process limit is reached ...", when the threads of this
         # process's user that it can see are as many as its RLIMIT_NPROC
-        # allows, or within 16 of it (fewer than node starts with); ""
-        # otherwise. Where the session's processes share their
+        # allows, but one; "" otherwise. Where the session's processes share their
         # host user with others (process mode without a user namespace or a
         # user of its own), those count too.
         soft = resource.getrlimit(resource.RLIMIT_NPROC)[0]
@@ -457,7 +458,7 @@ def _codeexec_supervisor(argv):
                             break
             except (OSError, ValueError, IndexError):
                 continue
-        if n + 16 < soft:
+        if n + 1 < soft:
             return ""
         return ": the process limit is reached (user %d has %d threads; RLIMIT_NPROC allows %d)" % (uid, n, soft)
 
