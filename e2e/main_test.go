@@ -79,6 +79,13 @@ func testMain(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "e2e: building codeexec: %v\n%s", err, out)
 		return 1
 	}
+	// Installed as the README says: process mode's run helper beside it.
+	build = exec.Command("go", "build", "-o", filepath.Join(dir, "codeexec-sandbox"), "./cmd/codeexec-sandbox")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: building codeexec-sandbox: %v\n%s", err, out)
+		return 1
+	}
 	return m.Run()
 }
 

@@ -2,11 +2,19 @@ package e2e
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // TestNoProcessOutlivesRun: background processes, daemons and timed-out
@@ -160,4 +168,69 @@ func TestTimeoutWithinCap(t *testing.T) {
 	if !res.IsError || !out.TimedOut || out.Stdout != "start\n" {
 		t.Errorf("timeout_seconds 2.5 on a 60 s sleep: isError=%v timed_out=%v stdout=%q", res.IsError, out.TimedOut, out.Stdout)
 	}
+}
+
+// TestRunHelper: installed as the README says, the server finds process
+// mode's run helper beside it, says so, and starts every run's supervisor
+// (and so its exec stage) from the helper's file, not from its own.
+func TestRunHelper(t *testing.T) {
+	t.Parallel()
+	cs, s := connect(t, http_, serverEnv(t, nil), connectOpts{})
+	helper := filepath.Join(filepath.Dir(binPath), "codeexec-sandbox")
+	if !s.waitLog("run helper", eventWait) {
+		t.Fatalf("the server did not say which run helper it uses; stderr:\n%s", s.logTail())
+	}
+	if got := logField(s.stderr.String(), "run helper", "path"); got != helper {
+		t.Fatalf("run helper path=%q, want %s; stderr:\n%s", got, helper, s.logTail())
+	}
+	m := marker()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = cs.CallTool(ctx, &mcp.CallToolParams{Name: "code_execute", Arguments: map[string]any{"language": "bash", "code": "sleep " + m}})
+	}()
+	defer func() { cancel(); <-done }()
+	var supervisor int
+	waitFor(t, eventWait, "the run's sleep below the server", func() bool {
+		supervisor = supervisorOf(s.cmd.Process.Pid, m)
+		return supervisor != 0
+	})
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", supervisor))
+	switch {
+	case errors.Is(err, fs.ErrPermission):
+		t.Logf("the supervisor's binary cannot be read here (%v): only the server's word is checked", err)
+	case err != nil:
+		t.Errorf("reading the supervisor's binary: %v", err)
+	case exe != helper:
+		t.Errorf("the run's supervisor runs %s, want the run helper %s", exe, helper)
+	}
+}
+
+// supervisorOf is the process right below the server pid (a run's
+// supervisor) above a live process with marker in its command line; 0
+// while there is none.
+func supervisorOf(pid int, marker string) int {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
+		if !strings.Contains(string(cmd), marker) {
+			continue
+		}
+		for child := p; child > 1; {
+			ppid, state, _, ok := procStat(child)
+			if !ok || state == "Z" {
+				break
+			}
+			if ppid == pid {
+				return child
+			}
+			child = ppid
+		}
+	}
+	return 0
 }

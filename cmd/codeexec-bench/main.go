@@ -173,11 +173,13 @@ func run(rounds, warmup, pool int, bin string, withDocker bool, sus sustained, s
 	return nil
 }
 
-// buildCodeexec builds ./cmd/codeexec into dir and returns the binary.
+// buildCodeexec builds ./cmd/codeexec into dir, with process mode's run
+// helper (./cmd/codeexec-sandbox) beside it as installed, and returns the
+// binary.
 func buildCodeexec(dir string) (string, error) {
 	bin := filepath.Join(dir, "codeexec")
-	fmt.Fprintln(os.Stderr, "building ./cmd/codeexec ...")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/codeexec")
+	fmt.Fprintln(os.Stderr, "building ./cmd/codeexec and ./cmd/codeexec-sandbox ...")
+	build := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./cmd/codeexec", "./cmd/codeexec-sandbox")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		return "", fmt.Errorf("building codeexec: %w", err)

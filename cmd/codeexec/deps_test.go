@@ -31,7 +31,7 @@ var layers = []struct {
 	{"test support", testSupport},
 	{"the MCP server", []string{"server", "server/progress", "server/tasks", "server/replicas"}},
 	{"the configuration", []string{"configs"}},
-	{"the binaries and the suites that drive them", []string{"cmd/codeexec", "cmd/codeexec-bench", "cmd/codeexec-test", "e2e", "sandbox/bench"}},
+	{"the binaries and the suites that drive them", []string{"cmd/codeexec", "cmd/codeexec-sandbox", "cmd/codeexec-bench", "cmd/codeexec-test", "e2e", "sandbox/bench"}},
 }
 
 // testSupport are the packages that tests share (fakes, suites, an index

@@ -75,6 +75,10 @@ type Config struct {
 	// started ahead compiles it while it waits, and a program that begins
 	// with it has only the rest compiled.
 	PythonPrelude string
+	// Helper is process mode's run helper (see FindHelper), which every
+	// run's supervisor and exec stage start from instead of this binary;
+	// "" starts this binary.
+	Helper string
 }
 
 // EgressAddr is where a run's programs find the egress proxy, inside the
@@ -141,6 +145,10 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
+	}
+	if cfg.Helper != "" {
+		// The probes below start supervisors too.
+		executor.UseHelper(cfg.Helper)
 	}
 	wr, err := executor.NewWorkRoot(cfg.WorkRoot, "codeexec-", 0o711, log)
 	if err != nil {

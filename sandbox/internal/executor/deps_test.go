@@ -18,8 +18,9 @@ func TestHelpersStayLight(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("no go command to list the dependencies with")
 	}
-	// sandbox/process/early runs them, and imports nothing but this run core.
-	out, err := exec.Command("go", "list", "-deps", "github.com/codeexec/codeexec/sandbox/process/early").CombinedOutput()
+	// sandbox/process/early runs them, and imports nothing but this run
+	// core; the run helper (cmd/codeexec-sandbox) is early alone.
+	out, err := exec.Command("go", "list", "-deps", "github.com/codeexec/codeexec/sandbox/process/early", "github.com/codeexec/codeexec/cmd/codeexec-sandbox").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}

@@ -44,11 +44,26 @@ const ctlFD = 5
 // /proc/self/fd/6, which works whoever they run as and whatever root they see.
 const exeFD = 6
 
+// RunCoreIDArg is the internal subcommand that prints the binary's
+// sandbox.RunCoreID: codeexec asks its run helper for it (see
+// process.FindHelper).
+const RunCoreIDArg = "__codeexec-sandbox-run-core-id"
+
 // Helpers are the internal subcommands that the run core re-executes the
-// binary as, by their first argument: the supervisor and the exec stage.
-// Each returns the exit status. The binary must run the one its first
-// argument names, and nothing else (see MaybeRunHelper).
-var Helpers = map[string]func() int{supervisorArg: supervisorMain, execArg: execMain}
+// binary as, by their first argument: the supervisor and the exec stage;
+// and the one that says which run core the binary has. Each returns the
+// exit status. The binary must run the one its first argument names, and
+// nothing else (see MaybeRunHelper).
+var Helpers = map[string]func() int{supervisorArg: supervisorMain, execArg: execMain, RunCoreIDArg: runCoreIDMain}
+
+// runCoreIDMain prints sandbox.RunCoreID.
+func runCoreIDMain() int {
+	_, err := os.Stdout.WriteString(sandbox.RunCoreID() + "\n")
+	if err != nil {
+		return 1
+	}
+	return 0
+}
 
 // startRun starts the supervisor (or, for a direct Spec, the program
 // itself) with the program's stdio attached and hands it the Spec.
@@ -123,7 +138,7 @@ const (
 )
 
 func prepare(base Spec) (*Prepared, error) {
-	exe, err := os.Executable()
+	exe, err := runCoreBinary()
 	if err != nil {
 		return nil, fmt.Errorf("finding the codeexec binary: %w", err)
 	}
