@@ -148,8 +148,12 @@ func TestSameBuild(t *testing.T) {
 		{"build tags", func(b *debug.BuildInfo) {
 			b.Settings = append(b.Settings, debug.BuildSetting{Key: "-tags", Value: "landlocktsync"})
 		}, `-tags="landlocktsync", codeexec with ""`},
-		{"another version of a module", func(b *debug.BuildInfo) { b.Deps[1] = &debug.Module{Path: "github.com/landlock-lsm/go-landlock", Version: "v0.10.0", Sum: "h1:c"} }, "links github.com/landlock-lsm/go-landlock@v0.10.0 h1:c, codeexec github.com/landlock-lsm/go-landlock@v0.11.0 h1:b"},
-		{"a module codeexec lacks", func(b *debug.BuildInfo) { b.Deps = append(b.Deps, &debug.Module{Path: "example.com/x", Version: "v1.0.0"}) }, "links example.com/x@v1.0.0 , codeexec no such module"},
+		{"another version of a module", func(b *debug.BuildInfo) {
+			b.Deps[1] = &debug.Module{Path: "github.com/landlock-lsm/go-landlock", Version: "v0.10.0", Sum: "h1:c"}
+		}, "links github.com/landlock-lsm/go-landlock@v0.10.0 h1:c, codeexec github.com/landlock-lsm/go-landlock@v0.11.0 h1:b"},
+		{"a module codeexec lacks", func(b *debug.BuildInfo) {
+			b.Deps = append(b.Deps, &debug.Module{Path: "example.com/x", Version: "v1.0.0"})
+		}, "links example.com/x@v1.0.0 , codeexec no such module"},
 		{"a replaced module", func(b *debug.BuildInfo) {
 			b.Deps[0] = &debug.Module{Path: "golang.org/x/sys", Version: "v0.49.0", Sum: "h1:a", Replace: &debug.Module{Path: "/src/sys", Version: "(devel)"}}
 		}, "=> /src/sys@(devel)"},
