@@ -82,6 +82,7 @@ type target struct {
 	bin   string             // the server's binary ("": the one built or -bin)
 	langs []string           // the languages it is measured with (nil: all)
 	cs    *mcp.ClientSession // nil for bare
+	proc  *os.Process        // the server's process; nil for bare
 	lat   map[string][]time.Duration
 }
 
@@ -225,11 +226,11 @@ func connectTargets(ctx context.Context, bin string, targets []*target) error {
 		if t.bin != "" {
 			b = t.bin
 		}
-		cs, err := connect(ctx, b, t.env)
+		cs, cmd, err := connectCmd(ctx, b, t.env)
 		if err != nil {
 			return fmt.Errorf("%s: %w", t.name, err)
 		}
-		t.cs = cs
+		t.cs, t.proc = cs, cmd.Process
 	}
 	return nil
 }
@@ -373,6 +374,12 @@ func printDockerRatios(targets []*target, withDocker bool, pool int) {
 // connect starts a codeexec server over stdio with env added to the
 // benchmark's environment.
 func connect(ctx context.Context, bin string, env []string) (*mcp.ClientSession, error) {
+	cs, _, err := connectCmd(ctx, bin, env)
+	return cs, err
+}
+
+// connectCmd is connect, with the server's command.
+func connectCmd(ctx context.Context, bin string, env []string) (*mcp.ClientSession, *exec.Cmd, error) {
 	cmd := exec.Command(bin)
 	// PATH=/usr/bin:/bin: modes none and process then find the same
 	// /usr/bin/python3 that bare runs (not a pyenv shim or another build).
@@ -382,7 +389,8 @@ func connect(ctx context.Context, bin string, env []string) (*mcp.ClientSession,
 		cmd.Stderr = os.Stderr
 	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "codeexec-bench", Version: "1.0.0"}, nil)
-	return client.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 30 * time.Second}, nil)
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 30 * time.Second}, nil)
+	return cs, cmd, err
 }
 
 // call runs p once and returns the wall time from the request to the answer.

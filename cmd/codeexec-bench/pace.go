@@ -17,7 +17,9 @@ import (
 // call between them; the blocks of every configuration alternate, round
 // after round, so that drift of the machine hits each alike. The
 // back-to-back rate is the calls of a configuration's back-to-back blocks
-// over the time those blocks took.
+// over the time those blocks took; its CPU per call is the CPU time that
+// the configuration's processes used in those blocks (see cpuTime) over
+// their calls.
 type pace struct {
 	calls, block int
 	think        time.Duration
@@ -31,6 +33,9 @@ var paceLangs = []string{"python", "javascript"}
 type paced struct {
 	lat  map[time.Duration]map[string][]time.Duration
 	busy map[string]time.Duration // wall time of the back-to-back blocks
+	cpu  map[string]time.Duration // CPU time of the back-to-back blocks
+	// noCPU is set when the CPU time could not be read.
+	noCPU bool
 }
 
 func (pc pace) measure(ctx context.Context, targets []*target) error {
@@ -43,7 +48,7 @@ func (pc pace) measure(ctx context.Context, targets []*target) error {
 	fmt.Fprintf(os.Stderr, "back to back and with think time: %d rounds of %d calls per configuration, language and think time ...\n", rounds, block)
 	got := map[*target]*paced{}
 	for _, t := range targets {
-		got[t] = &paced{lat: map[time.Duration]map[string][]time.Duration{}, busy: map[string]time.Duration{}}
+		got[t] = &paced{lat: map[time.Duration]map[string][]time.Duration{}, busy: map[string]time.Duration{}, cpu: map[string]time.Duration{}}
 		for _, think := range thinks {
 			got[t].lat[think] = map[string][]time.Duration{}
 		}
@@ -61,6 +66,7 @@ func (pc pace) measure(ctx context.Context, targets []*target) error {
 						continue
 					}
 					start := time.Now()
+					cpu0, cpuOK := cpuTime(t)
 					for i := range n {
 						if i > 0 {
 							time.Sleep(think) // the client's think time, between an answer and its next call
@@ -73,6 +79,9 @@ func (pc pace) measure(ctx context.Context, targets []*target) error {
 					}
 					if think == 0 {
 						got[t].busy[lang] += time.Since(start)
+						cpu1, ok := cpuTime(t)
+						got[t].cpu[lang] += cpu1 - cpu0
+						got[t].noCPU = got[t].noCPU || !ok || !cpuOK
 					}
 				}
 			}
@@ -85,7 +94,7 @@ func (pc pace) measure(ctx context.Context, targets []*target) error {
 func (pc pace) print(targets []*target, thinks []time.Duration, got map[*target]*paced) {
 	fmt.Printf("\nback to back and with think time: %d calls per configuration, language and think time, in blocks of %d\n\n", pc.calls, pc.block)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "configuration\tlanguage\tthink time\tmedian ms\tp90 ms\tp99 ms\tcalls/s\t")
+	fmt.Fprintln(tw, "configuration\tlanguage\tthink time\tmedian ms\tp90 ms\tp99 ms\tcalls/s\tCPU ms/call\t")
 	for _, think := range thinks {
 		for _, lang := range paceLangs {
 			for _, t := range targets {
@@ -93,11 +102,14 @@ func (pc pace) print(targets []*target, thinks []time.Duration, got map[*target]
 				if len(l) == 0 {
 					continue
 				}
-				rate := "-"
+				rate, cpu := "-", "-"
 				if think == 0 {
 					rate = fmt.Sprintf("%.1f", float64(len(l))/got[t].busy[lang].Seconds())
+					if !got[t].noCPU {
+						cpu = fmt.Sprintf("%.1f", ms(got[t].cpu[lang])/float64(len(l)))
+					}
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%v\t%.1f\t%.1f\t%.1f\t%s\t\n", t.name, lang, think, ms(pct(l, 50)), ms(pct(l, 90)), ms(pct(l, 99)), rate)
+				fmt.Fprintf(tw, "%s\t%s\t%v\t%.1f\t%.1f\t%.1f\t%s\t%s\t\n", t.name, lang, think, ms(pct(l, 50)), ms(pct(l, 90)), ms(pct(l, 99)), rate, cpu)
 			}
 		}
 	}
