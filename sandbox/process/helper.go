@@ -4,8 +4,8 @@ package process
 // exec stage (see sandbox/internal/executor). Started from the codeexec
 // binary, each start also initializes the server's packages (the MCP SDK,
 // the Docker and Kubernetes clients, Prometheus, ...): measured on the
-// project's 2-core VM, 6.0–7.4 ms of CPU, where the run helper, a binary
-// of the run core alone (cmd/codeexec-sandbox), takes about 2.4 ms. The
+// project's 2-core VM, 5.2–7.4 ms of CPU, where the run helper, a binary
+// of the run core alone (cmd/codeexec-sandbox), takes 2.4–3.0 ms. The
 // helper is used when it lies beside the codeexec binary and has the same
 // run core; otherwise runs start codeexec itself, as before.
 
