@@ -29,19 +29,21 @@ func browser(t *testing.T, extra ...chromedp.ExecAllocatorOption) context.Contex
 		t.Skipf("skipping this browser test: %s is missing (apt-get install -y chromium; set CODE_EXEC_REQUIRE_BROWSER=1 to make this a failure)", chromiumPath)
 	}
 	// Chromium may still write to its profile for a moment after it is
-	// told to quit, so the profile is removed with retries, not t.TempDir.
+	// told to quit, so the profile is removed with retries, not t.TempDir:
+	// until it is gone, for as long as eventWait, which only bounds a
+	// chromium that never stops.
 	profile, err := os.MkdirTemp("", "codeexec-e2e-chromium-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		for i := 0; i < 50; i++ {
-			if os.RemoveAll(profile) == nil {
+		var err error
+		for deadline := time.Now().Add(eventWait); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			if err = os.RemoveAll(profile); err == nil {
 				return
 			}
-			time.Sleep(100 * time.Millisecond)
 		}
-		t.Errorf("could not remove the chromium profile %s", profile)
+		t.Errorf("could not remove the chromium profile %s within %s: %v", profile, eventWait, err)
 	})
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(chromiumPath),

@@ -43,6 +43,10 @@ func TestApprovalSelfApproval(t *testing.T) {
 
 func testSelfApproval(t *testing.T, transport, version string, optIn bool) {
 	var asked atomic.Int32
+	// By default the flagged code waits until the timeout denies it (2 s);
+	// opted in, the client's answer must arrive before it, so the timeout
+	// is approvalEnv's 60 s: a busy machine cannot make the round trip
+	// outlast it.
 	env := map[string]string{
 		"CODE_EXEC_APPROVAL":         "risky",
 		"CODE_EXEC_APPROVAL_TIMEOUT": "2s",
@@ -50,6 +54,7 @@ func testSelfApproval(t *testing.T, transport, version string, optIn bool) {
 	}
 	if optIn {
 		env["CODE_EXEC_APPROVAL_ELICIT"] = "true"
+		delete(env, "CODE_EXEC_APPROVAL_TIMEOUT")
 	}
 	a := approvalConnect(t, approvalOpts{
 		transport:       transport,
