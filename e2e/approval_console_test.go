@@ -38,12 +38,10 @@ func browser(t *testing.T, extra ...chromedp.ExecAllocatorOption) context.Contex
 	}
 	t.Cleanup(func() {
 		var err error
-		for deadline := time.Now().Add(eventWait); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-			if err = os.RemoveAll(profile); err == nil {
-				return
-			}
-		}
-		t.Errorf("could not remove the chromium profile %s within %s: %v", profile, eventWait, err)
+		waitFor(t, eventWait, "the removal of the chromium profile "+profile, func() bool {
+			err = os.RemoveAll(profile)
+			return err == nil
+		}, func() string { return err.Error() })
 	})
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(chromiumPath),

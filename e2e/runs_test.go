@@ -13,7 +13,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -90,15 +92,12 @@ func TestDefaultTimeout(t *testing.T) {
 		res *mcp.CallToolResult
 		out execResult
 	)
-	for _, d := range []string{"10s", "60s"} {
-		cs, _ = connect(t, http_, serverEnv(t, map[string]string{"CODE_EXEC_TIMEOUT": d}), connectOpts{})
-		res, out = execute(t, cs, map[string]any{"language": "javascript", "code": "console.log('tick'); setInterval(() => {}, 1000)"})
-		if out.Stdout != "" {
-			break
-		}
-		t.Logf("node had not printed when the %s default stopped it (timed_out=%v): again with a longer one", d, out.TimedOut)
-	}
-	if !res.IsError || !out.TimedOut || out.Stdout != "tick\n" {
+	sandboxtest.UntilStartedWithin(t, []time.Duration{10 * time.Second, time.Minute}, func(d time.Duration) string {
+		cs, _ = connect(t, http_, serverEnv(t, map[string]string{"CODE_EXEC_TIMEOUT": d.String()}), connectOpts{})
+		res, out = execute(t, cs, map[string]any{"language": "javascript", "code": "console.log('started'); setInterval(() => {}, 1000)"})
+		return out.Stdout
+	})
+	if !res.IsError || !out.TimedOut || out.Stdout != "started\n" {
 		t.Errorf("isError=%v timed_out=%v stdout=%q, want a timed-out run that kept its output", res.IsError, out.TimedOut, out.Stdout)
 	}
 	checkExample(t, cs, "process")
@@ -181,14 +180,12 @@ func TestTimeoutWithinCap(t *testing.T) {
 	// too; a run stopped before bash printed proves nothing about that
 	// output, so it is tried again with a longer timeout (under the cap).
 	var secs float64
-	for _, secs = range []float64{2.5, 7.5, 29.5} {
-		res, out = execute(t, cs, map[string]any{"language": "bash", "code": "echo start; sleep 60", "timeout_seconds": secs})
-		if out.Stdout != "" {
-			break
-		}
-		t.Logf("bash had not printed when the %v s timeout stopped it (timed_out=%v): again with a longer one", secs, out.TimedOut)
-	}
-	if !res.IsError || !out.TimedOut || out.Stdout != "start\n" {
+	sandboxtest.UntilStartedWithin(t, []time.Duration{2500 * time.Millisecond, 7500 * time.Millisecond, 29500 * time.Millisecond}, func(d time.Duration) string {
+		secs = d.Seconds()
+		res, out = execute(t, cs, map[string]any{"language": "bash", "code": "echo started; sleep 60", "timeout_seconds": secs})
+		return out.Stdout
+	})
+	if !res.IsError || !out.TimedOut || out.Stdout != "started\n" {
 		t.Errorf("timeout_seconds %v on a 60 s sleep: isError=%v timed_out=%v stdout=%q", secs, res.IsError, out.TimedOut, out.Stdout)
 	}
 }

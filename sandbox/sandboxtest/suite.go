@@ -602,7 +602,15 @@ var StartTimeouts = []time.Duration{time.Second, 4 * time.Second, 15 * time.Seco
 // timeout kills or keeps. The caller keeps the last result.
 func UntilStarted(t *testing.T, try func(timeout time.Duration) (stdout string)) {
 	t.Helper()
-	for _, d := range StartTimeouts {
+	UntilStartedWithin(t, StartTimeouts, try)
+}
+
+// UntilStartedWithin is UntilStarted with the timeouts to try in turn, for
+// a test whose timeouts must be of a kind (a fraction of a second, under
+// an operator's cap).
+func UntilStartedWithin(t *testing.T, timeouts []time.Duration, try func(timeout time.Duration) (stdout string)) {
+	t.Helper()
+	for _, d := range timeouts {
 		stdout := try(d)
 		if strings.HasPrefix(stdout, "started\n") {
 			return
