@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -215,9 +216,46 @@ func TestRestrictedPythonStartedAhead(t *testing.T) {
 	base := newLoadedRunner(t, func(c *process.Config) { c.PythonPreload, c.PythonPrelude = pypolicy.Imports, pypolicy.Prelude() })
 	r := pypolicy.Wrap(base, pypolicy.Policy{AllowedImports: pypolicy.DefaultAllowedImports})
 	ctx := context.Background()
+	pid := sandboxtest.OnlyChild(t, waitLoaded(t, base, "python"))
+	// python -I -B -c PRELOAD FILE PRELUDE COMPILED MODULE...: the
+	// bootstrap was compiled once, not by each interpreter.
+	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv := strings.Split(string(cmdline), "\x00")
+	c := slices.Index(argv, "-c")
+	if c < 0 || len(argv) < c+6 || argv[c+3] != "" || !strings.HasSuffix(argv[c+4], "/python-prelude") {
+		t.Fatalf("the interpreter started ahead did not get the bootstrap compiled: %d arguments", len(argv))
+	}
+	// Every run loads it: no run may change it, or replace it, for the
+	// next ones (a run without the policy tries).
+	compiled := argv[c+4]
+	before, err := os.ReadFile(compiled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tamper := `import os, sys
+p = sys.argv[1]
+for what, f in [("append", lambda: open(p, "ab").write(b"x")), ("chmod", lambda: os.chmod(p, 0o666)),
+                 ("unlink", lambda: os.unlink(p)), ("rename", lambda: os.rename(os.path.dirname(p), os.path.dirname(p) + ".x")),
+                 ("create", lambda: open(p + ".new", "wb"))]:
+    try:
+        f()
+        print(what, "worked")
+    except OSError as e:
+        print(what, "refused")
+`
+	res, err := base.Run(ctx, sandboxtest.Req("python", strings.Replace(tamper, "sys.argv[1]", strconv.Quote(compiled), 1)))
+	if err != nil || res.ExitCode != 0 || strings.Contains(res.Stdout, "worked") || strings.Count(res.Stdout, "refused") != 5 {
+		t.Fatalf("a run could change the compiled bootstrap: %v %+v", err, res)
+	}
+	if after, err := os.ReadFile(compiled); err != nil || string(after) != string(before) {
+		t.Fatalf("the compiled bootstrap changed under a run: %v", err)
+	}
 	waitLoaded(t, base, "python")
 	taken := process.LoadedTaken(base)
-	res, err := r.Run(ctx, sandboxtest.Req("python", "import json, sys\nprint(json.dumps({'n': 2**64}))"))
+	res, err = r.Run(ctx, sandboxtest.Req("python", "import json, sys\nprint(json.dumps({'n': 2**64}))"))
 	if err == nil || !strings.HasPrefix(err.Error(), "The restricted Python policy refused line 1:") || !strings.Contains(err.Error(), "(rule import)") {
 		t.Fatalf("import sys under the policy: %v %+v", err, res)
 	}
