@@ -412,7 +412,17 @@ func isRootUser(u string) bool {
 
 // Capabilities returns what New found: the languages in the image and the
 // protections in force on this engine.
-func (r *Runner) Capabilities() sandbox.Capabilities { return r.caps }
+func (r *Runner) Capabilities() sandbox.Capabilities {
+	caps := r.caps
+	if r.pool == nil {
+		return caps
+	}
+	if ok, short, of, made := r.pool.Keeping(); !ok {
+		caps.Warnings = append(slices.Clip(caps.Warnings), fmt.Sprintf("the warm pool is not keeping up with the runs: %d of the last %d found no warm container ready and waited for one being created, or created their own; "+
+			"creating one takes the engine about %v here, %d at a time (CODE_EXEC_DOCKER_POOL_SIZE=%d); runs back to back wait for that", short, of, made.Round(time.Millisecond), refillParallel, r.cfg.PoolSize))
+	}
+	return caps
+}
 
 // Close stops every run still in flight, kills and removes every container
 // this Runner still has (warm ones included, and waits for the removals of

@@ -2,9 +2,13 @@
 // made and started ahead of demand, each to serve exactly one run.
 //
 // Rules:
-//   - The pool never makes a run wait: when no warm item of the language
-//     (with the run's container limits) is ready, Take returns none at once
-//     and the run makes its own (cold).
+//   - Take never makes a run wait: when no warm item of the language (with
+//     the run's container limits) is ready, it returns none at once and the
+//     run makes its own (cold). TakeWait waits instead, but only while an
+//     item of the language is being made: that item is further along than
+//     any the run could start, and a run that went cold would make the
+//     engine do the work twice, slowing both (back to back, the slow tail
+//     of a drained pool).
 //   - Refilling happens in the background with at most Options.Parallel
 //     items being made at once, so that the work of making them does not
 //     starve the runs of CPU.
@@ -114,8 +118,16 @@ type Pool[T Item] struct {
 	retryAt  time.Time
 
 	// Counters, for tests, logs and the benchmark.
-	hits, misses, made, broken atomic.Int64
+	hits, misses, made, broken, waits atomic.Int64
+
+	// makeTime is how long making an item took lately (a moving average);
+	// recent are the last takes: whether each found an item ready.
+	makeTime time.Duration
+	recent   []bool
 }
+
+// recentTakes is how many takes Keeping looks back on.
+const recentTakes = 20
 
 type entry[T Item] struct {
 	item     T
@@ -181,6 +193,11 @@ func (p *Pool[T]) loop() {
 func (p *Pool[T]) refill() time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.refillLocked()
+}
+
+// refillLocked is refill; the caller holds mu.
+func (p *Pool[T]) refillLocked() time.Duration {
 	if p.closed || !p.known {
 		return 0
 	}
@@ -209,8 +226,18 @@ func (p *Pool[T]) make(lang string, lim sandbox.Limits) {
 		p.add(lang, none, false, errors.New("closed"))
 		return
 	}
+	start := time.Now()
 	item, err := p.maker.Make(p.ctx, lang, lim)
 	<-p.sem
+	if err == nil {
+		p.mu.Lock()
+		d := time.Since(start)
+		if p.makeTime == 0 {
+			p.makeTime = d
+		}
+		p.makeTime = (3*p.makeTime + d) / 4
+		p.mu.Unlock()
+	}
 	p.add(lang, item, err == nil, err)
 }
 
@@ -231,6 +258,8 @@ func (p *Pool[T]) add(lang string, item T, ok bool, err error) {
 				p.opts.Logger.Warn("could not make a warm "+p.opts.What+"; runs go cold until it works again", "language", lang, "err", err, "retry_in", d)
 			}
 		}
+		// Runs waiting for this item go on without it.
+		p.changedLocked()
 		p.mu.Unlock()
 		if ok {
 			p.maker.Release(item)
@@ -315,6 +344,17 @@ func isClosed(c <-chan struct{}) bool {
 // Take returns a warm item of lang that suits lim, or false at once when
 // there is none. The caller owns (and releases) what it takes.
 func (p *Pool[T]) Take(lang string, lim sandbox.Limits) (T, bool) {
+	return p.take(nil, lang, lim)
+}
+
+// TakeWait is Take, but when no item of lang is ready while one is being
+// made for it, it waits for one until ctx ends.
+func (p *Pool[T]) TakeWait(ctx context.Context, lang string, lim sandbox.Limits) (T, bool) {
+	return p.take(ctx, lang, lim)
+}
+
+// take is Take, waiting as TakeWait does when ctx is not nil.
+func (p *Pool[T]) take(ctx context.Context, lang string, lim sandbox.Limits) (T, bool) {
 	var none T
 	if p.opts.Size <= 0 {
 		return none, false
@@ -327,7 +367,7 @@ func (p *Pool[T]) Take(lang string, lim sandbox.Limits) (T, bool) {
 	}
 	if !p.known {
 		p.known, p.limits = true, key
-		p.misses.Add(1)
+		p.missLocked()
 		p.kick()
 		return none, false
 	}
@@ -336,6 +376,45 @@ func (p *Pool[T]) Take(lang string, lim sandbox.Limits) (T, bool) {
 		return none, false
 	}
 	need := time.Now().Add(lim.Timeout + p.opts.Grace)
+	waited := false
+	for {
+		if got := p.popLocked(lang, need); got != nil {
+			p.hits.Add(1)
+			if waited {
+				p.waits.Add(1)
+			}
+			p.recordLocked(!waited)
+			return got.item, true
+		}
+		if ctx == nil || p.closed {
+			break
+		}
+		// The item that the take above started (or the refill loop is
+		// about to start) is being made from here on.
+		p.refillLocked()
+		if p.filling[lang] == 0 {
+			break
+		}
+		// One is being made: wait for it (or for its failure).
+		waited = true
+		changed := p.changed
+		p.mu.Unlock()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+		}
+		p.mu.Lock()
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	p.missLocked()
+	return none, false
+}
+
+// popLocked takes a warm item of lang usable until need out of the pool,
+// or returns nil; either way the pool refills. The caller holds mu.
+func (p *Pool[T]) popLocked(lang string, need time.Time) *entry[T] {
 	q := p.warm[lang]
 	var got *entry[T]
 	for i := 0; i < len(q); {
@@ -358,13 +437,43 @@ func (p *Pool[T]) Take(lang string, lim sandbox.Limits) (T, bool) {
 	p.warm[lang] = q
 	p.changedLocked()
 	p.kick()
-	if got == nil {
-		p.misses.Add(1)
-		return none, false
+	if got != nil {
+		got.take()
 	}
-	got.take()
-	p.hits.Add(1)
-	return got.item, true
+	return got
+}
+
+// missLocked counts a take that found no item; the caller holds mu.
+func (p *Pool[T]) missLocked() {
+	p.misses.Add(1)
+	p.recordLocked(false)
+}
+
+// recordLocked remembers whether a take found an item ready; the caller
+// holds mu.
+func (p *Pool[T]) recordLocked(ready bool) {
+	p.recent = append(p.recent, ready)
+	if len(p.recent) > recentTakes {
+		p.recent = p.recent[len(p.recent)-recentTakes:]
+	}
+}
+
+// Keeping says whether the pool keeps up with the runs: false when at least
+// half of the last 20 takes (of 10 or more) found no item ready, with how
+// many did not and how long making one has taken lately.
+func (p *Pool[T]) Keeping() (ok bool, short, of int, makeTime time.Duration) {
+	if p.opts.Size <= 0 {
+		return true, 0, 0, 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, ready := range p.recent {
+		if !ready {
+			short++
+		}
+	}
+	of = len(p.recent)
+	return of < recentTakes/2 || 2*short < of, short, of, p.makeTime
 }
 
 // Ready returns how many items of lang wait in the pool.
@@ -432,6 +541,9 @@ type Stats struct {
 	// Made and Broken count the items made, and those that broke while
 	// waiting (or were found broken when taken).
 	Made, Broken int64
+	// Waits counts the runs that took an item once it was made (TakeWait),
+	// among the hits.
+	Waits int64
 }
 
 // Stats reports the pool: cheap, and safe for concurrent use. Without
@@ -444,7 +556,7 @@ func (p *Pool[T]) Stats() Stats {
 	for _, l := range p.opts.Languages {
 		st.Ready[l] = p.Ready(l)
 	}
-	st.Hits, st.Misses, st.Made, st.Broken = p.hits.Load(), p.misses.Load(), p.made.Load(), p.broken.Load()
+	st.Hits, st.Misses, st.Made, st.Broken, st.Waits = p.hits.Load(), p.misses.Load(), p.made.Load(), p.broken.Load(), p.waits.Load()
 	return st
 }
 
