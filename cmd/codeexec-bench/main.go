@@ -54,6 +54,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -293,7 +294,8 @@ func printLatency(targets []*target, rounds int) {
 // measurement called what, and whether each is met: process / bare for
 // python (at most 1) and javascript, process with restricted python / bare
 // python (at most 1.5), none / bare for python, and process / the
-// baseline's process when there is one.
+// baseline's process when there is one; and, for docker mode with its warm
+// pool, python's p90 over its median (at most 2).
 func printRatios(what string, lat func(*target, string) []time.Duration, targets []*target) {
 	med := func(name, lang string) float64 {
 		for _, t := range targets {
@@ -322,6 +324,15 @@ func printRatios(what string, lat func(*target, string) []time.Duration, targets
 			continue
 		}
 		ratio(fmt.Sprintf("%s / %s (%s)", r.num, r.den, r.lang), n/d, r.limit, true)
+	}
+	// Docker mode with its warm pool, at one client: p90 at most twice the
+	// median.
+	for _, t := range targets {
+		if strings.HasPrefix(t.name, "docker pool=") && t.name != "docker pool=0" {
+			if l := lat(t, "python"); len(l) > 0 {
+				ratio(fmt.Sprintf("%s p90 / median (python)", t.name), ms(pct(l, 90))/ms(pct(l, 50)), 2, true)
+			}
+		}
 	}
 }
 
