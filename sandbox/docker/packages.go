@@ -1,7 +1,6 @@
 package docker
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -41,10 +40,8 @@ func ifEntry(entry string, pd *sandbox.PackageDir) *sandbox.PackageDir {
 
 // poolFor takes a warm container for req, or returns nil when req must
 // start a container of its own: warm containers have no package folder but
-// the cache's entries, and no environment but the one every run has. With
-// none ready while one is being created, it waits for that one (see
-// warmpool.Pool.TakeWait) until ctx ends.
-func (r *Runner) poolFor(ctx context.Context, lang string, req sandbox.Request, entry string) *session {
+// the cache's entries, and no environment but the one every run has.
+func (r *Runner) poolFor(lang string, req sandbox.Request, entry string) *session {
 	if req.PackageDir != nil && entry == "" {
 		return nil
 	}
@@ -53,7 +50,7 @@ func (r *Runner) poolFor(ctx context.Context, lang string, req sandbox.Request, 
 		// (its token) existed.
 		return nil
 	}
-	if s, ok := r.pool.TakeWait(ctx, lang, req.Limits); ok {
+	if s, ok := r.pool.Take(lang, req.Limits); ok {
 		return s
 	}
 	return nil

@@ -21,14 +21,11 @@ import (
 // A container serves exactly one run: nothing of one run (files, processes,
 // memory) can reach another, because the next run is in another container.
 //
-// A run that finds no warm container ready while one of its language is
-// being created waits for that one (warmpool's TakeWait): it is further
-// along than any the run could start, and a run that created its own would
-// make the engine create two, each slower (back to back, that was the slow
-// tail of a drained pool). Otherwise the run creates its own at once. The
-// pool refills in the background with at most refillParallel containers
-// being created at once; when runs keep finding none ready,
-// Capabilities says so in sandbox_info's warnings. It replaces a warm
+// The pool never makes a run wait (a run that finds none ready creates its
+// own: waiting for the one being created, measured back to back, cut the
+// slow tail but cost a third of the rate), refills in the background with
+// at most refillParallel containers being created at once (when most runs
+// find none ready, Capabilities says so in sandbox_info), and replaces a warm
 // container that stops, or whose stream ends, before it is used (engine
 // restart, docker rm -f); while the engine does not answer, refills back
 // off (warmpool's rules). A run whose warm container breaks before it took

@@ -321,38 +321,47 @@ func TestPoolRefills(t *testing.T) {
 	}
 }
 
-// TestBackToBackWaitsForTheContainerBeingMade: runs back to back drain a
-// pool of one at once; each then waits for the container being created
-// instead of creating one of its own, so that every run is served by the
-// pool and the engine creates each container once. Capabilities says that
-// the pool does not keep up, and how long creating one takes.
-func TestBackToBackWaitsForTheContainerBeingMade(t *testing.T) {
+// TestPoolSaysWhenItDoesNotKeepUp: runs back to back drain a pool of one,
+// and about every other one then creates its own container; sandbox_info's warnings (the
+// Capabilities) then say that the pool does not keep up and how long
+// creating a container takes, and stop saying it once runs with time
+// between them find one ready.
+func TestPoolSaysWhenItDoesNotKeepUp(t *testing.T) {
 	r, _ := newRunner(t, poolConfig(1, "python"))
 	waitWarm(t, r, "python", 1)
-	if w := strings.Join(r.Capabilities().Warnings, " "); strings.Contains(w, "not keeping up") {
+	warning := func() string {
+		for _, w := range r.Capabilities().Warnings {
+			if strings.Contains(w, "the warm pool is not keeping up with the runs") {
+				return w
+			}
+		}
+		return ""
+	}
+	if w := warning(); w != "" {
 		t.Fatalf("a pool no run took from says it does not keep up: %s", w)
 	}
-	const runs = 12
-	for range runs {
+	run := func() {
 		res, err := r.Run(context.Background(), sandboxtest.Req("python", "print(1)"))
 		if err != nil || res.Stdout != "1\n" {
 			t.Fatalf("run: %+v %v", res, err)
 		}
 	}
+	for range 20 {
+		run()
+	}
 	st := r.pool.Stats()
-	if st.Hits != runs || st.Misses != 0 {
-		t.Fatalf("Stats = %+v: want all %d runs served by the pool, none creating its own container", st, runs)
+	if 3*st.Misses < st.Hits+st.Misses {
+		t.Skipf("back to back, only %d of %d runs found no warm container: the engine kept up", st.Misses, st.Hits+st.Misses)
 	}
-	if st.Waits == 0 {
-		t.Fatalf("Stats = %+v: no run back to back waited for a container being created", st)
+	if w := warning(); !strings.Contains(w, "CODE_EXEC_DOCKER_POOL_SIZE=1") || !strings.Contains(w, "ms here") {
+		t.Fatalf("%d of %d runs found no warm container, and sandbox_info does not say the pool is not keeping up: %q", st.Misses, st.Hits+st.Misses, r.Capabilities().Warnings)
 	}
-	if st.Waits < runs/2 {
-		// The engine kept up with the runs: nothing to report.
-		t.Logf("only %d of %d runs back to back waited", st.Waits, runs)
-		return
+	for range 20 {
+		waitWarm(t, r, "python", 1)
+		run()
 	}
-	if w := strings.Join(r.Capabilities().Warnings, " "); !strings.Contains(w, "the warm pool is not keeping up with the runs") || !strings.Contains(w, "CODE_EXEC_DOCKER_POOL_SIZE=1") {
-		t.Fatalf("%d of %d runs waited, and sandbox_info's warnings do not say the pool is not keeping up: %q", st.Waits, runs, w)
+	if w := warning(); w != "" {
+		t.Fatalf("every run found a warm container, and sandbox_info still says: %s", w)
 	}
 }
 

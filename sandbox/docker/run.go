@@ -54,7 +54,7 @@ func (r *Runner) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result,
 		return prog
 	}
 
-	if s := r.poolFor(ctx, lang, req, entry); s != nil {
+	if s := r.poolFor(lang, req, entry); s != nil {
 		r.observe(s.id, true)
 		s.restrict(req.Network)
 		res, err, fault := r.exchange(ctx, s, input(), req.Limits, req.Observe, art, true)

@@ -2,13 +2,10 @@
 // made and started ahead of demand, each to serve exactly one run.
 //
 // Rules:
-//   - Take never makes a run wait: when no warm item of the language (with
-//     the run's container limits) is ready, it returns none at once and the
-//     run makes its own (cold). TakeWait waits instead, but only while an
-//     item of the language is being made: that item is further along than
-//     any the run could start, and a run that went cold would make the
-//     engine do the work twice, slowing both (back to back, the slow tail
-//     of a drained pool).
+//   - The pool never makes a run wait: when no warm item of the language
+//     (with the run's container limits) is ready, Take returns none at once
+//     and the run makes its own (cold). Keeping says when that happens to
+//     many runs: the pool is not keeping up.
 //   - Refilling happens in the background with at most Options.Parallel
 //     items being made at once, so that the work of making them does not
 //     starve the runs of CPU.
@@ -118,7 +115,7 @@ type Pool[T Item] struct {
 	retryAt  time.Time
 
 	// Counters, for tests, logs and the benchmark.
-	hits, misses, made, broken, waits atomic.Int64
+	hits, misses, made, broken atomic.Int64
 
 	// makeTime is how long making an item took lately (a moving average);
 	// recent are the last takes: whether each found an item ready.
@@ -193,11 +190,6 @@ func (p *Pool[T]) loop() {
 func (p *Pool[T]) refill() time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.refillLocked()
-}
-
-// refillLocked is refill; the caller holds mu.
-func (p *Pool[T]) refillLocked() time.Duration {
 	if p.closed || !p.known {
 		return 0
 	}
@@ -258,8 +250,6 @@ func (p *Pool[T]) add(lang string, item T, ok bool, err error) {
 				p.opts.Logger.Warn("could not make a warm "+p.opts.What+"; runs go cold until it works again", "language", lang, "err", err, "retry_in", d)
 			}
 		}
-		// Runs waiting for this item go on without it.
-		p.changedLocked()
 		p.mu.Unlock()
 		if ok {
 			p.maker.Release(item)
@@ -344,17 +334,6 @@ func isClosed(c <-chan struct{}) bool {
 // Take returns a warm item of lang that suits lim, or false at once when
 // there is none. The caller owns (and releases) what it takes.
 func (p *Pool[T]) Take(lang string, lim sandbox.Limits) (T, bool) {
-	return p.take(nil, lang, lim)
-}
-
-// TakeWait is Take, but when no item of lang is ready while one is being
-// made for it, it waits for one until ctx ends.
-func (p *Pool[T]) TakeWait(ctx context.Context, lang string, lim sandbox.Limits) (T, bool) {
-	return p.take(ctx, lang, lim)
-}
-
-// take is Take, waiting as TakeWait does when ctx is not nil.
-func (p *Pool[T]) take(ctx context.Context, lang string, lim sandbox.Limits) (T, bool) {
 	var none T
 	if p.opts.Size <= 0 {
 		return none, false
@@ -375,41 +354,14 @@ func (p *Pool[T]) take(ctx context.Context, lang string, lim sandbox.Limits) (T,
 		p.misses.Add(1)
 		return none, false
 	}
-	need := time.Now().Add(lim.Timeout + p.opts.Grace)
-	waited := false
-	for {
-		if got := p.popLocked(lang, need); got != nil {
-			p.hits.Add(1)
-			if waited {
-				p.waits.Add(1)
-			}
-			p.recordLocked(!waited)
-			return got.item, true
-		}
-		if ctx == nil || p.closed {
-			break
-		}
-		// The item that the take above started (or the refill loop is
-		// about to start) is being made from here on.
-		p.refillLocked()
-		if p.filling[lang] == 0 {
-			break
-		}
-		// One is being made: wait for it (or for its failure).
-		waited = true
-		changed := p.changed
-		p.mu.Unlock()
-		select {
-		case <-changed:
-		case <-ctx.Done():
-		}
-		p.mu.Lock()
-		if ctx.Err() != nil {
-			break
-		}
+	got := p.popLocked(lang, time.Now().Add(lim.Timeout+p.opts.Grace))
+	if got == nil {
+		p.missLocked()
+		return none, false
 	}
-	p.missLocked()
-	return none, false
+	p.hits.Add(1)
+	p.recordLocked(true)
+	return got.item, true
 }
 
 // popLocked takes a warm item of lang usable until need out of the pool,
@@ -458,9 +410,11 @@ func (p *Pool[T]) recordLocked(ready bool) {
 	}
 }
 
-// Keeping says whether the pool keeps up with the runs: false when at least
-// half of the last 20 takes (of 10 or more) found no item ready, with how
-// many did not and how long making one has taken lately.
+// Keeping says whether the pool keeps up with the runs: false when a third
+// or more of the last 20 takes (of 10 or more) found no item ready, with how
+// many found none and how long making one has taken lately. (Back to back,
+// a pool that cannot keep up serves about every other run: the cold run
+// and the refill overlap.)
 func (p *Pool[T]) Keeping() (ok bool, short, of int, makeTime time.Duration) {
 	if p.opts.Size <= 0 {
 		return true, 0, 0, 0
@@ -473,7 +427,7 @@ func (p *Pool[T]) Keeping() (ok bool, short, of int, makeTime time.Duration) {
 		}
 	}
 	of = len(p.recent)
-	return of < recentTakes/2 || 2*short < of, short, of, p.makeTime
+	return of < recentTakes/2 || 3*short < of, short, of, p.makeTime
 }
 
 // Ready returns how many items of lang wait in the pool.
@@ -541,9 +495,6 @@ type Stats struct {
 	// Made and Broken count the items made, and those that broke while
 	// waiting (or were found broken when taken).
 	Made, Broken int64
-	// Waits counts the runs that took an item once it was made (TakeWait),
-	// among the hits.
-	Waits int64
 }
 
 // Stats reports the pool: cheap, and safe for concurrent use. Without
@@ -556,7 +507,7 @@ func (p *Pool[T]) Stats() Stats {
 	for _, l := range p.opts.Languages {
 		st.Ready[l] = p.Ready(l)
 	}
-	st.Hits, st.Misses, st.Made, st.Broken, st.Waits = p.hits.Load(), p.misses.Load(), p.made.Load(), p.broken.Load(), p.waits.Load()
+	st.Hits, st.Misses, st.Made, st.Broken = p.hits.Load(), p.misses.Load(), p.made.Load(), p.broken.Load()
 	return st
 }
 

@@ -213,72 +213,9 @@ func TestCloseReleasesEveryItem(t *testing.T) {
 	})
 }
 
-// TestTakeWaitWaitsForTheItemBeingMade: with no item ready, Take returns
-// none at once, while TakeWait waits for the item being made and takes it
-// as soon as it is made; it returns none at once when nothing of the
-// language is being made, when the item being made fails, and when its
-// context ends.
-func TestTakeWaitWaitsForTheItemBeingMade(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		m := &maker{slow: 100 * time.Millisecond}
-		p := New[*item](m, options(1))
-		defer p.Close()
-		wait(t, p, "a full pool", full(1))
-		if _, ok := p.Take("python", lim); !ok {
-			t.Fatal("a full pool handed out nothing")
-		}
-		synctest.Wait() // the refill has begun
-		if _, ok := p.Take("python", lim); ok {
-			t.Fatal("Take returned an item while it was being made")
-		}
-		start := time.Now()
-		it, ok := p.TakeWait(t.Context(), "python", lim)
-		if !ok || it.lang != "python" {
-			t.Fatalf("TakeWait = %v, %v; want the python item being made", it, ok)
-		}
-		if d := time.Since(start); d <= 0 || d > m.slow {
-			t.Fatalf("TakeWait took %v; the item being made was due within %v", d, m.slow)
-		}
-		if st := p.Stats(); st.Waits != 1 || st.Hits != 2 {
-			t.Fatalf("Stats = %+v, want 2 hits of which 1 waited", st)
-		}
-		if _, ok := p.TakeWait(t.Context(), "javascript", lim); ok {
-			t.Fatal("TakeWait of a language the pool does not keep returned an item")
-		}
-
-		// The item being made fails: the run goes on without it.
-		wait(t, p, "a full pool", full(1))
-		m.mu.Lock()
-		m.fail = true
-		m.mu.Unlock()
-		p.Take("python", lim)
-		synctest.Wait()
-		start = time.Now()
-		if _, ok := p.TakeWait(t.Context(), "python", lim); ok {
-			t.Fatal("TakeWait returned an item that failed to be made")
-		}
-		if d := time.Since(start); d > m.slow {
-			t.Fatalf("TakeWait waited %v after the item being made failed", d)
-		}
-
-		// The run's context ends first.
-		m.mu.Lock()
-		m.fail, m.slow = false, time.Hour
-		m.mu.Unlock()
-		time.Sleep(time.Minute) // past the backoff: a make of an hour begins
-		synctest.Wait()
-		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-		defer cancel()
-		start = time.Now()
-		if _, ok := p.TakeWait(ctx, "python", lim); ok || time.Since(start) != time.Second {
-			t.Fatalf("TakeWait = %v after %v; want none when its context ends, after 1s", ok, time.Since(start))
-		}
-	})
-}
-
-// TestKeeping: the pool says it does not keep up once half of the last
-// takes found no item ready (made ahead), and that it does again once they
-// find one.
+// TestKeeping: the pool says it does not keep up once a third of the last
+// takes found no item ready, with how long making one takes, and that it
+// does again once they find one.
 func TestKeeping(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m := &maker{slow: 100 * time.Millisecond}
@@ -289,21 +226,21 @@ func TestKeeping(t *testing.T) {
 			t.Fatal("a pool nothing took from says it does not keep up")
 		}
 		for range recentTakes {
-			// Back to back: each take finds the item still being made.
-			if _, ok := p.TakeWait(t.Context(), "python", lim); !ok {
-				t.Fatal("TakeWait found no item")
-			}
+			// Back to back: all but the first find none ready.
+			p.Take("python", lim)
 		}
 		ok, short, of, made := p.Keeping()
-		if ok || short < of-1 || of != recentTakes || made != m.slow {
+		if ok || short != of-1 || of != recentTakes || made != m.slow {
 			t.Fatalf("Keeping = %v, %d of %d short, made in %v; want not keeping up, all but the first short, made in %v", ok, short, of, made, m.slow)
 		}
 		for range recentTakes {
 			// With time between runs: each finds its item ready.
 			wait(t, p, "a full pool", full(1))
-			p.Take("python", lim)
+			if _, ok := p.Take("python", lim); !ok {
+				t.Fatal("a full pool handed out nothing")
+			}
 		}
-		if ok, short, of, _ := p.Keeping(); !ok || short != 0 {
+		if ok, short, of, _ := p.Keeping(); !ok || short != 0 || of != recentTakes {
 			t.Fatalf("Keeping = %v, %d of %d short; want keeping up", ok, short, of)
 		}
 	})
