@@ -355,8 +355,8 @@ func ratio(what string, v, limit float64, atMost bool) {
 	fmt.Printf("  %-58s %6.2f  (target %s %.2f: %s)\n", what, v, cmp, limit, verdict)
 }
 
-// printDockerRatios prints the ratios of python's latencies that docker
-// mode is held to, and whether each is met.
+// printDockerRatios prints the ratios of python's medians that docker mode
+// is held to, and whether each is met.
 func printDockerRatios(targets []*target, withDocker bool, pool int) {
 	if !withDocker {
 		return
@@ -374,12 +374,8 @@ func printDockerRatios(targets []*target, withDocker bool, pool int) {
 	pooled := fmt.Sprintf("docker pool=%d", pool)
 	ratio(pooled+" median / process median", med(pooled)/med("process"), 1.0, true)
 	ratio("docker pool=0 median / "+pooled+" median", med("docker pool=0")/med(pooled), 8, false)
-	for _, t := range targets {
-		if t.name == pooled {
-			l := t.lat["python"]
-			ratio(fmt.Sprintf("%s p90 / median over %d runs", pooled, len(l)), ms(pct(l, 90))/ms(pct(l, 50)), 2, true)
-		}
-	}
+	// p90 / median of the pooled configuration: printRatios, for every
+	// measurement.
 }
 
 // connect starts a codeexec server over stdio with env added to the
