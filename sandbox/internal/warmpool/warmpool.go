@@ -215,28 +215,27 @@ func (p *Pool[T]) make(lang string, lim sandbox.Limits) {
 	case p.sem <- struct{}{}:
 	case <-p.ctx.Done():
 		var none T
-		p.add(lang, none, false, errors.New("closed"))
+		p.add(lang, none, 0, errors.New("closed"))
 		return
 	}
 	start := time.Now()
 	item, err := p.maker.Make(p.ctx, lang, lim)
 	<-p.sem
-	if err == nil {
-		p.mu.Lock()
-		d := time.Since(start)
-		if p.makeTime == 0 {
-			p.makeTime = d
-		}
-		p.makeTime = (3*p.makeTime + d) / 4
-		p.mu.Unlock()
-	}
-	p.add(lang, item, err == nil, err)
+	p.add(lang, item, time.Since(start), err)
 }
 
-// add puts a new item in the pool, or releases it.
-func (p *Pool[T]) add(lang string, item T, ok bool, err error) {
+// add puts a new item in the pool, made in took, or releases it; err is
+// why the item could not be made.
+func (p *Pool[T]) add(lang string, item T, took time.Duration, err error) {
+	ok := err == nil
 	p.mu.Lock()
 	p.filling[lang]--
+	if ok {
+		if p.makeTime == 0 {
+			p.makeTime = took
+		}
+		p.makeTime = (3*p.makeTime + took) / 4
+	}
 	if err == nil && (p.closed || item.Limits() != p.limits) {
 		err = errors.New("no longer wanted")
 	}
