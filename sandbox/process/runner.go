@@ -240,11 +240,12 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	r.preloading = r.uids != nil || r.iso.PID && r.iso.User
 	// The compiled prelude is shared by every run: it must be read-only to
 	// them, as a read-only bind, under Landlock or to another user.
-	if py, ok := r.interp["python"]; ok && r.pythonAhead.prelude != "" && r.preloading && cfg.PoolSize > 0 && (r.iso.Mount || r.iso.Landlock || r.uids != nil) {
+	if py, ok := r.interp["python"]; ok && r.preloading && cfg.PoolSize > 0 && (r.iso.Mount || r.iso.Landlock || r.uids != nil) {
 		dir := filepath.Join(root, "ahead")
 		if err := r.pythonAhead.compile(ctx, py.Path, dir); err != nil {
 			log.Warn("the python prelude is compiled by each interpreter started ahead, not once", "err", err)
-		} else {
+		}
+		if r.pythonAhead.compiled != "" {
 			r.iso.Binds = append(r.iso.Binds, executor.Bind{Src: dir, Dst: dir})
 		}
 	}
