@@ -46,13 +46,21 @@ func startLocalRelay(t *testing.T) *localRelay {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stdout, err := cmd.StdoutPipe()
+	// Not cmd.StdoutPipe: Wait closes that pipe once the relay exits,
+	// racing the mux's last read (which then sees "file already closed",
+	// not the stream's end). The mux owns the read end here, as it owns
+	// the exec stream's in kubernetes mode.
+	stdout, stdoutW, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
+	cmd.Stdout = stdoutW
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	_ = stdoutW.Close()
+	if err != nil {
+		_ = stdout.Close()
 		t.Fatal(err)
 	}
 	lr := &localRelay{mux: newRelayMux(stdin), cmd: cmd, exit: make(chan struct{})}
@@ -66,6 +74,8 @@ func startLocalRelay(t *testing.T) *localRelay {
 		lr.mux.Close()
 		_ = cmd.Process.Kill()
 		<-lr.exit
+		<-lr.mux.done
+		_ = stdout.Close()
 	})
 	select {
 	case <-lr.mux.ready:
