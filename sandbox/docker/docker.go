@@ -417,9 +417,8 @@ func (r *Runner) Capabilities() sandbox.Capabilities {
 	if r.pool == nil {
 		return caps
 	}
-	if ok, short, of, made := r.pool.Keeping(); !ok {
-		caps.Warnings = append(slices.Clip(caps.Warnings), fmt.Sprintf("the warm pool is not keeping up with the runs: %d of the last %d found no warm container ready and created their own; "+
-			"creating one takes the engine about %v here, %d at a time (CODE_EXEC_DOCKER_POOL_SIZE=%d), and runs that come faster than that wait for it", short, of, made.Round(time.Millisecond), refillParallel, r.cfg.PoolSize))
+	if w := r.pool.Warning("CODE_EXEC_DOCKER_POOL_SIZE"); w != "" {
+		caps.Warnings = append(slices.Clip(caps.Warnings), w)
 	}
 	return caps
 }

@@ -47,6 +47,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -308,7 +309,13 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 
 // Capabilities returns what New found: the languages in the image and the
 // protections in force, as the probe pod saw them.
-func (r *Runner) Capabilities() sandbox.Capabilities { return r.caps }
+func (r *Runner) Capabilities() sandbox.Capabilities {
+	caps := r.caps
+	if w := r.pool.Warning("CODE_EXEC_K8S_POOL_SIZE"); w != "" {
+		caps.Warnings = append(slices.Clip(caps.Warnings), w)
+	}
+	return caps
+}
 
 // Close stops every run still in flight, deletes every pod this Runner
 // still has (warm ones included) and its Lease, and stops following the

@@ -429,6 +429,18 @@ func (p *Pool[T]) Keeping() (ok bool, short, of int, makeTime time.Duration) {
 	return of < recentTakes/2 || 3*short < of, short, of, p.makeTime
 }
 
+// Warning is what sandbox_info says while the pool does not keep up (see
+// Keeping), "" while it does; sizeVar names the setting of its size.
+func (p *Pool[T]) Warning(sizeVar string) string {
+	ok, short, of, made := p.Keeping()
+	if ok {
+		return ""
+	}
+	return fmt.Sprintf("the warm pool is not keeping up with the runs: %d of the last %d found no warm %s ready and had their own created; "+
+		"creating one takes about %v here, %d at a time (%s=%d), and runs that come faster than that wait for it",
+		short, of, p.opts.What, made.Round(time.Millisecond), p.opts.Parallel, sizeVar, p.opts.Size)
+}
+
 // Ready returns how many items of lang wait in the pool.
 func (p *Pool[T]) Ready(lang string) int {
 	if p.opts.Size <= 0 {
