@@ -495,8 +495,14 @@ def _codeexec_supervisor(argv):
 
     def read_frames():
         # The frames the interpreter wrote, and whether it closed its end.
+        # At most 16 reads a time: an interpreter that writes as fast as
+        # this process reads (a call printing in a loop) must not keep it
+        # from its control channel, where the call's reset comes from (as
+        # reading until the pipe was empty could, while the unparsed bytes
+        # grew without bound: a session in CI never answered its reset).
         ended = False
-        while True:
+        chunks = [st8["buf"]]
+        for _ in range(16):
             try:
                 d = os.read(st8["frm"], 65536)
             except BlockingIOError:
@@ -504,8 +510,8 @@ def _codeexec_supervisor(argv):
             if not d:
                 ended = True
                 break
-            st8["buf"] += d
-        out, b = [], st8["buf"]
+            chunks.append(d)
+        out, b = [], b"".join(chunks)
         while len(b) >= 5:
             n = struct.unpack(">I", b[1:5])[0]
             if n > MAX:
