@@ -328,41 +328,15 @@ func TestPoolRefills(t *testing.T) {
 // between them find one ready.
 func TestPoolSaysWhenItDoesNotKeepUp(t *testing.T) {
 	r, _ := newRunner(t, poolConfig(1, "python"))
-	waitWarm(t, r, "python", 1)
-	warning := func() string {
-		for _, w := range r.Capabilities().Warnings {
-			if strings.Contains(w, "the warm pool is not keeping up with the runs") {
-				return w
-			}
-		}
-		return ""
-	}
-	if w := warning(); w != "" {
-		t.Fatalf("a pool no run took from says it does not keep up: %s", w)
-	}
-	run := func() {
+	sandboxtest.PoolWarning(t, r.Capabilities, func() (int64, int64) {
+		st := r.pool.Stats()
+		return st.Misses, st.Hits + st.Misses
+	}, func() {
 		res, err := r.Run(context.Background(), sandboxtest.Req("python", "print(1)"))
 		if err != nil || res.Stdout != "1\n" {
 			t.Fatalf("run: %+v %v", res, err)
 		}
-	}
-	for range 20 {
-		run()
-	}
-	st := r.pool.Stats()
-	if 3*st.Misses < st.Hits+st.Misses {
-		t.Skipf("back to back, only %d of %d runs found no warm container: the engine kept up", st.Misses, st.Hits+st.Misses)
-	}
-	if w := warning(); !strings.Contains(w, "CODE_EXEC_DOCKER_POOL_SIZE=1") || !strings.Contains(w, "ms here") {
-		t.Fatalf("%d of %d runs found no warm container, and sandbox_info does not say the pool is not keeping up: %q", st.Misses, st.Hits+st.Misses, r.Capabilities().Warnings)
-	}
-	for range 20 {
-		waitWarm(t, r, "python", 1)
-		run()
-	}
-	if w := warning(); w != "" {
-		t.Fatalf("every run found a warm container, and sandbox_info still says: %s", w)
-	}
+	}, func() { waitWarm(t, r, "python", 1) }, 20, "no warm container ready", "CODE_EXEC_DOCKER_POOL_SIZE=1", "ms here")
 }
 
 // TestPoolGoneAfterClose: Close removes the warm containers.

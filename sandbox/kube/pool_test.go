@@ -188,40 +188,14 @@ func TestWarmPodNeverReused(t *testing.T) {
 // each find a warm pod make the warning go.
 func TestPoolSaysWhenItDoesNotKeepUp(t *testing.T) {
 	r := newRunner(t, poolConfig(1, "bash"))
-	waitWarm(t, r, "bash", 1)
-	warning := func() string {
-		for _, w := range r.Capabilities().Warnings {
-			if strings.Contains(w, "the warm pool is not keeping up with the runs") {
-				return w
-			}
-		}
-		return ""
-	}
-	if w := warning(); w != "" {
-		t.Fatalf("a pool no run took from says it does not keep up: %s", w)
-	}
-	echo := func() {
+	sandboxtest.PoolWarning(t, r.Capabilities, func() (int64, int64) {
+		st := r.pool.Stats()
+		return st.Misses, st.Hits + st.Misses
+	}, func() {
 		if res := run(t, r, sandboxtest.Req("bash", "echo $((6*7))")); res.Stdout != "42\n" {
 			t.Fatalf("run: %+v", res)
 		}
-	}
-	for range 10 {
-		echo()
-	}
-	st := r.pool.Stats()
-	if 3*st.Misses < st.Hits+st.Misses {
-		t.Skipf("back to back, only %d of %d runs found no warm pod: the cluster kept up", st.Misses, st.Hits+st.Misses)
-	}
-	if w := warning(); !strings.Contains(w, "no warm pod ready") || !strings.Contains(w, "CODE_EXEC_K8S_POOL_SIZE=1") {
-		t.Fatalf("%d of %d runs found no warm pod, and sandbox_info does not say the pool is not keeping up: %q", st.Misses, st.Hits+st.Misses, r.Capabilities().Warnings)
-	}
-	for range 20 {
-		waitWarm(t, r, "bash", 1)
-		echo()
-	}
-	if w := warning(); w != "" {
-		t.Fatalf("every run found a warm pod, and sandbox_info still says: %s", w)
-	}
+	}, func() { waitWarm(t, r, "bash", 1) }, 10, "no warm pod ready", "CODE_EXEC_K8S_POOL_SIZE=1")
 }
 
 // TestWarmPodDeletedFromOutsideIsReplaced deletes a warm pod through the
