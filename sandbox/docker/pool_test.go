@@ -328,10 +328,7 @@ func TestPoolRefills(t *testing.T) {
 // between them find one ready.
 func TestPoolSaysWhenItDoesNotKeepUp(t *testing.T) {
 	r, _ := newRunner(t, poolConfig(1, "python"))
-	sandboxtest.PoolWarning(t, r.Capabilities, func() (int64, int64) {
-		st := r.pool.Stats()
-		return st.Misses, st.Hits + st.Misses
-	}, func() {
+	sandboxtest.PoolWarning(t, r.Capabilities, r.pool.Stats, func() {
 		res, err := r.Run(context.Background(), sandboxtest.Req("python", "print(1)"))
 		if err != nil || res.Stdout != "1\n" {
 			t.Fatalf("run: %+v %v", res, err)

@@ -188,10 +188,7 @@ func TestWarmPodNeverReused(t *testing.T) {
 // each find a warm pod make the warning go.
 func TestPoolSaysWhenItDoesNotKeepUp(t *testing.T) {
 	r := newRunner(t, poolConfig(1, "bash"))
-	sandboxtest.PoolWarning(t, r.Capabilities, func() (int64, int64) {
-		st := r.pool.Stats()
-		return st.Misses, st.Hits + st.Misses
-	}, func() {
+	sandboxtest.PoolWarning(t, r.Capabilities, r.pool.Stats, func() {
 		if res := run(t, r, sandboxtest.Req("bash", "echo $((6*7))")); res.Stdout != "42\n" {
 			t.Fatalf("run: %+v", res)
 		}

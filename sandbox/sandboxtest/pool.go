@@ -5,16 +5,17 @@ import (
 	"testing"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/internal/warmpool"
 )
 
 // PoolWarning checks what sandbox_info (caps) says of a warm pool of one:
 // nothing while no run took from it; that it is not keeping up, with every
 // string of want, once backToBack runs (run) in a row drain it; nothing
 // again once 20 runs each found a warm item (waitWarm before each). stats
-// gives the runs that found none ready, and all the pool's runs. When
+// are the pool's counters. When
 // fewer than a third of the runs in a row found none ready, the test
 // skips: the mode made items as fast as the runs came.
-func PoolWarning(t *testing.T, caps func() sandbox.Capabilities, stats func() (misses, runs int64), run, waitWarm func(), backToBack int, want ...string) {
+func PoolWarning(t *testing.T, caps func() sandbox.Capabilities, stats func() warmpool.Stats, run, waitWarm func(), backToBack int, want ...string) {
 	t.Helper()
 	warning := func() string {
 		for _, w := range caps().Warnings {
@@ -31,7 +32,8 @@ func PoolWarning(t *testing.T, caps func() sandbox.Capabilities, stats func() (m
 	for range backToBack {
 		run()
 	}
-	misses, runs := stats()
+	st := stats()
+	misses, runs := st.Misses, st.Hits+st.Misses
 	if 3*misses < runs {
 		t.Skipf("back to back, only %d of %d runs found nothing warm: the pool kept up", misses, runs)
 	}
