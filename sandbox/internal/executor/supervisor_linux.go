@@ -242,6 +242,8 @@ func prepare(base Spec) (*Prepared, error) {
 	}
 	p.cmd = cmd
 	p.status = statusR
+	// Until its run, at the lowest CPU priority (see lowPriority).
+	lowerPriority(cmd.Process.Pid)
 	if base.Preload != nil {
 		p.loaded, p.failed = make(chan struct{}), make(chan struct{})
 		p.status = readLoaded(statusR, p.loaded, p.failed)
@@ -347,6 +349,9 @@ func (p *Prepared) handOver(spec Spec, out *sandbox.Output) (*supervised, error)
 	p.stdin.set(spec.Stdin)
 	spec.CgroupFDs = p.base.CgroupFDs
 	spec.EgressFD = p.egressFD
+	// The run gets the server's CPU priority back before its program
+	// gets the request.
+	restorePriority(pid)
 	var stopOnce sync.Once
 	stop := func() { stopOnce.Do(func() { p.ctlW.Close() }) }
 	// The second half of the Spec: the whole run. A supervisor that died
