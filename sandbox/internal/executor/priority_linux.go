@@ -35,10 +35,7 @@ var lowPriority = sync.OnceValues(probeLowPriority)
 // PreparesAtLowPriority reports whether prepared runs wait, and their
 // interpreters load, at the lowest CPU priority on this host, and the nice
 // value that their runs then get back (the server's own).
-func PreparesAtLowPriority() (bool, int) {
-	on, nice := lowPriority()
-	return on, nice
-}
+func PreparesAtLowPriority() (bool, int) { return lowPriority() }
 
 func probeLowPriority() (bool, int) {
 	self, err := threadNice(unix.Gettid())
@@ -111,7 +108,9 @@ func walkUntilSet(pid, nice int) {
 
 // setTreeNice sets the nice value of every thread of pid and of its
 // descendants (a process that is gone meanwhile is skipped), and returns
-// how many it changed.
+// how many it changed. It follows the children files from pid down, not
+// procTable and subtree: the hand-over reads the run's few tasks, not every
+// process of the host.
 func setTreeNice(pid, nice int) int {
 	changed := 0
 	seen := map[int]bool{}
