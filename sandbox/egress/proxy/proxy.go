@@ -67,22 +67,46 @@ type Session struct {
 	id        string
 	srv       *http.Server
 	transport *http.Transport
-	rec       recorder
 	served    chan struct{}
 
 	// narrow, when set, is the run's own allowlist (Restrict): a
 	// destination must be on it too.
 	narrow atomic.Pointer[egress.Allowlist]
 
-	mu        sync.Mutex
-	closed    bool
-	conns     map[net.Conn]struct{} // upstream connections and hijacked clients
-	work      sync.WaitGroup        // handlers and tunnels in flight
-	dials     int
-	bytes     atomic.Int64
+	mu     sync.Mutex
+	closed bool
+	// conns are the session's connections: the clients' (from the
+	// listener, including hijacked ones) and the upstream ones, each with
+	// the part it was opened in.
+	conns     map[net.Conn]*part
+	cur       *part          // the part that runs now
+	work      sync.WaitGroup // handlers and tunnels in flight
 	report    *egress.Report
 	stopIdle  chan struct{}
 	closeOnce sync.Once
+}
+
+// part is what one run of a session that Cut divides (or the only run of
+// one that it does not) has of it: what it reached and was refused, and
+// its caps. A connection, and every request read from it, belongs to the
+// part in which the listener gave it: what a request of an ended part
+// still does (a handler that was resolving, a dial that the transport
+// finishes for it) is recorded in that part, which no report reads any
+// more, and it connects nowhere (see current).
+type part struct {
+	rec   recorder
+	dials int // under Session.mu
+	bytes atomic.Int64
+}
+
+// partKey is the context key of the part of a request (see Serve's
+// ConnContext).
+type partKey struct{}
+
+// partOf returns the part that ctx's request belongs to, nil when none.
+func partOf(ctx context.Context) *part {
+	p, _ := ctx.Value(partKey{}).(*part)
+	return p
 }
 
 // Serve starts serving one run on l and takes ownership of l: Close closes
@@ -91,7 +115,8 @@ func (p *Proxy) Serve(id string, l net.Listener) *Session {
 	s := &Session{
 		p:        p,
 		id:       id,
-		conns:    map[net.Conn]struct{}{},
+		conns:    map[net.Conn]*part{},
+		cur:      &part{},
 		served:   make(chan struct{}),
 		stopIdle: make(chan struct{}),
 	}
@@ -119,10 +144,28 @@ func (p *Proxy) Serve(id string, l net.Listener) *Session {
 		IdleTimeout:       p.policy.Caps.IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
+		// Every request of a connection belongs to the part in which
+		// the listener gave the connection (listener.Accept).
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			s.mu.Lock()
+			pt := s.conns[c]
+			s.mu.Unlock()
+			if pt == nil {
+				pt = &part{} // closed already: an ended part
+			}
+			return context.WithValue(ctx, partKey{}, pt)
+		},
+		ConnState: func(c net.Conn, st http.ConnState) {
+			if st == http.StateClosed {
+				s.untrack(c)
+			}
+			// A hijacked connection stays: its tunnel (connect)
+			// untracks it once it ends.
+		},
 	}
 	go func() {
 		defer close(s.served)
-		_ = s.srv.Serve(l)
+		_ = s.srv.Serve(&listener{Listener: l, s: s})
 	}()
 	if t := p.policy.Caps.IdleTimeout; t > 0 {
 		go s.reapIdle(t)
@@ -161,7 +204,10 @@ func (s *Session) Close() *egress.Report {
 		<-s.served
 		s.work.Wait()
 		s.transport.CloseIdleConnections()
-		s.report = s.rec.report()
+		s.mu.Lock()
+		cur := s.cur
+		s.mu.Unlock()
+		s.report = cur.rec.report()
 	})
 	return s.report
 }
@@ -173,25 +219,33 @@ func (s *Session) Close() *egress.Report {
 // returns the report of what was reached and refused since Serve or the
 // last Cut, and counts the caps on connections and bytes afresh. After
 // Close it returns an empty report.
+//
+// Once Cut returns, nothing that the ended run connected or sent is
+// forwarded, nor charged to the next part; the caller cuts once nothing
+// of the run runs any more (its processes are gone), so that every
+// connection the run made is one of these:
+//   - a connection that the server took from the listener: closed here,
+//     with its requests, read or not (a request read before the cut keeps
+//     its part: what its handler still does is refused, see current);
+//   - an upstream connection, or a tunnel's: closed here.
 func (s *Session) Cut() *egress.Report {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return &egress.Report{Reached: []egress.Reached{}, Refused: []egress.Refused{}}
 	}
+	ended := s.cur
+	s.cur = &part{}
 	conns := make([]net.Conn, 0, len(s.conns))
 	for c := range s.conns {
 		conns = append(conns, c)
 	}
-	s.dials = 0
 	s.mu.Unlock()
 	for _, c := range conns {
 		_ = c.Close()
 	}
 	s.transport.CloseIdleConnections()
-	rep := s.rec.cut()
-	s.bytes.Store(0)
-	return rep
+	return ended.rec.report()
 }
 
 // begin registers a unit of work; it fails once the session is closed.
@@ -205,14 +259,26 @@ func (s *Session) begin() bool {
 	return true
 }
 
-func (s *Session) track(c net.Conn) bool {
+// track registers c as a connection of part pt; it fails once the session
+// is closed, or pt has ended.
+func (s *Session) track(c net.Conn, pt *part) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if s.closed || pt != s.cur {
 		return false
 	}
-	s.conns[c] = struct{}{}
+	s.conns[c] = pt
 	return true
+}
+
+// current reports whether pt is the part that runs now (not an ended one).
+// A request of an ended part (read from its connection before the cut, or
+// a dial that the transport finishes for it after its handler has gone)
+// connects nowhere: takeConnection and track check it.
+func (s *Session) current(pt *part) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.closed && pt == s.cur
 }
 
 func (s *Session) untrack(c net.Conn) {
@@ -228,13 +294,18 @@ func (s *Session) handler(rp http.Handler) http.Handler {
 			return
 		}
 		defer s.work.Done()
+		if pt := partOf(r.Context()); pt == nil || !s.current(pt) {
+			// Read from a connection of a part that has ended.
+			http.Error(w, "codeexec egress: the run has ended", http.StatusServiceUnavailable)
+			return
+		}
 		if r.Method == http.MethodConnect {
 			s.connect(w, r)
 			return
 		}
 		if r.URL.Scheme != "http" || r.URL.Host == "" {
 			err := fmt.Errorf("%w: the proxy forwards absolute http:// URLs and CONNECT tunnels, not %q", egress.ErrBadRequest, r.RequestURI)
-			s.rec.refuse(r.Host, 0, err)
+			partOf(r.Context()).rec.refuse(r.Host, 0, err)
 			s.writeError(w, r, err)
 			return
 		}
@@ -255,7 +326,7 @@ func (s *Session) connect(w http.ResponseWriter, r *http.Request) {
 		_ = up.Close()
 		return
 	}
-	if !s.track(client) {
+	if !s.track(client, partOf(r.Context())) {
 		_ = client.Close()
 		_ = up.Close()
 		return
@@ -318,29 +389,37 @@ func (s *Session) dialContext(ctx context.Context, _, addr string) (net.Conn, er
 
 // dial checks hostport against the policy, resolves it and connects to the
 // first permitted address that answers. Every outcome is recorded.
+//
+// The outcome is recorded in the part of ctx's request (the transport's
+// dial keeps the request's context values): a dial of a part that has
+// ended connects nowhere.
 func (s *Session) dial(ctx context.Context, hostport string) (net.Conn, error) {
+	pt := partOf(ctx)
+	if pt == nil {
+		return nil, fmt.Errorf("%w: the run has ended", egress.ErrUnreachable)
+	}
 	host, portStr, err := net.SplitHostPort(hostport)
 	if err != nil {
 		err = fmt.Errorf("%w: bad destination %q", egress.ErrBadRequest, hostport)
-		s.rec.refuse(hostport, 0, err)
+		pt.rec.refuse(hostport, 0, err)
 		return nil, err
 	}
 	host = egress.NormalizeHost(host)
 	port, err := egress.ParsePort(portStr)
 	if err != nil {
 		err = fmt.Errorf("%w: bad destination %q", egress.ErrBadRequest, hostport)
-		s.rec.refuse(host, 0, err)
+		pt.rec.refuse(host, 0, err)
 		return nil, err
 	}
-	conn, err := s.dialChecked(ctx, host, port)
+	conn, err := s.dialChecked(ctx, pt, host, port)
 	if err != nil {
-		s.rec.refuse(host, port, err)
+		pt.rec.refuse(host, port, err)
 		return nil, err
 	}
 	return conn, nil
 }
 
-func (s *Session) dialChecked(ctx context.Context, host string, port int) (net.Conn, error) {
+func (s *Session) dialChecked(ctx context.Context, pt *part, host string, port int) (net.Conn, error) {
 	pol := s.p.policy
 	if err := pol.Allow.Check(host, port); err != nil {
 		return nil, err
@@ -350,7 +429,7 @@ func (s *Session) dialChecked(ctx context.Context, host string, port int) (net.C
 			return nil, fmt.Errorf("%w (this run's own allowlist is narrower than the server's)", err)
 		}
 	}
-	if err := s.takeConnection(); err != nil {
+	if err := s.takeConnection(pt); err != nil {
 		return nil, err
 	}
 	if t := pol.Caps.ConnectTimeout; t > 0 {
@@ -376,16 +455,22 @@ func (s *Session) dialChecked(ctx context.Context, host string, port int) (net.C
 	}
 	var errs []error
 	for _, a := range permittedAddrs {
+		if !s.current(pt) {
+			// The part ended while this resolved (or an address
+			// before failed): no connection for it.
+			return nil, fmt.Errorf("%w: the run has ended", egress.ErrUnreachable)
+		}
 		addr := netip.AddrPortFrom(a, uint16(port)).String()
 		c, err := s.p.dialer(ctx, "tcp", addr)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		e := s.rec.reach(host, port, a.String())
-		mc := &meteredConn{Conn: c, s: s, entry: e, host: host, port: port}
+		mc := &meteredConn{Conn: c, s: s, part: pt, entry: pt.rec.reach(host, port, a.String()), host: host, port: port}
 		mc.touch()
-		if !s.track(mc) {
+		if !s.track(mc, pt) {
+			// Ended meanwhile: nothing was sent on c, and its part's
+			// report (which recorded it) is no one's any more.
 			_ = c.Close()
 			return nil, fmt.Errorf("%w: the run has ended", egress.ErrUnreachable)
 		}
@@ -411,18 +496,22 @@ func (s *Session) resolve(ctx context.Context, host string) ([]netip.Addr, error
 	return addrs, nil
 }
 
-// takeConnection counts a new connection against the caps.
-func (s *Session) takeConnection() error {
+// takeConnection counts a new connection of part pt against its caps; it
+// fails once pt has ended.
+func (s *Session) takeConnection(pt *part) error {
 	caps := s.p.policy.Caps
-	if caps.Bytes > 0 && s.bytes.Load() >= caps.Bytes {
-		return fmt.Errorf("%w: %d bytes", egress.ErrCap, caps.Bytes)
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if caps.Connections > 0 && s.dials >= caps.Connections {
+	if s.closed || pt != s.cur {
+		return fmt.Errorf("%w: the run has ended", egress.ErrUnreachable)
+	}
+	if caps.Bytes > 0 && pt.bytes.Load() >= caps.Bytes {
+		return fmt.Errorf("%w: %d bytes", egress.ErrCap, caps.Bytes)
+	}
+	if caps.Connections > 0 && pt.dials >= caps.Connections {
 		return fmt.Errorf("%w: %d connections", egress.ErrCap, caps.Connections)
 	}
-	s.dials++
+	pt.dials++
 	return nil
 }
 
@@ -457,6 +546,7 @@ func (s *Session) reapIdle(t time.Duration) {
 type meteredConn struct {
 	net.Conn
 	s      *Session
+	part   *part
 	entry  *reachedEntry
 	host   string
 	port   int
@@ -473,10 +563,10 @@ func (c *meteredConn) room(n int) (int, error) {
 	if limit <= 0 {
 		return n, nil
 	}
-	left := limit - c.s.bytes.Load()
+	left := limit - c.part.bytes.Load()
 	if left <= 0 {
 		if !c.capHit.Swap(true) {
-			c.s.rec.refuse(c.host, c.port, fmt.Errorf("%w: %d bytes", egress.ErrCap, limit))
+			c.part.rec.refuse(c.host, c.port, fmt.Errorf("%w: %d bytes", egress.ErrCap, limit))
 		}
 		_ = c.Close()
 		return 0, fmt.Errorf("%w: %d bytes", egress.ErrCap, limit)
@@ -514,7 +604,7 @@ func (c *meteredConn) Write(p []byte) (int, error) {
 
 func (c *meteredConn) count(n int, dir *atomic.Int64) {
 	if n > 0 {
-		c.s.bytes.Add(int64(n))
+		c.part.bytes.Add(int64(n))
 		dir.Add(int64(n))
 		c.touch()
 	}

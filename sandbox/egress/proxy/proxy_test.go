@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,6 +47,8 @@ type fixture struct {
 	tls     *httptest.Server
 	hport   int
 	tport   int
+	// late counts the requests for /late that reached the HTTP server.
+	late atomic.Int64
 }
 
 // newFixture starts an HTTP and an HTTPS server on loopback and a session
@@ -55,6 +58,9 @@ func newFixture(t *testing.T, edit func(p *egress.Policy, f *fixture)) *fixture 
 	t.Helper()
 	f := &fixture{}
 	f.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/late" {
+			f.late.Add(1)
+		}
 		if r.URL.Path == "/big" {
 			_, _ = w.Write([]byte(strings.Repeat("x", 1<<20)))
 			return
@@ -538,4 +544,94 @@ func TestCutGivesEachRunItsReportAndCaps(t *testing.T) {
 	if rep := f.session.Cut(); rep == nil || !rep.Empty() {
 		t.Fatalf("Cut after Close = %+v", rep)
 	}
+}
+
+// lateRequest is a request for /late on the HTTP server through the
+// session, without its last line end.
+func (f *fixture) lateRequest() string {
+	return fmt.Sprintf("GET http://allowed.test:%d/late HTTP/1.1\r\nHost: allowed.test\r\n", f.hport)
+}
+
+// checkNothingAfterCut checks, on the connection c (read with br) of a part
+// that has been cut, that no response comes (its request was not
+// forwarded), and, once the session is closed, that the next part was
+// charged nothing and that no request for /late reached the HTTP server.
+func (f *fixture) checkNothingAfterCut(t *testing.T, c net.Conn, br *bufio.Reader) {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(time.Minute)) // a hang fails, not a bound
+	if resp, err := http.ReadResponse(br, nil); err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		t.Errorf("a request of the ended part was forwarded after the cut: %s %q", resp.Status, b)
+	}
+	if rep := f.session.Close(); !rep.Empty() {
+		t.Errorf("the next part was charged the ended part's traffic: %+v", rep)
+	}
+	if n := f.late.Load(); n != 0 {
+		t.Errorf("%d requests of the ended part reached the server", n)
+	}
+}
+
+// A connection that the server took before a cut ends with it: a request
+// on it that the server had not read is never forwarded, nor charged to
+// the next part.
+func TestCutClosesClientConnections(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	c, err := net.Dial("tcp", f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	// A first request, answered: the server has taken the connection.
+	fmt.Fprintf(c, "GET http://allowed.test:%d/first HTTP/1.1\r\nHost: allowed.test\r\n\r\n", f.hport)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("first request: %s", resp.Status)
+	}
+	// The next one, all but its end: the server waits for the rest.
+	_, _ = io.WriteString(c, f.lateRequest())
+	if rep := f.session.Cut(); len(rep.Reached) != 1 {
+		t.Fatalf("the part = %+v, want allowed.test reached", rep)
+	}
+	_, _ = io.WriteString(c, "\r\n") // may fail: the connection is closed
+	f.checkNothingAfterCut(t, c, br)
+}
+
+// A request that the server read before a cut, whose handler still runs
+// (here it waits for the name's resolution), connects nowhere after the
+// cut: the dial that the transport finishes for it is refused, and the
+// next part is charged nothing.
+func TestCutEndsRequestsInFlight(t *testing.T) {
+	t.Parallel()
+	resolving, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	f := newFixture(t, func(p *egress.Policy, f *fixture) {
+		pins := p.Resolver
+		p.Resolver = resolverFunc(func(ctx context.Context, network, host string) ([]netip.Addr, error) {
+			once.Do(func() { close(resolving) })
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return pins.LookupNetIP(ctx, network, host)
+		})
+	})
+	c, err := net.Dial("tcp", f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, _ = io.WriteString(c, f.lateRequest()+"Connection: close\r\n\r\n")
+	<-resolving
+	f.session.Cut()
+	close(release)
+	f.checkNothingAfterCut(t, c, bufio.NewReader(c))
 }

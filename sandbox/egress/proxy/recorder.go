@@ -64,15 +64,6 @@ func (rec *recorder) report() *egress.Report {
 	return rec.reportLocked()
 }
 
-// cut returns the report so far and starts an empty one.
-func (rec *recorder) cut() *egress.Report {
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	r := rec.reportLocked()
-	rec.reached, rec.refused, rec.omitted = nil, nil, 0
-	return r
-}
-
 func (rec *recorder) reportLocked() *egress.Report {
 	r := &egress.Report{Reached: []egress.Reached{}, Refused: []egress.Refused{}, Omitted: rec.omitted}
 	for _, e := range rec.reached {
