@@ -73,6 +73,14 @@ type Session struct {
 	// destination must be on it too.
 	narrow atomic.Pointer[egress.Allowlist]
 
+	// l is the listener the session serves, as its server sees it.
+	l *listener
+	// acceptMu is held while a connection is taken off the listener and
+	// registered (listener.Accept), and while Cut empties the listener's
+	// queue and starts the next part: so a connection is either taken
+	// before the cut, and closed by it, or after it.
+	acceptMu sync.Mutex
+
 	mu     sync.Mutex
 	closed bool
 	// conns are the session's connections: the clients' (from the
@@ -112,6 +120,12 @@ func partOf(ctx context.Context) *part {
 // Serve starts serving one run on l and takes ownership of l: Close closes
 // it. id names the run in logs.
 func (p *Proxy) Serve(id string, l net.Listener) *Session {
+	return p.serve(id, l, nil)
+}
+
+// serve is Serve; a gate, when not nil, holds each Accept of the session's
+// server until it can receive from it (tests).
+func (p *Proxy) serve(id string, l net.Listener, gate <-chan struct{}) *Session {
 	s := &Session{
 		p:        p,
 		id:       id,
@@ -120,6 +134,7 @@ func (p *Proxy) Serve(id string, l net.Listener) *Session {
 		served:   make(chan struct{}),
 		stopIdle: make(chan struct{}),
 	}
+	s.l = newListener(s, l, gate)
 	s.transport = &http.Transport{
 		Proxy:                 nil, // never a proxy of our own
 		DialContext:           s.dialContext,
@@ -165,7 +180,7 @@ func (p *Proxy) Serve(id string, l net.Listener) *Session {
 	}
 	go func() {
 		defer close(s.served)
-		_ = s.srv.Serve(&listener{Listener: l, s: s})
+		_ = s.srv.Serve(s.l)
 	}()
 	if t := p.policy.Caps.IdleTimeout; t > 0 {
 		go s.reapIdle(t)
@@ -227,13 +242,29 @@ func (s *Session) Close() *egress.Report {
 //   - a connection that the server took from the listener: closed here,
 //     with its requests, read or not (a request read before the cut keeps
 //     its part: what its handler still does is refused, see current);
+//   - a connection still queued on the listener, not yet accepted: taken
+//     off the queue here and closed (listener.drain), under acceptMu, so
+//     that the server's Accept cannot take it meanwhile and give it to
+//     the next part;
 //   - an upstream connection, or a tunnel's: closed here.
+//
+// A listener that cannot be emptied without blocking (one that is neither
+// a *net.TCPListener nor a *net.UnixListener, as kubernetes mode's relay
+// listener, or on a system that is not unix) keeps its queue: a connection
+// still in it is given to the next part. Nor can the proxy tell when a
+// relay in the sandbox (docker and kubernetes modes) connects, after the
+// cut, for a connection that it took before it.
 func (s *Session) Cut() *egress.Report {
+	s.acceptMu.Lock()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
+		s.acceptMu.Unlock()
 		return &egress.Report{Reached: []egress.Reached{}, Refused: []egress.Refused{}}
 	}
+	// The next part begins before the queue is emptied (the server takes
+	// nothing meanwhile: acceptMu), and closing a queued connection needs
+	// no part.
 	ended := s.cur
 	s.cur = &part{}
 	conns := make([]net.Conn, 0, len(s.conns))
@@ -241,6 +272,8 @@ func (s *Session) Cut() *egress.Report {
 		conns = append(conns, c)
 	}
 	s.mu.Unlock()
+	s.l.drain()
+	s.acceptMu.Unlock()
 	for _, c := range conns {
 		_ = c.Close()
 	}

@@ -49,6 +49,10 @@ type fixture struct {
 	tport   int
 	// late counts the requests for /late that reached the HTTP server.
 	late atomic.Int64
+	// hold, set by newFixture's edit, holds the session's server off its
+	// listener until release is called (see proxy.ServeHeld).
+	hold    bool
+	release func()
 }
 
 // newFixture starts an HTTP and an HTTPS server on loopback and a session
@@ -101,7 +105,12 @@ func newFixture(t *testing.T, edit func(p *egress.Policy, f *fixture)) *fixture 
 		t.Fatal(err)
 	}
 	f.addr = l.Addr().String()
-	f.session = f.proxy.Serve("test-run", l)
+	if f.hold {
+		f.session, f.release = f.proxy.ServeHeld("test-run", l)
+		t.Cleanup(f.release)
+	} else {
+		f.session = f.proxy.Serve("test-run", l)
+	}
 	t.Cleanup(func() { f.session.Close() })
 	return f
 }
@@ -633,5 +642,23 @@ func TestCutEndsRequestsInFlight(t *testing.T) {
 	<-resolving
 	f.session.Cut()
 	close(release)
+	f.checkNothingAfterCut(t, c, bufio.NewReader(c))
+}
+
+// A connection still queued on the listener at a cut (the program that
+// made it wrote its request, then ended, before the server took it) is
+// never given to the next part: its request is not forwarded, nor charged.
+func TestCutDropsQueuedConnections(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, func(_ *egress.Policy, f *fixture) { f.hold = true })
+	// On loopback the kernel has queued the connection once Dial returns.
+	c, err := net.Dial("tcp", f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, _ = io.WriteString(c, f.lateRequest()+"Connection: close\r\n\r\n")
+	f.session.Cut()
+	f.release()
 	f.checkNothingAfterCut(t, c, bufio.NewReader(c))
 }
