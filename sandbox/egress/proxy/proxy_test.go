@@ -117,6 +117,18 @@ func newFixture(t *testing.T, edit func(p *egress.Policy, f *fixture)) *fixture 
 
 // client returns an HTTP client that uses the session as its proxy and
 // trusts the TLS server's certificate under the name allowed.test.
+// dial connects to the session's listener as a program would; the
+// connection is closed when the test ends.
+func (f *fixture) dial(t *testing.T) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 func (f *fixture) client() *http.Client {
 	pool := f.tls.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
 	return &http.Client{
@@ -391,11 +403,7 @@ func TestByteCap(t *testing.T) {
 func TestIdleTunnelIsClosed(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, func(p *egress.Policy, f *fixture) { p.Caps.IdleTimeout = 100 * time.Millisecond })
-	c, err := net.Dial("tcp", f.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := f.dial(t)
 	fmt.Fprintf(c, "CONNECT allowed.test:%d HTTP/1.1\r\nHost: allowed.test:%d\r\n\r\n", f.tport, f.tport)
 	br := bufio.NewReader(c)
 	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
@@ -432,11 +440,7 @@ func TestBadRequests(t *testing.T) {
 func TestCloseEndsTunnelsAndIsIdempotent(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil)
-	c, err := net.Dial("tcp", f.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := f.dial(t)
 	fmt.Fprintf(c, "CONNECT allowed.test:%d HTTP/1.1\r\nHost: x\r\n\r\n", f.tport)
 	br := bufio.NewReader(c)
 	if resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect}); err != nil || resp.StatusCode != 200 {
@@ -488,11 +492,7 @@ func TestReportAggregatesAndBounds(t *testing.T) {
 func TestHostHeaderCannotChooseAnotherSite(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil)
-	c, err := net.Dial("tcp", f.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := f.dial(t)
 	fmt.Fprintf(c, "GET http://allowed.test:%d/h HTTP/1.1\r\nHost: notlisted.test\r\nConnection: close\r\n\r\n", f.hport)
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
@@ -587,11 +587,7 @@ func (f *fixture) checkNothingAfterCut(t *testing.T, c net.Conn, br *bufio.Reade
 func TestCutClosesClientConnections(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil)
-	c, err := net.Dial("tcp", f.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := f.dial(t)
 	br := bufio.NewReader(c)
 	// A first request, answered: the server has taken the connection.
 	fmt.Fprintf(c, "GET http://allowed.test:%d/first HTTP/1.1\r\nHost: allowed.test\r\n\r\n", f.hport)
@@ -633,11 +629,7 @@ func TestCutEndsRequestsInFlight(t *testing.T) {
 			return pins.LookupNetIP(ctx, network, host)
 		})
 	})
-	c, err := net.Dial("tcp", f.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := f.dial(t)
 	_, _ = io.WriteString(c, f.lateRequest()+"Connection: close\r\n\r\n")
 	<-resolving
 	f.session.Cut()
@@ -652,11 +644,7 @@ func TestCutDropsQueuedConnections(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, func(_ *egress.Policy, f *fixture) { f.hold = true })
 	// On loopback the kernel has queued the connection once Dial returns.
-	c, err := net.Dial("tcp", f.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := f.dial(t)
 	_, _ = io.WriteString(c, f.lateRequest()+"Connection: close\r\n\r\n")
 	f.session.Cut()
 	f.release()
