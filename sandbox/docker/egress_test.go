@@ -71,6 +71,11 @@ func TestEgressAllowlist(t *testing.T) {
 			// after call, each call with a report of its own.
 			e.CheckSessionEgress(t, r.Sessions(), tc.allowPrivate, raws...)
 			if tc.allowPrivate {
+				// The session's relay and what is queued on it end with
+				// each call.
+				e.CheckStoppedRelay(t, r.Sessions())
+			}
+			if tc.allowPrivate {
 				// A run's own allowlist (a principal's network) narrows
 				// the proxy's, in a warm container, a cold one and a
 				// session's.

@@ -447,3 +447,61 @@ func (e *Egress) CheckNarrowedEgress(t *testing.T, r sandbox.Runner, b sessions.
 	res, err = s.Exec(ctx, Req("python", e.Program()))
 	check("a session call with the session's own allowlist", res, err, false)
 }
+
+// CheckStoppedRelay, for a mode whose sessions reach the proxy through a
+// relay of theirs that lives across calls (docker mode's, a child of the
+// session's PID 1): a call that stops the relay and leaves a request
+// queued on its listener, on a connection it keeps open in the session's
+// state, cannot have it forwarded by a later call that continues the
+// relay. The relay of the call has ended with it, and the queued
+// connection too: nothing reaches the server, and nothing is charged.
+func (e *Egress) CheckStoppedRelay(t *testing.T, b sessions.Backend) {
+	t.Helper()
+	s := StartSession(t, b, "python")
+	res := SessionCall(t, s, "python", fmt.Sprintf(`import os, signal, socket
+me = os.getpid()
+stopped = []
+for n in os.listdir("/proc"):
+    if not n.isdigit() or int(n) in (1, me):
+        continue
+    try:
+        with open("/proc/%%s/stat" %% n) as f:
+            st = f.read()
+    except OSError:
+        continue
+    state, ppid = st[st.rfind(")") + 2:].split()[:2]
+    if ppid == "1" and state not in "ZX":
+        os.kill(int(n), signal.SIGSTOP)
+        stopped.append(int(n))
+host, port = os.environ["HTTP_PROXY"].split("//")[1].rstrip("/").rsplit(":", 1)
+queued = socket.create_connection((host, int(port)))
+queued.sendall(b"GET http://allowed.test:%d/bg HTTP/1.1\r\nHost: allowed.test:%d\r\nConnection: close\r\n\r\n")
+print("stopped", len(stopped))
+`, e.HTTPPort, e.HTTPPort))
+	if !strings.HasPrefix(res.Stdout, "stopped ") || res.Stdout == "stopped 0\n" {
+		t.Fatalf("the call that stops the relay: stdout %q stderr %q", res.Stdout, abbrev(res.Stderr))
+	}
+	before := e.background.Load()
+	res = SessionCall(t, s, "python", `import os, signal
+for p in stopped:
+    try:
+        os.kill(p, signal.SIGCONT)
+    except OSError:
+        pass
+queued.settimeout(60)  # a bound on a hang only: the answer or the end comes at once
+try:
+    got = queued.recv(100)
+    print("answered" if got else "closed", got[:40])
+except OSError as e:
+    print("closed", type(e).__name__)
+`)
+	if !strings.HasPrefix(res.Stdout, "closed") {
+		t.Errorf("a request queued on the relay that an earlier call stopped was answered in a later call: stdout %q stderr %q", res.Stdout, abbrev(res.Stderr))
+	}
+	if res.Network != nil && !res.Network.Empty() {
+		t.Errorf("the later call was charged the earlier call's queued request: %+v", res.Network)
+	}
+	if n := e.background.Load(); n != before {
+		t.Errorf("%d requests that an earlier call queued reached the server in a later call", n-before)
+	}
+}

@@ -284,7 +284,9 @@ def _codeexec_supervisor(argv):
     # The egress relay (docker mode): a listener on the loopback whose
     # connections go to the egress proxy's unix socket. The relay's program
     # runs in a fork of this process (which no code of the session can read
-    # or trace either), started again before a call if it ended.
+    # or trace either), started before each call and killed at its end
+    # (end_relay), with what is queued on the listener: what a call made
+    # reaches the proxy before the server hears of its end, or never.
     listener = None
     if relay is not None:
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -310,6 +312,37 @@ def _codeexec_supervisor(argv):
             finally:
                 os._exit(0)
         relay_pid = pid
+
+    def end_relay():
+        # Killed (the code may have stopped it, with connections of the
+        # call's waiting on the listener or in the relay), then every
+        # connection still queued on the listener closed, unread.
+        nonlocal relay_pid
+        if relay_pid:
+            try:
+                os.kill(relay_pid, signal.SIGKILL)
+            except OSError:
+                pass
+            while alive(relay_pid):
+                reap()
+                time.sleep(0.0002)
+            relay_pid = 0
+        if listener is None:
+            return
+        # Not blocking while it is emptied; blocking again for the next
+        # relay, which shares it.
+        listener.setblocking(False)
+        try:
+            while True:
+                try:
+                    c, _ = listener.accept()
+                except InterruptedError:
+                    continue
+                except OSError:
+                    break  # BlockingIOError: the queue is empty
+                c.close()
+        finally:
+            listener.setblocking(True)
 
     # The egress relay of kubernetes mode: a process that the server execs
     # into the pod while nothing of the session runs (sandbox/kube), and
@@ -726,6 +759,7 @@ def _codeexec_supervisor(argv):
     def finish():
         nonlocal call
         c, call = call, None
+        end_relay()
         words = [str(c["rc"] if c["rc"] is not None else -1)]
         if c["lost"]:
             words.append("lost")
@@ -904,6 +938,7 @@ def _codeexec_supervisor(argv):
             bash_done(call["bash"])
         call = None
         sweep(keep())
+        end_relay()
         start_interp()
 
     def reset():
