@@ -284,8 +284,9 @@ def _codeexec_supervisor(argv):
     # The egress relay (docker mode): a listener on the loopback whose
     # connections go to the egress proxy's unix socket. The relay's program
     # runs in a fork of this process (which no code of the session can read
-    # or trace either), started before each call and killed at its end
-    # (end_relay), with what is queued on the listener: what a call made
+    # or trace either), started before each call and killed at its end with
+    # the call's other processes (keep does not spare it), after which what
+    # is queued on the listener is closed (drop_queued): what a call made
     # reaches the proxy before the server hears of its end, or never.
     listener = None
     if relay is not None:
@@ -313,20 +314,10 @@ def _codeexec_supervisor(argv):
                 os._exit(0)
         relay_pid = pid
 
-    def end_relay():
-        # Killed (the code may have stopped it, with connections of the
-        # call's waiting on the listener or in the relay), then every
-        # connection still queued on the listener closed, unread.
-        nonlocal relay_pid
-        if relay_pid:
-            try:
-                os.kill(relay_pid, signal.SIGKILL)
-            except OSError:
-                pass
-            while alive(relay_pid):
-                reap()
-                time.sleep(0.0002)
-            relay_pid = 0
+    def drop_queued():
+        # Once the relay is gone (the code may have stopped it, with
+        # connections of the call's waiting on the listener), every
+        # connection still queued on the listener is closed, unread.
         if listener is None:
             return
         # Not blocking while it is emptied; blocking again for the next
@@ -383,9 +374,9 @@ def _codeexec_supervisor(argv):
             send(b"K", b"ok")
 
     def keep(*pids):
-        # The relay, and the client of the connection served (listening),
-        # live on.
-        return tuple(p for p in pids + (relay_pid, exec_relay, conn_pid) if p)
+        # Kubernetes mode's relay, and the client of the connection served
+        # (listening), live on; docker mode's relay ends with the call.
+        return tuple(p for p in pids + (exec_relay, conn_pid) if p)
 
     # The interpreter: python, a fork of this process (each call's end
     # forks it again); javascript, node. Its control input and frames are
@@ -759,7 +750,7 @@ def _codeexec_supervisor(argv):
     def finish():
         nonlocal call
         c, call = call, None
-        end_relay()
+        drop_queued()
         words = [str(c["rc"] if c["rc"] is not None else -1)]
         if c["lost"]:
             words.append("lost")
@@ -938,7 +929,7 @@ def _codeexec_supervisor(argv):
             bash_done(call["bash"])
         call = None
         sweep(keep())
-        end_relay()
+        drop_queued()
         start_interp()
 
     def reset():
