@@ -1,8 +1,9 @@
 # codeexec restricted-Python bootstrap (sandbox/pypolicy).
 #
 # The Go side appends one line that calls _codeexec_policy(payload), where
-# payload is base64 JSON: the user's program (base64), the allowed imports,
-# the caps and a per-run nonce. This file runs as the main program inside the
+# payload is base64 of NUL-separated fields: a per-run nonce, the caps, the
+# allowed imports (comma-separated) and last the user's program. This file
+# runs as the main program inside the
 # sandbox, in the interpreter that then runs the user's program:
 #
 #  1. parse the program with ast (the parser normalises identifiers to NFKC,
@@ -20,10 +21,12 @@
 #     collections.UserString.format, string.Formatter.get_field).
 #
 # The bootstrap imports only standard modules, and only before the program
-# runs: python starts isolated (-I: no script folder, no PYTHON* variables,
-# no user site), and a run's package folder is put on sys.path after the
-# standard library (see sandbox/python.go), so neither the run's files
-# nor its packages can stand in for a module imported here.
+# runs but for traceback, which it imports only to print an error (no run
+# that ends well pays for it): python starts isolated (-I: no script folder,
+# no PYTHON* variables, no user site), and a run's package folder is put on
+# sys.path after the standard library (see sandbox/python.go), so neither
+# the run's files nor its packages can stand in for a module imported here.
+# The program reaches neither sys nor the import system to change that.
 #
 # A refusal writes one line "<marker> <JSON>" on stderr and exits with status
 # 120 at once (os._exit: user code cannot catch it). Nothing of this file is
@@ -32,30 +35,29 @@
 
 
 def _codeexec_policy(payload):
+    import _ast as ast
     import _string
-    import ast
-    import base64
+    import binascii
     import builtins
     import collections
     import enum
     import functools
     import importlib
-    import json
     import linecache
     import operator
     import os
     import string
     import sys
-    import traceback
     import types
     import unicodedata
 
     boot_globals = globals()
-    cfg = json.loads(base64.b64decode(payload))
-    source = base64.b64decode(cfg["code"])
-    allowed = frozenset(cfg["allowed"])
-    allowed_list = ", ".join(cfg["allowed"]) or "none"
-    marker = "codeexec-policy:" + cfg["nonce"]
+    nonce, max_nodes, max_source, allowed_names, source = binascii.a2b_base64(payload).split(b"\0", 4)
+    max_nodes, max_source = int(max_nodes), int(max_source)
+    allowed_names = [n for n in allowed_names.decode().split(",") if n]
+    allowed = frozenset(allowed_names)
+    allowed_list = ", ".join(allowed_names) or "none"
+    marker = "codeexec-policy:" + nonce.decode()
     filename = "main.py"
     exit_status = 120
 
@@ -78,15 +80,24 @@ def _codeexec_policy(payload):
                 s.flush()
             except BaseException:
                 pass
-        msg = json.dumps({"rule": rule, "line": line, "detail": detail})
+        msg = '{"rule": %s, "line": %d, "detail": %s}' % (json_str(rule), line, json_str(detail))
         os.write(2, ("\n" + marker + " " + msg + "\n").encode("utf-8", "replace"))
         os._exit(exit_status)
+
+    # JSON's escapes of a string's characters: the quote, the backslash and
+    # the control characters (json.dumps(s, ensure_ascii=False) without the
+    # json module, which no run needs otherwise).
+    json_escapes = {i: "\\u%04x" % i for i in range(32)}
+    json_escapes.update({ord('"'): '\\"', ord("\\"): "\\\\", 8: "\\b", 9: "\\t", 10: "\\n", 12: "\\f", 13: "\\r"})
+
+    def json_str(s):
+        return '"' + str.translate(s, json_escapes) + '"'
 
     def q(s):
         s = s if type(s) is str else "<not a str>"
         if len(s) > 60:
             s = s[:60] + "..."
-        return json.dumps(s, ensure_ascii=False)
+        return json_str(s)
 
     # --- names and attributes ----------------------------------------------
 
@@ -450,23 +461,56 @@ def _codeexec_policy(payload):
         __codeexec_attr__=attr_hook,
     )
 
-    # --- the check ---------------------------------------------------------
+    # --- the syntax tree ---------------------------------------------------
+    # The ast module's parse, iter_fields and walk, on the parser's own node
+    # classes (_ast): no run needs the rest of that module.
 
-    if len(source) > cfg["max_source"]:
-        refuse("source-size", "the program has %d bytes, more than the %d the policy allows" % (len(source), cfg["max_source"]), 0)
-    try:
-        tree = ast.parse(source, filename)
-    except (SyntaxError, ValueError) as e:
+    def fields(node):
+        for name in node._fields:
+            try:
+                yield name, real_getattr(node, name)
+            except AttributeError:
+                pass
+
+    def children(node):
+        for _, value in fields(node):
+            if isinstance(value, ast.AST):
+                yield value
+            elif isinstance(value, list):
+                for item in value:
+                    if isinstance(item, ast.AST):
+                        yield item
+
+    def walk(node):
+        todo = collections.deque((node,))
+        while todo:
+            node = todo.popleft()
+            todo.extend(children(node))
+            yield node
+
+    def syntax_error(e):
+        # traceback is imported only to print an error: no run that ends
+        # well needs it.
+        import traceback
         traceback.print_exception(type(e), e, None)
         sys.exit(1)
+
+    # --- the check ---------------------------------------------------------
+
+    if len(source) > max_source:
+        refuse("source-size", "the program has %d bytes, more than the %d the policy allows" % (len(source), max_source), 0)
+    try:
+        tree = real_compile(source, filename, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+    except (SyntaxError, ValueError) as e:
+        syntax_error(e)
     except (RecursionError, MemoryError):
         refuse("ast-size", "the program is nested too deeply to check", 0)
 
     nodes = []
-    for node in ast.walk(tree):
+    for node in walk(tree):
         nodes.append(node)
-        if len(nodes) > cfg["max_nodes"]:
-            refuse("ast-size", "the program has more than %d syntax-tree nodes" % cfg["max_nodes"], 0)
+        if len(nodes) > max_nodes:
+            refuse("ast-size", "the program has more than %d syntax-tree nodes" % max_nodes, 0)
 
     class_targets = set()
     for node in nodes:
@@ -479,7 +523,7 @@ def _codeexec_policy(payload):
                 else:
                     continue
                 for t in targets:
-                    for n in ast.walk(t):
+                    for n in walk(t):
                         if isinstance(n, ast.Name):
                             class_targets.add(id(n))
 
@@ -517,7 +561,7 @@ def _codeexec_policy(payload):
     # functools.singledispatch), which this check never sees.
     string_annotations = {}
     for a in annotations:
-        for n in ast.walk(a):
+        for n in walk(a):
             if isinstance(n, ast.JoinedStr) or isinstance(n, ast.Constant) and isinstance(n.value, str):
                 string_annotations[id(n)] = a
                 break
@@ -607,13 +651,13 @@ def _codeexec_policy(payload):
 
     def rewrite(value):
         if isinstance(value, ast.Attribute) and value.attr in format_attrs and isinstance(value.ctx, ast.Load):
-            call = ast.Call(func=ast.Name(id="__codeexec_attr__", ctx=ast.Load()),
-                            args=[value.value, ast.Constant(value=value.attr)], keywords=[])
-            return ast.copy_location(call, value)
+            at = {a: real_getattr(value, a) for a in ("lineno", "col_offset", "end_lineno", "end_col_offset")}
+            return ast.Call(func=ast.Name(id="__codeexec_attr__", ctx=ast.Load(), **at),
+                            args=[value.value, ast.Constant(value=value.attr, **at)], keywords=[], **at)
         return value
 
     for node in nodes:
-        for field, value in ast.iter_fields(node):
+        for field, value in fields(node):
             if isinstance(value, list):
                 for i, item in enumerate(value):
                     value[i] = rewrite(item)
@@ -621,19 +665,17 @@ def _codeexec_policy(payload):
                 new = rewrite(value)
                 if new is not value:
                     real_setattr(node, field, new)
-    ast.fix_missing_locations(tree)
 
     try:
         code = real_compile(tree, filename, "exec", dont_inherit=True)
     except (RecursionError, MemoryError):
         refuse("ast-size", "the program is nested too deeply to compile", 0)
     except (SyntaxError, ValueError) as e:
-        traceback.print_exception(type(e), e, None)
-        sys.exit(1)
+        syntax_error(e)
     # Tracebacks show the program's own lines, not the bootstrap's.
     text = source.decode("utf-8", "replace")
     linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
-    del tree, nodes, source, payload, cfg, text
+    del tree, nodes, source, payload, text
 
     # --- the run -----------------------------------------------------------
 
@@ -643,7 +685,16 @@ def _codeexec_policy(payload):
     except SystemExit:
         raise
     except BaseException as e:
-        # The traceback leaves the bootstrap's own frames out.
+        # The traceback leaves the bootstrap's own frames out. (traceback
+        # comes from the standard library, as every module above: a run's
+        # files and package folder come after it on sys.path.)
+        status = 130 if isinstance(e, KeyboardInterrupt) else 1
+        try:
+            import traceback
+        except BaseException:
+            os.write(2, ("%s (the traceback could not be printed)\n" % type(e).__name__).encode())
+            os._exit(status)
+
         def stack(tb):
             return traceback.StackSummary.extract(
                 (f, n) for f, n in traceback.walk_tb(tb) if f.f_globals is not boot_globals)
@@ -658,6 +709,6 @@ def _codeexec_policy(payload):
         te = traceback.TracebackException(type(e), e, e.__traceback__)
         trim(te, e)
         sys.stderr.write("".join(te.format()))
-        sys.exit(130 if isinstance(e, KeyboardInterrupt) else 1)
+        sys.exit(status)
 
 

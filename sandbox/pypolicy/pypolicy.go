@@ -71,8 +71,8 @@ var Defeating = []string{"builtins", "sys", "importlib", "inspect", "gc", "ctype
 // Imports are the modules the bootstrap imports before it checks the
 // program: every restricted run imports them. A sandbox that starts its
 // interpreters ahead of their runs (process mode) may import them then.
-var Imports = []string{"_string", "ast", "base64", "builtins", "collections", "enum", "functools", "importlib",
-	"json", "linecache", "operator", "os", "string", "sys", "traceback", "types", "unicodedata"}
+var Imports = []string{"_ast", "_string", "binascii", "builtins", "collections", "enum", "functools", "importlib",
+	"linecache", "operator", "os", "string", "sys", "types", "unicodedata"}
 
 // Prelude is the text every restricted program begins with: the
 // bootstrap, before the line that calls it with the program and the
@@ -243,29 +243,16 @@ func supported(version string) bool {
 // Close closes next.
 func (r *Runner) Close() error { return r.next.Close() }
 
-// payload is what the bootstrap reads.
-type payload struct {
-	Code      string   `json:"code"`
-	Allowed   []string `json:"allowed"`
-	MaxNodes  int      `json:"max_nodes"`
-	MaxSource int      `json:"max_source"`
-	Nonce     string   `json:"nonce"`
-}
-
-// program is the bootstrap with the call that carries code and the policy.
+// program is the bootstrap with the call that carries code and the policy:
+// its payload is base64 (which no python string literal can break out of)
+// of the fields nonce, node cap, source cap, allowed imports (module names
+// hold no comma or NUL: ValidateImports) and last code, NUL-separated. The
+// bootstrap reads them with binascii, not json: no run needs json
+// otherwise.
 func (r *Runner) program(code, nonce string) string {
-	allowed := r.policy.AllowedImports
-	if allowed == nil {
-		allowed = []string{}
-	}
-	b, _ := json.Marshal(payload{
-		Code:      base64.StdEncoding.EncodeToString([]byte(code)),
-		Allowed:   allowed,
-		MaxNodes:  r.policy.maxNodes(),
-		MaxSource: MaxSourceBytes,
-		Nonce:     nonce,
-	})
-	return bootstrap + "_codeexec_policy(\"" + base64.StdEncoding.EncodeToString(b) + "\")\n"
+	fields := strings.Join([]string{nonce, strconv.Itoa(r.policy.maxNodes()), strconv.Itoa(MaxSourceBytes),
+		strings.Join(r.policy.AllowedImports, ","), code}, "\x00")
+	return bootstrap + "_codeexec_policy(\"" + base64.StdEncoding.EncodeToString([]byte(fields)) + "\")\n"
 }
 
 func newNonce() (string, error) {
