@@ -25,10 +25,10 @@ import (
 // start before the pod is handed a program (warm pods at fill time), and a
 // session of codeexec's egress proxy served on the relay's connections.
 // The run's result carries the session's report. A session's pod gets the
-// same relay before any code of the session runs, kept across calls by the
-// session's supervisor and started again before a call once it ended, and
-// one proxy session for the pod's life, cut after each call
-// (sessionEgress).
+// same relay before each call, while no code of the session runs; the
+// session's supervisor kills it at the call's end, and the server ends its
+// stream before it cuts the one proxy session of the pod's life, so that
+// nothing a call left on its relay reaches a later call (sessionEgress).
 
 // relayStartTimeout bounds the relay's way to listening, once its pod runs.
 const relayStartTimeout = time.Minute
@@ -142,19 +142,82 @@ func (e *podEgress) close() *egress.Report {
 }
 
 // sessionEgress is a session pod's egress: one proxy session for the pod's
-// life, cut after each call, served on the connections of the relay that
-// runs in the pod, whichever it is: the one started with the session, or
-// one started again before a call once the one before ended (the session's
-// code killed it, a recovery's kill -9 -1 did, or the cluster cut its
-// stream). Its methods are called with the session's lock held.
+// life, cut after each call, served on the connections of the relay of the
+// call that runs (the first one is started with the session, before any of
+// its code runs). The next call's relay starts as a call ends, while
+// nothing of the session runs (its interpreter is stopped, every other
+// process of it killed), so that a call after a pause does not wait for
+// it. Its methods are called with the session's lock held.
 type sessionEgress struct {
 	r       *Runner
 	pod     string
 	l       *relayListener
 	session *proxy.Session
-	relay   *relayExec // the relay the supervisor keeps; nil when none runs
+	relay   *relayExec // the relay named for the call; nil when none
+
+	mu     sync.Mutex
+	ahead  *relayAhead // the next call's relay, started as the last call ended; nil when none
+	closed bool
 
 	closeOnce sync.Once
+}
+
+// relayAhead is a relay started for a call to come.
+type relayAhead struct {
+	done   chan struct{} // closed once the start ended: x or err is set
+	x      *relayExec
+	err    error
+	cancel context.CancelFunc
+}
+
+// startAhead starts the next call's relay, unless e is closed.
+func (e *sessionEgress) startAhead() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed || e.ahead != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(e.r.doneCtx)
+	a := &relayAhead{done: make(chan struct{}), cancel: cancel}
+	e.ahead = a
+	go func() {
+		defer close(a.done)
+		a.x, a.err = e.r.execRelay(ctx, e.pod)
+	}()
+}
+
+// takeAhead returns the relay started ahead, once its start ended, and
+// forgets it: nil when none was started, or it failed, or ctx ended first
+// (the start is then stopped and what it started ended).
+func (e *sessionEgress) takeAhead(ctx context.Context) *relayExec {
+	e.mu.Lock()
+	a := e.ahead
+	e.ahead = nil
+	e.mu.Unlock()
+	if a == nil {
+		return nil
+	}
+	select {
+	case <-a.done:
+	case <-ctx.Done():
+		a.end()
+		return nil
+	}
+	a.cancel()
+	if a.err != nil {
+		e.r.log.Debug("the egress relay started ahead for a session's next call did not start; starting another", "pod", e.pod, "err", a.err)
+		return nil
+	}
+	return a.x
+}
+
+// end stops the start and ends what it started.
+func (a *relayAhead) end() {
+	a.cancel()
+	<-a.done
+	if a.x != nil {
+		a.x.mux.Close()
+	}
 }
 
 func (r *Runner) newSessionEgress(pod string) *sessionEgress {
@@ -168,28 +231,35 @@ var errNoRelay = errors.New("no egress relay runs in the session's pod")
 
 // ensure makes sure, on c (a connection to the session's supervisor, no
 // call running, so nothing of the session runs), that a relay runs in the
-// pod and that the supervisor keeps it: the relay kept is asked after (and
-// continued, should the session's code have stopped it); when it ended, the
-// supervisor ends it for good (its stream may have been cut while it ran)
-// and another is started and kept. Errors: one wrapping errNoRelay when no
-// relay could be started; any other is c's (the supervisor failed, or ctx
-// ended).
+// pod for the next call, named to the supervisor, which kills it at the
+// call's end. The relay started ahead, or one started for a call that then
+// did not run (no cut dropped it), is named while it runs; otherwise the
+// supervisor ends the one named for good (its stream may have been cut
+// while it ran) and another is started and named. Errors: one wrapping
+// errNoRelay when no relay could be started; any other is c's (the
+// supervisor failed, or ctx ended).
 func (e *sessionEgress) ensure(ctx context.Context, c *sessions.Conn) error {
+	if e.relay == nil {
+		if x := e.takeAhead(ctx); x != nil {
+			e.relay = x
+			e.l.attach(x.mux)
+		}
+	}
 	if e.relay != nil && e.relay.mux.Err() == nil {
-		kept, err := c.KeepRelay(ctx, e.relay.mux.Pid())
+		kept, err := c.NameRelay(ctx, e.relay.mux.Pid())
 		if err != nil || kept {
 			return err
 		}
 	}
 	e.drop()
-	if _, err := c.KeepRelay(ctx, 0); err != nil {
+	if _, err := c.NameRelay(ctx, 0); err != nil {
 		return err
 	}
 	x, err := e.r.execRelay(ctx, e.pod)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errNoRelay, err)
 	}
-	kept, err := c.KeepRelay(ctx, x.mux.Pid())
+	kept, err := c.NameRelay(ctx, x.mux.Pid())
 	if err != nil || !kept {
 		x.mux.Close()
 		if err == nil {
@@ -202,8 +272,10 @@ func (e *sessionEgress) ensure(ctx context.Context, c *sessions.Conn) error {
 	return nil
 }
 
-// drop ends the relay's stream, once the relay is known to be gone (a kill
-// -9 -1 in the pod): the next ensure starts another.
+// drop ends the relay's stream, once the relay is gone or must not serve
+// any more (its call ended, or a kill -9 -1 in the pod), and with it every
+// connection of the relay, with what it sent that no one read (see
+// relayMux.end): the next ensure starts another.
 func (e *sessionEgress) drop() {
 	if e.relay != nil {
 		e.relay.mux.Close()
@@ -211,14 +283,31 @@ func (e *sessionEgress) drop() {
 	}
 }
 
-// cut returns what the call that just ended reached, and closes every
-// connection it left (see proxy.Session.Cut).
-func (e *sessionEgress) cut() *egress.Report { return e.session.Cut() }
+// cut ends the relay of the call that just ended (the supervisor killed it
+// with the call's other processes, before the server heard of the end), so
+// that nothing it accepted, and no connection still on its way to the
+// proxy, is served for the next call; then it returns what the call
+// reached, and closes every connection the call left (see
+// proxy.Session.Cut). The next call's relay starts then.
+func (e *sessionEgress) cut() *egress.Report {
+	e.drop()
+	rep := e.session.Cut()
+	e.startAhead()
+	return rep
+}
 
 // close ends the proxy session and the relay's stream (the relay reads the
 // end of its stdin and exits). It is safe to call more than once.
 func (e *sessionEgress) close() {
 	e.closeOnce.Do(func() {
+		e.mu.Lock()
+		e.closed = true
+		a := e.ahead
+		e.ahead = nil
+		e.mu.Unlock()
+		if a != nil {
+			a.end()
+		}
 		e.session.Close()
 		e.l.Close()
 	})

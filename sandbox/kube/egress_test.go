@@ -13,6 +13,7 @@ import (
 	"github.com/codeexec/codeexec/sandbox/egress/proxy"
 	"github.com/codeexec/codeexec/sandbox/kube/kubetest"
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
+	"github.com/codeexec/codeexec/sandbox/sessions"
 )
 
 // TestEgressAllowlist runs the shared egress check in kubernetes mode: the
@@ -157,7 +158,8 @@ except OSError:
 // program on a cold pod and on a warm one (compare BenchmarkRun; a cold
 // pod starts its relay before its program, a warm one did it ahead), and
 // the latency of one HTTP request through the relay and the proxy (a new
-// connection each, as urllib makes), reported as ms/request.
+// connection each, as urllib makes), reported as ms/request; and a
+// session's call without the allowlist and with it.
 //
 //	KUBECONFIG=$(sudo .ci/ensure-kubernetes.sh) CODE_EXEC_REQUIRE_K8S=1 go test ./sandbox/kube/ -run '^$' -bench Egress -benchtime 20x
 func BenchmarkEgress(b *testing.B) {
@@ -183,6 +185,43 @@ func BenchmarkEgress(b *testing.B) {
 			}
 		})
 	}
+	b.Run("session", func(b *testing.B) {
+		// A session's call, without the allowlist and with it (each such
+		// call has a relay of its own, exec'd as the call before ended),
+		// back to back and with a client's pause between calls (not
+		// timed: the calls are).
+		for _, c := range []struct {
+			allow bool
+			think time.Duration
+		}{{false, 0}, {true, 0}, {false, 500 * time.Millisecond}, {true, 500 * time.Millisecond}} {
+			allow := c.allow
+			b.Run(fmt.Sprintf("%s/think=%s", map[bool]string{false: "open", true: "allowlist"}[allow], c.think), func(b *testing.B) {
+				cfg := Config{Languages: []string{"python"}, Logger: slog.New(slog.DiscardHandler)}
+				if allow {
+					cfg.Egress = proxy.New(e.Policy(b, true), nil)
+				}
+				r := newRunner(b, cfg)
+				s, err := r.Sessions().Start(b.Context(), sessions.Spec{ID: "ses_bench", Language: "python",
+					Limits: kubetest.Limits(sandboxtest.DefaultLimits()), Deadline: time.Now().Add(time.Hour)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { _ = s.Close() })
+				req := sandboxtest.Req("python", "print(2**64)")
+				for b.Loop() {
+					if c.think > 0 {
+						b.StopTimer()
+						time.Sleep(c.think)
+						b.StartTimer()
+					}
+					res, err := s.Exec(b.Context(), req)
+					if err != nil || res.Stdout != "18446744073709551616\n" {
+						b.Fatalf("%v: stdout %q stderr %q", err, res.Stdout, res.Stderr)
+					}
+				}
+			})
+		}
+	})
 	b.Run("request", func(b *testing.B) {
 		cfg := Config{Languages: []string{"python"}, Logger: slog.New(slog.DiscardHandler), Egress: proxy.New(e.Policy(b, true), nil)}
 		r := newRunner(b, cfg)
@@ -251,15 +290,16 @@ def get(timeout=15):
         return "refused %s" % e
 `
 
-// TestSessionEgressRelay: a session pod's relay is started before its code
-// runs and kept across calls (a timeout's reset spares it); the session's
-// code can neither write into its stream nor trace it; when the code kills
-// it, the rest of that call has no network (never more), and the next call
-// has a new relay; one that the code stopped is continued before the next
-// call; a call after a killed client (its state lost, every process of the
-// pod killed) has a new relay too; while the code holds the relay's port, a
-// call has no network and its stderr says so. Each call's report is its
-// own. Close ends the relay's stream and the proxy session.
+// TestSessionEgressRelay: each call of a session pod has a relay of its
+// own, started before the call's code runs and ended with the call (its
+// process killed, its stream ended), after a timeout's reset too; the
+// session's code can neither write into its stream nor trace it; when the
+// code kills it, the rest of that call has no network (never more); a call
+// that stops it, with a request queued on it, has that request forwarded
+// in no later call (CheckStoppedRelay); a call after a killed client (its
+// state lost, every process of the pod killed) has a relay too; while the
+// code holds the relay's port, a call has no network and its stderr says
+// so. Each call's report is its own. Close ends the proxy session.
 func TestSessionEgressRelay(t *testing.T) {
 	e := sandboxtest.StartEgress(t, sandboxtest.HostListenerIP())
 	r := newRunner(t, Config{Languages: []string{"python"}, Egress: proxy.New(e.Policy(t, true), nil)})
@@ -290,6 +330,35 @@ func TestSessionEgressRelay(t *testing.T) {
 	const getRelay = `print("get:", get())
 print("relay:", relay())
 `
+	// ended checks that the relay of the call that printed res is gone
+	// in the pod (the next call's code looks) and its stream ended here,
+	// and that the next call has the relay started ahead as res's call
+	// ended.
+	ended := func(what string, res *sandbox.Result) string {
+		t.Helper()
+		p := sandboxtest.Line(res.Stdout, "relay")
+		s.egress.l.mu.Lock()
+		cur := s.egress.l.cur
+		s.egress.l.mu.Unlock()
+		if s.egress.relay != nil || cur == nil || !isClosed(cur.done) {
+			t.Fatalf("%s: the relay's stream did not end with the call", what)
+		}
+		s.egress.mu.Lock()
+		a := s.egress.ahead
+		s.egress.mu.Unlock()
+		if a == nil {
+			t.Fatalf("%s: no relay started ahead for the next call", what)
+		}
+		<-a.done // bounded by relayStartTimeout
+		if a.err != nil {
+			t.Fatalf("%s: the relay started ahead for the next call: %v", what, a.err)
+		}
+		next := a.x.mux.Pid()
+		if got := sandboxtest.Line(call(fmt.Sprintf("print('gone:', gone(%s), relay())", p), 0).Stdout, "gone"); got != fmt.Sprintf("True %d", next) {
+			t.Fatalf("%s: the call's relay %s after its end: gone, and the next call's relay: %q, want True %d (the one started ahead)", what, p, got, next)
+		}
+		return p
+	}
 	res := call(getRelay+`p = relay()
 try:
     open('/proc/%d/fd/1' % p, 'wb').write(b'L\0\0\0\0\0\0\0\x04 1 1')
@@ -299,17 +368,18 @@ except OSError:
 print('trace:', 'traced' if ctypes.CDLL(None).ptrace(16, p, 0, 0) == 0 else 'denied')
 `, 0)
 	reached("the first call", res, map[string]string{"get": "plain-ok", "forge": "denied", "trace": "denied"}, 1)
-	first := sandboxtest.Line(res.Stdout, "relay")
+	first := ended("the first call", res)
 
 	// A timeout resets the session: every process of the pod but the
-	// supervisor and its relay is killed.
-	res = call(`print("started", flush=True)
+	// supervisor is killed, the relay with them.
+	res = call(`print("relay:", relay(), flush=True)
 time.sleep(600)`, 3*time.Second)
 	if !res.TimedOut || !res.StateLost {
 		t.Fatalf("timed out %v, state lost %v: want both", res.TimedOut, res.StateLost)
 	}
+	ended("the call that timed out", res)
 	res = call(getRelay, 0)
-	reached("the call after a timeout", res, map[string]string{"get": "plain-ok", "relay": first}, 1)
+	reached("the call after a timeout", res, map[string]string{"get": "plain-ok"}, 1)
 
 	// A killed client: the server kills every process of the pod but the
 	// supervisor, the relay with them.
@@ -337,14 +407,18 @@ print("after:", get())`, 0)
 	reached("the call that kills the relay", res, map[string]string{"before": "plain-ok", "after": "refused"}, 1)
 	res = call(getRelay, 0)
 	reached("the call after the relay was killed", res, map[string]string{"get": "plain-ok"}, 1)
-	third := sandboxtest.Line(res.Stdout, "relay")
 
-	// The code stops the relay: the next call has it continued.
+	// The code stops the relay: it ends with the call all the same, and
+	// the next call has a relay of its own.
 	res = call(`os.kill(relay(), signal.SIGSTOP)
-print("stopped:", relay())`, 0)
-	reached("the call that stops the relay", res, map[string]string{"stopped": third}, 0)
+print("relay:", relay())`, 0)
+	reached("the call that stops the relay", res, nil, 0)
+	ended("the call that stops the relay", res)
 	res = call(getRelay, 0)
-	reached("the call after the relay was stopped", res, map[string]string{"get": "plain-ok", "relay": third}, 1)
+	reached("the call after the relay was stopped", res, map[string]string{"get": "plain-ok"}, 1)
+	// Nor does a request that it left queued on the stopped relay reach
+	// the server in a later call, nor is it charged to one.
+	e.CheckStoppedRelay(t, kubetest.Sessions{Backend: r.Sessions()})
 
 	// The code kills the relay and holds its port in the interpreter: the
 	// next call has no network, and says so; once the port is free, the
@@ -368,19 +442,13 @@ taken.close()`, 0)
 	res = call(getRelay, 0)
 	reached("the call after the port was freed", res, map[string]string{"get": "plain-ok"}, 1)
 
-	// Close ends the relay's stream and the proxy session's listener.
-	x := s.egress.relay
-	if x == nil {
-		t.Fatal("no relay kept after a call that reached the network")
-	}
+	ended("the call after the port was freed", res)
+
+	// Close ends the proxy session's listener.
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	for what, c := range map[string]<-chan struct{}{"the relay's stream": x.stream, "the relay's end of it": x.mux.done, "the proxy session's listener": s.egress.l.done} {
-		select {
-		case <-c:
-		case <-time.After(time.Minute):
-			t.Fatalf("%s did not end with the session", what)
-		}
+	if !isClosed(s.egress.l.done) {
+		t.Fatal("the proxy session's listener did not end with the session")
 	}
 }

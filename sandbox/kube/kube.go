@@ -28,7 +28,7 @@
 //
 // A session (Sessions) is a pod of its own, locked down the same way, whose
 // PID 1 is the session supervisor; each call reaches it over pods/exec (see
-// session.go), and under the allowlist its relay lives across calls.
+// session.go), and under the allowlist each call has a relay of its own.
 //
 // Nothing is orphaned. Every pod carries the labels LabelManagedBy and
 // LabelReplica, and an owner reference to the Lease that its replica (this

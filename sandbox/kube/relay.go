@@ -283,6 +283,7 @@ type relayMux struct {
 	readyOnce sync.Once
 	done      chan struct{} // closed when the mux ends
 	endOnce   sync.Once
+	ended     bool  // under mu: set as the mux ends, before done is closed
 	err       error // why it ended; valid once done is closed
 }
 
@@ -352,6 +353,8 @@ func (m *relayMux) handle(t byte, id uint32, p []byte) error {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		switch {
+		case m.ended:
+			return nil // dropped: the mux ended
 		case id != m.lastID+1 || len(p) != 0:
 			return bad("connection %d opened after %d", id, m.lastID)
 		case len(m.conns) >= relayMaxStreams:
@@ -438,18 +441,23 @@ func (m *relayMux) send(t byte, id uint32, p []byte) error {
 	return nil
 }
 
-// end ends the mux once: every connection fails with err, Accept returns
-// net.ErrClosed, and onEnd runs.
+// end ends the mux once: every connection fails with err, what the relay
+// sent on it that no one read is dropped, Accept returns net.ErrClosed, and
+// onEnd runs. A connection the relay opens after it is dropped too. So
+// nothing of an ended relay is served, even on a connection that reaches
+// the proxy afterwards: a session's relay ends at its call's end, before
+// the proxy session is cut (sessionEgress.cut).
 func (m *relayMux) end(err error) {
 	m.endOnce.Do(func() {
 		m.mu.Lock()
 		m.err = err
+		m.ended = true
 		conns := m.conns
 		m.conns = map[uint32]*relayConn{}
 		m.mu.Unlock()
 		close(m.done)
 		for _, c := range conns {
-			c.peerClosed(err)
+			c.muxEnded(err)
 		}
 		if m.onEnd != nil {
 			m.onEnd()
@@ -554,6 +562,18 @@ func (c *relayConn) deliver(p []byte) error {
 func (c *relayConn) peerEOF() {
 	c.mu.Lock()
 	c.eof = true
+	c.signal()
+	c.mu.Unlock()
+}
+
+// muxEnded ends c with its mux (see relayMux.end): what it holds unread
+// is dropped, and Read and Write fail with err.
+func (c *relayConn) muxEnded(err error) {
+	c.mu.Lock()
+	c.buf, c.eof = nil, false
+	if c.err == nil {
+		c.err = err
+	}
 	c.signal()
 	c.mu.Unlock()
 }

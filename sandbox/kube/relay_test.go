@@ -286,6 +286,42 @@ func TestRelayEnds(t *testing.T) {
 			t.Fatalf("the client's read once the relay ended: %v", err)
 		}
 	})
+	t.Run("mux closed drops what no one read", func(t *testing.T) {
+		lr := startLocalRelay(t)
+		c, sc := lr.pair(t)
+		if _, err := c.Write([]byte("GET / HTTP/1.1\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		// Until the relay's bytes are held here, unread: each change of
+		// the connection wakes this.
+		rc := sc.(*relayConn)
+		for {
+			rc.mu.Lock()
+			n, changed := len(rc.buf), rc.changed
+			rc.mu.Unlock()
+			if n > 0 {
+				break
+			}
+			<-changed
+		}
+		lr.mux.Close()
+		if b, err := io.ReadAll(sc); len(b) != 0 || !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("reading, once the mux was closed, what the relay sent before: %q %v, want nothing and %v", b, err, net.ErrClosed)
+		}
+		// A connection that the relay opens once the mux ended is
+		// dropped, never accepted.
+		lr.mux.mu.Lock()
+		next := lr.mux.lastID + 1
+		lr.mux.mu.Unlock()
+		if err := lr.mux.handle(frameOpen, next, nil); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case c := <-lr.mux.accept:
+			t.Fatalf("the mux took connection %d after it ended", c.id)
+		default:
+		}
+	})
 	t.Run("relay killed", func(t *testing.T) {
 		lr := startLocalRelay(t)
 		_, sc := lr.pair(t)

@@ -58,9 +58,9 @@ import (
 //     pod's PID namespace (an exec; every process of the session descends
 //     from the supervisor), named by a pidfd where the kernel gives one;
 //   - at each call's end every process of the pod but the supervisor, the
-//     stopped interpreter, the call's own client (and, under the allowlist,
-//     the pod's egress relay, below) is killed, so a client is always
-//     started while nothing of the session runs, and it makes itself not
+//     stopped interpreter and the call's own client is killed (under the
+//     allowlist, the call's egress relay with them, below), so a client is
+//     always started while nothing of the session runs, and it makes itself not
 //     dumpable before it reads anything: the session's code can neither
 //     trace it, nor open its descriptors, nor write into its output;
 //   - the session's code can kill the client (it runs as the same user): the
@@ -76,23 +76,22 @@ import (
 // files in /tmp stay.
 //
 // Under CODE_EXEC_NETWORK=allowlist the pod has the proxy variables of a
-// run's, and the relay of run pods (relay.go), exec'd by the server over a
-// stream of its own once the supervisor greeted the session's first
-// connection, before any code of the session runs. The server names it to
-// the supervisor (sessions.Conn.KeepRelay), which spares it, as it spares
-// the interpreter, whenever it kills the session's processes, but only
-// while its parent is outside the pod (a pid that the session's code
-// reuses once the relay ended is never spared). Before each call the server
-// asks the supervisor again, which continues the relay (the code may have
-// stopped it); a relay that ended (the code killed it, the recovery's kill
-// -9 -1 did, the cluster cut its stream) is ended for good and another one
-// started before the call. The code can kill the relay, as it runs as the
-// same user: the rest of that call has no network, never more; while the
-// code holds the relay's port, no relay can start, and a call then runs
-// without network and its stderr says so. One proxy session serves the
-// pod's relays in turn and is cut after each call, so that each call's
-// result reports its own destinations; it ends, with the relay's stream,
-// when the session is closed, or once a call finds its pod ended.
+// run's, and each call a relay of run pods' (relay.go), exec'd by the
+// server over a stream of its own before the call, while nothing of the
+// session runs (the first before any code of the session runs). The server
+// names it to the supervisor (sessions.Conn.NameRelay), which kills it at
+// the call's end with the call's other processes, its listener and what is
+// queued there with it; the server then ends the relay's stream, and what
+// the relay sent that no one read, before it cuts the proxy session. So a
+// call that stops its relay with a request queued on it, or leaves one on
+// its way, has it forwarded in no later call, nor charged to one. The code
+// can kill the relay, as it runs as the same user: the rest of that call
+// has no network, never more; while the code holds the relay's port, no
+// relay can start, and a call then runs without network and its stderr
+// says so. One proxy session serves the pod's relays in turn and is cut
+// after each call, so that each call's result reports its own
+// destinations; it ends when the session is closed, or once a call finds
+// its pod ended.
 
 const (
 	roleSession = "session"

@@ -449,16 +449,18 @@ func (e *Egress) CheckNarrowedEgress(t *testing.T, r sandbox.Runner, b sessions.
 }
 
 // CheckStoppedRelay, for a mode whose sessions reach the proxy through a
-// relay of theirs that lives across calls (docker mode's, a child of the
-// session's PID 1): a call that stops the relay and leaves a request
-// queued on its listener, on a connection it keeps open in the session's
-// state, cannot have it forwarded by a later call that continues the
-// relay. The relay of the call has ended with it, and the queued
+// relay in the session's sandbox (docker mode's, a child of the session's
+// PID 1; kubernetes mode's, exec'd into the pod from outside, its last
+// argument the proxy's port): a call that stops the relay and leaves a
+// request queued on its listener, on a connection it keeps open in the
+// session's state, cannot have it forwarded by a later call that continues
+// the relay. The relay of the call has ended with it, and the queued
 // connection too: nothing reaches the server, and nothing is charged.
 func (e *Egress) CheckStoppedRelay(t *testing.T, b sessions.Backend) {
 	t.Helper()
 	s := StartSession(t, b, "python")
 	res := SessionCall(t, s, "python", fmt.Sprintf(`import os, signal, socket
+host, port = os.environ["HTTP_PROXY"].split("//")[1].rstrip("/").rsplit(":", 1)
 me = os.getpid()
 stopped = []
 for n in os.listdir("/proc"):
@@ -470,10 +472,14 @@ for n in os.listdir("/proc"):
     except OSError:
         continue
     state, ppid = st[st.rfind(")") + 2:].split()[:2]
-    if ppid == "1" and state not in "ZX":
+    try:
+        with open("/proc/%%s/cmdline" %% n, "rb") as f:
+            last = f.read().rstrip(b"\0").split(b"\0")[-1].decode()
+    except OSError:
+        continue
+    if (ppid == "1" or ppid == "0" and last == port) and state not in "ZX":
         os.kill(int(n), signal.SIGSTOP)
         stopped.append(int(n))
-host, port = os.environ["HTTP_PROXY"].split("//")[1].rstrip("/").rsplit(":", 1)
 queued = socket.create_connection((host, int(port)))
 queued.sendall(b"GET http://allowed.test:%d/bg HTTP/1.1\r\nHost: allowed.test:%d\r\nConnection: close\r\n\r\n")
 print("stopped", len(stopped))

@@ -65,7 +65,7 @@ import (
 //	call <code bytes> <stdin bytes>\n<code><stdin>   run a call
 //	files <count>\n and that many "<length> <path>\n<bytes>" records
 //	changes\n                                         the files changed since the last time
-//	relay <pid>\n                                     keep the egress relay pid across calls (see KeepRelay)
+//	relay <pid>\n                                     name the egress relay pid of the next call (see NameRelay)
 //	reset\n                                           kill everything and start a fresh interpreter
 //
 // Supervisor to server, frames: one kind byte, the payload length as 4
@@ -560,17 +560,17 @@ func (c *Conn) Changes(ctx context.Context, read func(io.Reader) error) error {
 	return errors.Join(rerr, a.err)
 }
 
-// KeepRelay tells the supervisor (listening: kubernetes mode) that the
-// process pid of its sandbox is an egress relay that the server started
-// there from outside the session (an exec into the pod), while nothing of
-// the session ran: the supervisor then spares it, as it spares the
-// interpreter, when it kills the session's processes (at each call's end,
-// on reset), and continues it (SIGCONT) in case the session's code stopped
-// it; only one is kept. pid 0 ends the relay kept, if it still runs, and
-// forgets it: call it before another relay starts. kept is false when pid
-// is no live process started from outside the session (the relay ended).
-// Other errors mean the supervisor failed, or ctx ended.
-func (c *Conn) KeepRelay(ctx context.Context, pid int) (kept bool, err error) {
+// NameRelay tells the supervisor (listening: kubernetes mode) that the
+// process pid of its sandbox is the egress relay of the next call, which
+// the server started there from outside the session (an exec into the pod)
+// while nothing of the session ran. The supervisor kills it at that call's
+// end (or on a reset) with the call's other processes, so that nothing a
+// call left on the relay is served in a later one; only one is named. pid
+// 0 ends the relay named, if it still runs, and forgets it: call it before
+// another relay starts. kept is false when pid is no live process started
+// from outside the session (the relay ended). Other errors mean the
+// supervisor failed, or ctx ended.
+func (c *Conn) NameRelay(ctx context.Context, pid int) (kept bool, err error) {
 	reply, err := c.ask(ctx, kindAnswer, fmt.Appendf(nil, "relay %d\n", pid))
 	switch {
 	case err != nil:

@@ -253,7 +253,11 @@ func (s *Session) Close() *egress.Report {
 // listener, or on a system that is not unix) keeps its queue: a connection
 // still in it is given to the next part. Nor can the proxy tell when a
 // relay in the sandbox (docker and kubernetes modes) connects, after the
-// cut, for a connection that it took before it.
+// cut, for a connection that it took before it. So those modes end a
+// session's relay with its call, before they cut: docker mode kills it
+// before the call's end is known; kubernetes mode also ends its stream,
+// and with it every connection of the relay and what they held, so that
+// such a connection gives the next part nothing to serve.
 func (s *Session) Cut() *egress.Report {
 	s.acceptMu.Lock()
 	s.mu.Lock()

@@ -201,13 +201,12 @@ def _codeexec_supervisor(argv):
                             mine.add(p)
                             todo.append(p)
         out = [p for p in mine if p != me and p not in keep and alive(p)]
-        # A process started from outside (the connection's client, the
-        # relay of kubernetes mode) is spared only while it still is one,
-        # looked at after the list above was made: once it has ended, its
-        # pid may be a process of the session's, which is not spared.
-        ended = [p for p in (conn_pid, exec_relay) if p and p in keep and not from_outside(p)]
-        if ended:
-            return others(tuple(p for p in keep if p not in ended))
+        # A process started from outside (the connection's client) is
+        # spared only while it still is one, looked at after the list above
+        # was made: once it has ended, its pid may be a process of the
+        # session's, which is not spared.
+        if conn_pid and conn_pid in keep and not from_outside(conn_pid):
+            return others(tuple(p for p in keep if p != conn_pid))
         return out
 
     def sweep(keep=()):
@@ -336,11 +335,12 @@ def _codeexec_supervisor(argv):
             listener.setblocking(True)
 
     # The egress relay of kubernetes mode: a process that the server execs
-    # into the pod while nothing of the session runs (sandbox/kube), and
-    # names with "relay <pid>" once it listens. It is kept across calls as
-    # the interpreter is, and continued before each call (the session's code
-    # may stop it, or kill it: the server then starts another); "relay 0"
-    # ends the one kept, before the server starts another.
+    # into the pod before each call, while nothing of the session runs
+    # (sandbox/kube), and names with "relay <pid>" once it listens. It is
+    # killed at the call's end with the call's other processes (keep does not
+    # spare it), and its listener with it: a connection that the call left
+    # queued there, the relay stopped, is reset, not served by a later call.
+    # "relay 0" ends the one named, before the server starts another.
     exec_relay = 0
 
     def from_outside(pid):
@@ -367,16 +367,13 @@ def _codeexec_supervisor(argv):
             send(b"K", b"gone")
         else:
             exec_relay = pid
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except OSError:
-                pass
             send(b"K", b"ok")
 
     def keep(*pids):
-        # Kubernetes mode's relay, and the client of the connection served
-        # (listening), live on; docker mode's relay ends with the call.
-        return tuple(p for p in pids + (exec_relay, conn_pid) if p)
+        # The client of the connection served (listening) lives on; the
+        # egress relay, docker mode's or kubernetes mode's, ends with the
+        # call.
+        return tuple(p for p in pids + (conn_pid,) if p)
 
     # The interpreter: python, a fork of this process (each call's end
     # forks it again); javascript, node. Its control input and frames are
@@ -921,8 +918,8 @@ def _codeexec_supervisor(argv):
                 finish()
 
     def stop_all():
-        # Every process of the session but this one (and the relay, and the
-        # client of the connection served) is killed, and a fresh
+        # Every process of the session but this one (and the client of the
+        # connection served) is killed, and a fresh
         # interpreter waits.
         nonlocal call
         if call is not None and call["bash"] is not None:
