@@ -3,11 +3,12 @@
 # The Go side appends one line that calls _codeexec_policy(payload), where
 # payload is base64 of NUL-separated fields: a per-run nonce, the caps, the
 # allowed imports (comma-separated) and last the user's program. This file
-# runs as the main program inside the
-# sandbox, in the interpreter that then runs the user's program:
+# runs as the main program inside the sandbox, in the interpreter that then
+# runs the user's program:
 #
-#  1. parse the program with ast (the parser normalises identifiers to NFKC,
-#     so "ｅval" is the name eval), cap its size and node count;
+#  1. parse the program into its syntax tree (compile with PyCF_ONLY_AST; the
+#     parser normalises identifiers to NFKC, so "ｅval" is the name eval), cap
+#     its size and node count;
 #  2. walk the tree and refuse what the policy forbids, with the rule and the
 #     line;
 #  3. rewrite every ".format"/".format_map" attribute read into a guarded
