@@ -143,6 +143,13 @@ func (r *report) testEnd(e event) {
 	lines := p.tests[e.Test]
 	delete(p.tests, e.Test)
 	p.order = slices.DeleteFunc(p.order, func(n string) bool { return n == e.Test })
+	if e.Action != "fail" {
+		var stray []string
+		lines, stray = afterReport(lines, e.Test)
+		if !r.verbose {
+			p.lines = append(p.lines, stray...)
+		}
+	}
 	switch e.Action {
 	case "skip":
 		r.skips = append(r.skips, skip{pkg: e.Package, reason: skipReason(lines)})
@@ -158,6 +165,25 @@ func (r *report) testEnd(e event) {
 		}
 		fmt.Fprint(r.out, strings.Join(lines, ""))
 	}
+}
+
+// afterReport splits a test's output at its own "--- PASS: name" (or
+// SKIP) line: what comes after it is not the test's but the package's.
+// test2json gives a line that no marker names to the test that reported
+// last, and sends that test's pass only when the next marker comes; so
+// when a package times out right after a test passed, the panic and its
+// goroutine dump arrive as that passed test's output, and are the
+// package's failure.
+func afterReport(lines []string, test string) (own, stray []string) {
+	for i, l := range lines {
+		l = strings.TrimLeft(l, " ")
+		for _, verb := range []string{"--- PASS: ", "--- SKIP: "} {
+			if rest, ok := strings.CutPrefix(l, verb); ok && (strings.HasPrefix(rest, test+" (") || strings.TrimSpace(rest) == test) {
+				return lines[:i+1], lines[i+1:]
+			}
+		}
+	}
+	return lines, nil
 }
 
 // packageEnd prints what go test prints of a package that ended.

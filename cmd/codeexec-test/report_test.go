@@ -259,3 +259,36 @@ func TestUnfinishedPackage(t *testing.T) {
 		t.Errorf("printed\n%s\nwant\n%s", out.String(), want)
 	}
 }
+
+// A package that times out right after a test passed: test2json gives the
+// panic and the goroutine dump to the passed test, as output that comes
+// before its pass. They are the package's failure and are printed with it;
+// what the test itself logged is not.
+func TestTimeoutAfterAPass(t *testing.T) {
+	t.Parallel()
+	var out, errOut bytes.Buffer
+	r := newReport(&out, &errOut, false, "example.com/m")
+	const p = `"Package":"example.com/m/p"`
+	for _, e := range []string{
+		`{"Action":"start",` + p + `}`,
+		`{"Action":"run",` + p + `,"Test":"TestHang"}`,
+		`{"Action":"output",` + p + `,"Test":"TestHang","Output":"=== RUN   TestHang\n"}`,
+		`{"Action":"run",` + p + `,"Test":"TestX"}`,
+		`{"Action":"output",` + p + `,"Test":"TestX","Output":"=== RUN   TestX\n"}`,
+		`{"Action":"output",` + p + `,"Test":"TestX","Output":"    p_test.go:7: the test's own log\n"}`,
+		`{"Action":"output",` + p + `,"Test":"TestX","Output":"--- PASS: TestX (0.50s)\n"}`,
+		`{"Action":"output",` + p + `,"Test":"TestX","Output":"panic: test timed out after 3s\n"}`,
+		`{"Action":"output",` + p + `,"Test":"TestX","Output":"\trunning tests:\n"}`,
+		`{"Action":"output",` + p + `,"Test":"TestX","Output":"\t\tTestHang (3s)\n"}`,
+		`{"Action":"pass",` + p + `,"Test":"TestX","Elapsed":0.5}`,
+		`{"Action":"output",` + p + `,"Output":"FAIL\texample.com/m/p\t3.004s\n"}`,
+		`{"Action":"fail",` + p + `,"Elapsed":3.004}`,
+	} {
+		r.line([]byte(e + "\n"))
+	}
+	r.finish(true)
+	want := "panic: test timed out after 3s\n\trunning tests:\n\t\tTestHang (3s)\nFAIL\texample.com/m/p\t3.004s\nFAIL\n\nskipped: none\n"
+	if out.String() != want {
+		t.Errorf("printed\n%s\nwant\n%s", out.String(), want)
+	}
+}
