@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode"
 
 	"github.com/codeexec/codeexec/sandbox"
@@ -106,12 +107,7 @@ func TestInfoShowsNetworkPolicy(t *testing.T) {
 func TestRefusalTextRepeatsNoWord(t *testing.T) {
 	t.Parallel()
 	e := sandboxtest.StartEgress(t, "127.0.0.1")
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	_ = l.Close() // nothing listens there now
+	_, closed, _ := net.SplitHostPort(sandboxtest.RefusingAddr(t)) // refuses every connection
 	h := strconv.Itoa(e.HTTPPort)
 	// serve runs the requests through a session of the real proxy (one
 	// connection each) and returns its report.
@@ -133,6 +129,7 @@ func TestRefusalTextRepeatsNoWord(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			_ = c.SetDeadline(time.Now().Add(time.Minute)) // bounds a hang only
 			if _, err := io.WriteString(c, req); err != nil {
 				t.Fatal(err)
 			}

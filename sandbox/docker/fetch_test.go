@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -110,18 +109,6 @@ func TestRunnerPullsItsImage(t *testing.T) {
 	}
 }
 
-// closedAddr returns a loopback address where nothing listens.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
-}
-
 // TestMissingImageSaysWhatToDo: a missing sandbox image that cannot be
 // pulled or built, or that names no registry, stops New with one sentence
 // that names the image, the registry or base and what the engine said (and
@@ -131,7 +118,7 @@ func TestMissingImageSaysWhatToDo(t *testing.T) {
 	cli := engine(t)
 	reg := startRegistry(t, false)
 	locked := startRegistry(t, true)
-	nowhere := closedAddr(t)
+	nowhere := sandboxtest.RefusingAddr(t)
 
 	missing := reg.Ref("missing", "x")
 	unreachable := nowhere + "/codeexec-test-" + newInstanceID() + "/sandbox:x"

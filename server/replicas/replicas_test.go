@@ -3,13 +3,13 @@ package replicas_test
 import (
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
 
+	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 	"github.com/codeexec/codeexec/server/replicas"
 )
 
@@ -33,9 +33,7 @@ func TestForward(t *testing.T) {
 	bURL, _ := url.Parse(bSrv.URL)
 	b = replicas.New("b", map[string]*url.URL{"a": {Scheme: "http", Host: "127.0.0.1:1"}}, token, nil)
 	// c's address refuses connections: a replica that stopped.
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	cURL := &url.URL{Scheme: "http", Host: ln.Addr().String()}
-	ln.Close()
+	cURL := &url.URL{Scheme: "http", Host: sandboxtest.RefusingAddr(t)}
 	a := replicas.New("a", map[string]*url.URL{"b": bURL, "c": cURL}, token, nil)
 	h := a.Forward(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "a served")
