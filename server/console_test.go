@@ -86,7 +86,7 @@ func doReq(t *testing.T, method, url string, hdr map[string]string, body string)
 		}
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

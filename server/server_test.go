@@ -22,6 +22,11 @@ import (
 	"github.com/codeexec/codeexec/sandbox/sandboxtest"
 )
 
+// testClient is the tests' HTTP client: its timeout only bounds a hang
+// (a server that never answers fails the test, with its name, instead of
+// stopping the package at go test's timeout).
+var testClient = &http.Client{Timeout: 2 * time.Minute}
+
 // testOptions are the server's defaults with 1k of code and 2k of stdin.
 func testOptions() Options {
 	return Options{

@@ -69,7 +69,7 @@ func (ts *taskServer) post(ctx context.Context, method, params string) (map[stri
 	req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
 	req.Header.Set("Mcp-Method", method)
 	req.Header.Set("Mcp-Name", "code_execute")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		return nil, err
 	}

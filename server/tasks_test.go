@@ -77,7 +77,7 @@ func (ts *taskServer) rpc(version, session, body string, extra ...string) (resul
 	if session != "" {
 		req.Header.Set("Mcp-Session-Id", session)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		ts.t.Fatal(err)
 	}
@@ -219,7 +219,11 @@ func TestModernTaskCancel(t *testing.T) {
 	})
 	res, _ := ts.modern("tools/call", `{"name":"code_execute","arguments":{"language":"bash","code":"sleep 600","timeout_seconds":900}}`, true)
 	id, _ := res["taskId"].(string)
-	<-started
+	select {
+	case <-started:
+	case <-time.After(time.Minute): // bounds a hang only
+		t.Fatalf("the task's run did not start; tools/call answered %v", res)
+	}
 	ack, rerr := ts.modern("tasks/cancel", fmt.Sprintf(`{"taskId":%q}`, id), true)
 	if rerr != nil || ack["resultType"] != "complete" {
 		t.Fatalf("tasks/cancel = %v %v", ack, rerr)
@@ -320,7 +324,11 @@ func TestLegacyTask(t *testing.T) {
 	created, _, _ = ts.rpc("2025-11-25", session, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"code_execute","arguments":{"language":"python","code":"block"},"task":{}}}`)
 	task, _ = created["task"].(map[string]any)
 	id, _ = task["taskId"].(string)
-	<-blocked
+	select {
+	case <-blocked:
+	case <-time.After(time.Minute): // bounds a hang only
+		t.Fatalf("the second task's run did not start; tools/call answered %v", created)
+	}
 	cancelled, rerr, _ := ts.rpc("2025-11-25", session, fmt.Sprintf(`{"jsonrpc":"2.0","id":6,"method":"tasks/cancel","params":{"taskId":%q}}`, id))
 	if rerr != nil || cancelled["status"] != "cancelled" {
 		t.Fatalf("tasks/cancel = %v %v", cancelled, rerr)
@@ -352,6 +360,7 @@ func TestModernTaskOverStdio(t *testing.T) {
 	t.Cleanup(func() {
 		cancel()
 		inW.Close()
+		outR.Close() // a write the test no longer reads fails instead of waiting
 		<-done
 	})
 	replies := bufio.NewScanner(outR)
