@@ -35,8 +35,18 @@ type report struct {
 	module      string // the module's path, left out of package names
 	pkgs        map[string]*pkgOutput
 	skips       []skip
+	timeouts    []timeout
 	ran         bool // go test reported something
 	failed      bool // a package failed
+}
+
+// timeout is a package that ran into go test's timeout: its panic's first
+// line and the tests it names as running. They are said again at the very
+// end, as the dump before them can be thousands of lines long and a log's
+// tail is often all that is read.
+type timeout struct {
+	pkg, panic string
+	running    []string
 }
 
 // pkgOutput is what a running package printed that is not printed yet.
@@ -44,6 +54,10 @@ type pkgOutput struct {
 	lines []string            // the package's own output (not of a test)
 	tests map[string][]string // each running test's output
 	order []string            // the running tests, in the order they started
+	// timeout is set from the line "panic: test timed out after …" on;
+	// inRunning while the tests it lists as running follow it.
+	timeout   *timeout
+	inRunning bool
 }
 
 // skip is a skipped test's package and the reason the test gave.
@@ -109,6 +123,7 @@ func (r *report) output(e event) {
 		fmt.Fprint(r.out, e.Output)
 	}
 	p := r.pkg(e.Package)
+	p.noteTimeout(e.Package, e.Output)
 	if e.Test == "" {
 		if !r.verbose {
 			p.lines = append(p.lines, e.Output)
@@ -122,6 +137,23 @@ func (r *report) output(e event) {
 		p.order = append(p.order, e.Test)
 	}
 	p.tests[e.Test] = append(p.tests[e.Test], e.Output)
+}
+
+// noteTimeout follows go test's timeout panic: its first line, then
+// "running tests:" and a line per test, "\t\tTestName (30m0s)".
+func (p *pkgOutput) noteTimeout(pkg, line string) {
+	switch {
+	case p.timeout == nil:
+		if strings.HasPrefix(line, "panic: test timed out after ") {
+			p.timeout = &timeout{pkg: pkg, panic: strings.TrimSpace(line)}
+		}
+	case strings.TrimSpace(line) == "running tests:":
+		p.inRunning = true
+	case p.inRunning && strings.HasPrefix(line, "\t\t"):
+		p.timeout.running = append(p.timeout.running, strings.TrimSpace(line))
+	default:
+		p.inRunning = false
+	}
 }
 
 // framing reports whether a test's output line is go test -v's framing,
@@ -193,6 +225,9 @@ func (r *report) packageEnd(e event) {
 	if e.Action == "fail" {
 		r.failed = true
 	}
+	if p.timeout != nil {
+		r.timeouts = append(r.timeouts, *p.timeout)
+	}
 	if r.verbose {
 		return
 	}
@@ -246,6 +281,13 @@ func (r *report) finish(failed bool) {
 		return
 	}
 	writeSummary(r.out, r.skips, r.module)
+	for _, t := range r.timeouts {
+		running := "none named"
+		if len(t.running) > 0 {
+			running = strings.Join(t.running, ", ")
+		}
+		fmt.Fprintf(r.out, "\n%s: %s; the tests running then: %s (the dump is above)\n", shortPackage(t.pkg, r.module), t.panic, running)
+	}
 }
 
 // modulePath is the path of the module whose go.mod is in dir or above

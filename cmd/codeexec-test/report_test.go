@@ -263,7 +263,8 @@ func TestUnfinishedPackage(t *testing.T) {
 // A package that times out right after a test passed: test2json gives the
 // panic and the goroutine dump to the passed test, as output that comes
 // before its pass. They are the package's failure and are printed with it;
-// what the test itself logged is not.
+// what the test itself logged is not. The last line says again which
+// tests were running, as a log's tail is often all that is read.
 func TestTimeoutAfterAPass(t *testing.T) {
 	t.Parallel()
 	var out, errOut bytes.Buffer
@@ -287,7 +288,8 @@ func TestTimeoutAfterAPass(t *testing.T) {
 		r.line([]byte(e + "\n"))
 	}
 	r.finish(true)
-	want := "panic: test timed out after 3s\n\trunning tests:\n\t\tTestHang (3s)\nFAIL\texample.com/m/p\t3.004s\nFAIL\n\nskipped: none\n"
+	want := "panic: test timed out after 3s\n\trunning tests:\n\t\tTestHang (3s)\nFAIL\texample.com/m/p\t3.004s\nFAIL\n\nskipped: none\n" +
+		"\np: panic: test timed out after 3s; the tests running then: TestHang (3s) (the dump is above)\n"
 	if out.String() != want {
 		t.Errorf("printed\n%s\nwant\n%s", out.String(), want)
 	}
