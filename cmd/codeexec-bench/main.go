@@ -31,8 +31,10 @@
 // Back to back and with think time (-b2b, see pace.go): each configuration
 // called in blocks of calls with no pause between an answer and the next
 // call, and again with -b2b-think between them, the blocks of every
-// configuration alternating; the back-to-back rate of each, and the ratios
-// to bare, with and without think time:
+// configuration alternating (each back-to-back block after -b2b-warm calls
+// that are not counted: a pool catches up while the others run, which it
+// does not for a client that keeps calling); the back-to-back rate of
+// each, and the ratios to bare, with and without think time:
 //
 //	go run ./cmd/codeexec-bench -docker=false -rounds 150 -b2b 150 -sustained 0
 //
@@ -106,6 +108,8 @@ func main() {
 	var pc pace
 	flag.IntVar(&pc.calls, "b2b", 30, "calls per configuration and language (python, javascript) made back to back, and again with -b2b-think between them, in blocks that alternate between the configurations (0 skips them)")
 	flag.IntVar(&pc.block, "b2b-block", 10, "calls per block of the back-to-back measurement")
+	// Process mode's pool keeps at most 2 × CPUs prepared runs of a kind.
+	flag.IntVar(&pc.warm, "b2b-warm", 2*runtime.NumCPU()+1, "calls at the start of each back-to-back block that are made but not counted: they find what the configuration prepared while the others ran, which a client that keeps calling does not (default: 2 × CPUs + 1, one more than process mode's pool keeps of a kind)")
 	flag.DurationVar(&pc.think, "b2b-think", 250*time.Millisecond, "pause of the client between an answer and its next call in the back-to-back measurement's second pass (0 skips it)")
 	var cst cost
 	flag.IntVar(&cst.rounds, "cost-rounds", 0, "rounds of the cost measurement, docker and kubernetes mode side by side: cold, warm and session calls (0 skips it)")
@@ -176,12 +180,13 @@ func run(rounds, warmup, pool int, bin string, withDocker bool, sus sustained, s
 }
 
 // buildCodeexec builds ./cmd/codeexec into dir, with process mode's run
-// helper (./cmd/codeexec-sandbox) beside it as installed, and returns the
-// binary.
+// helper (./cmd/codeexec-sandbox) beside it, as the README installs them
+// (CGO_ENABLED=0), and returns the binary.
 func buildCodeexec(dir string) (string, error) {
 	bin := filepath.Join(dir, "codeexec")
 	fmt.Fprintln(os.Stderr, "building ./cmd/codeexec and ./cmd/codeexec-sandbox ...")
 	build := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./cmd/codeexec", "./cmd/codeexec-sandbox")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		return "", fmt.Errorf("building codeexec: %w", err)

@@ -9,20 +9,22 @@ import (
 )
 
 // pace measures every configuration of the latency rounds as a client
-// that calls back to back (its next call as soon as it has the answer:
-// nothing gives a pool time to catch up that such a client would not) and
+// that calls back to back (its next call as soon as it has the answer) and
 // as one that thinks (think between an answer and its next call, like an
 // agent waiting for its model), for python and javascript. Each
 // configuration and language is called in blocks of block calls, no other
 // call between them; the blocks of every configuration alternate, round
-// after round, so that drift of the machine hits each alike. The
-// back-to-back rate is the calls of a configuration's back-to-back blocks
-// over the time those blocks took; its CPU per call is the CPU time that
-// the configuration's processes used in those blocks (see cpuTime) over
-// their calls.
+// after round, so that drift of the machine hits each alike. While the
+// other configurations' blocks run, a configuration's pool catches up,
+// which it does not for a client that keeps calling: so each back-to-back
+// block starts with warm calls that are made but not counted (process
+// mode's pool keeps at most 2 × CPUs runs of a kind ahead). The
+// back-to-back rate is the counted calls of a configuration's back-to-back
+// blocks over the time they took; its CPU per call is the CPU time that the
+// configuration's processes used in them (see cpuTime) over their calls.
 type pace struct {
-	calls, block int
-	think        time.Duration
+	calls, block, warm int
+	think              time.Duration
 }
 
 // paceLangs are the languages of the pace measurement.
@@ -65,9 +67,18 @@ func (pc pace) measure(ctx context.Context, targets []*target) error {
 					if !t.measures(lang) {
 						continue
 					}
-					start := time.Now()
-					cpu0, cpuOK := cpuTime(t)
-					for i := range n {
+					warm := 0
+					if think == 0 {
+						warm = pc.warm
+					}
+					var start time.Time
+					var cpu0 time.Duration
+					var cpuOK bool
+					for i := range warm + n {
+						if i == warm {
+							start = time.Now()
+							cpu0, cpuOK = cpuTime(t)
+						}
 						if i > 0 {
 							time.Sleep(think) // the client's think time, between an answer and its next call
 						}
@@ -75,7 +86,9 @@ func (pc pace) measure(ctx context.Context, targets []*target) error {
 						if err != nil {
 							return fmt.Errorf("%s %s: %w", t.name, lang, err)
 						}
-						got[t].lat[think][lang] = append(got[t].lat[think][lang], d)
+						if i >= warm {
+							got[t].lat[think][lang] = append(got[t].lat[think][lang], d)
+						}
 					}
 					if think == 0 {
 						got[t].busy[lang] += time.Since(start)
@@ -92,7 +105,7 @@ func (pc pace) measure(ctx context.Context, targets []*target) error {
 }
 
 func (pc pace) print(targets []*target, thinks []time.Duration, got map[*target]*paced) {
-	fmt.Printf("\nback to back and with think time: %d calls per configuration, language and think time, in blocks of %d\n\n", pc.calls, pc.block)
+	fmt.Printf("\nback to back and with think time: %d calls per configuration, language and think time, in blocks of %d (back to back: after %d uncounted)\n\n", pc.calls, pc.block, pc.warm)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "configuration\tlanguage\tthink time\tmedian ms\tp90 ms\tp99 ms\tcalls/s\tCPU ms/call\t")
 	for _, think := range thinks {

@@ -25,7 +25,7 @@ var layers = []struct {
 	pkgs []string
 }{
 	{"foundations: the Runner contract and what every part shares", []string{"sandbox", "sandbox/artifacts", "sandbox/egress", "sandbox/datascience", "server/httpserve"}},
-	{"the parts of the sandboxes", []string{"sandbox/egress/proxy", "sandbox/sessions", "sandbox/internal/executor", "sandbox/internal/sessionproc", "sandbox/internal/runproto", "sandbox/internal/warmpool", "sandbox/internal/lifecycle", "sandbox/kube/internal/kubeapi", "sandbox/docker/image", "sandbox/process/seatbelt"}},
+	{"the parts of the sandboxes", []string{"sandbox/egress/proxy", "sandbox/sessions", "sandbox/internal/executor", "sandbox/internal/seccompfilter", "sandbox/internal/sessionproc", "sandbox/internal/runproto", "sandbox/internal/warmpool", "sandbox/internal/lifecycle", "sandbox/kube/internal/kubeapi", "sandbox/docker/image", "sandbox/process/seatbelt"}},
 	{"the modes", []string{"sandbox/docker", "sandbox/process", "sandbox/process/early", "sandbox/host", "sandbox/kube"}},
 	{"the layers of the runner chain", []string{"sandbox/pypolicy", "sandbox/packages", "approvals", "approvals/audit", "server/principals", "server/runtoken", "server/metrics"}},
 	{"test support", testSupport},
@@ -40,7 +40,7 @@ var testSupport = []string{"sandbox/sandboxtest", "sandbox/packages/packagestest
 
 // modes are the packages of the sandbox modes and their run cores, which
 // only cmd/codeexec puts together with the rest.
-var modes = []string{"sandbox/docker", "sandbox/process", "sandbox/process/early", "sandbox/host", "sandbox/kube", "sandbox/internal/executor", "sandbox/internal/sessionproc"}
+var modes = []string{"sandbox/docker", "sandbox/process", "sandbox/process/early", "sandbox/host", "sandbox/kube", "sandbox/internal/executor", "sandbox/internal/seccompfilter", "sandbox/internal/sessionproc"}
 
 // forbidden are dependencies, direct or not, that the layering alone would
 // allow: which packages must not depend on which, and why.
@@ -52,7 +52,7 @@ var forbidden = []struct {
 		"the MCP server is given the runner chain and its Options by cmd/codeexec: it knows neither the modes nor the configuration"},
 	{[]string{"sandbox/pypolicy", "sandbox/packages", "approvals", "approvals/audit", "server/principals", "server/runtoken", "server/metrics", "sandbox/sessions"}, modes,
 		"a layer of the runner chain wraps any sandbox.Runner: only cmd/codeexec knows the modes"},
-	{[]string{"sandbox/docker", "sandbox/kube"}, []string{"sandbox/internal/executor", "sandbox/internal/sessionproc", "sandbox/process"},
+	{[]string{"sandbox/docker", "sandbox/kube"}, []string{"sandbox/internal/executor", "sandbox/internal/seccompfilter", "sandbox/internal/sessionproc", "sandbox/process"},
 		"docker and kubernetes mode run their programs in containers, not on process mode's run core"},
 	{[]string{"sandbox/kube"}, []string{"sandbox/docker"},
 		"kubernetes mode shares docker mode's protocol through sandbox/internal/runproto, not its engine client"},

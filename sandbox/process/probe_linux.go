@@ -17,6 +17,7 @@ import (
 
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/internal/executor"
+	"github.com/codeexec/codeexec/sandbox/internal/seccompfilter"
 )
 
 // probeIsolation finds which isolation features work on this host, by
@@ -82,9 +83,12 @@ func (r *Runner) wantedIsolation(disabled []Feature, uid int) *isolationProbe {
 		}
 	}
 	if p.iso.Seccomp {
-		if err := executor.SeccompAvailable(); err != nil {
+		if err := seccompfilter.Available(); err != nil {
 			p.iso.Seccomp = false
 			p.reason[FeatureSeccomp] = "unavailable on this host (" + err.Error() + "): programs can create user namespaces (and regain every capability inside one, where the host allows them), and use keyrings, bpf, perf events, io_uring and userfaultfd as far as the host allows its users"
+		} else {
+			// Available assembled it: Program returns it at once.
+			p.iso.SeccompFilter, _ = seccompfilter.Program()
 		}
 	}
 	if !p.iso.User && os.Geteuid() != 0 {

@@ -7,8 +7,12 @@ type Isolation struct {
 	// User, PID, Network, IPC, UTS and Mount ask for a namespace of that
 	// kind; Landlock restricts file access with Landlock.
 	User, PID, Network, IPC, UTS, Mount, Landlock bool
-	// Seccomp applies the run's seccomp filter (see seccomp_linux.go).
-	Seccomp bool
+	// Seccomp applies the run's seccomp filter, SeccompFilter: its
+	// sock_filter instructions as sandbox/internal/seccompfilter.Program
+	// assembles them (the run helpers do not link the assembler). A run
+	// that asks for the filter without one fails.
+	Seccomp       bool
+	SeccompFilter []byte `json:",omitempty"`
 	// UID and GID are the run's host ids: in a user namespace, the
 	// supervisor's uid 0 maps to them, and the program's ProgramUID (of a
 	// user namespace nested in the supervisor's) to the supervisor's 0.

@@ -12,8 +12,6 @@ import (
 	"strconv"
 	"syscall"
 
-	"github.com/landlock-lsm/go-landlock/landlock"
-	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
 )
 
@@ -508,23 +506,13 @@ func applyLandlock(spec Spec) error {
 			ro = append(ro, b.Src)
 		}
 	}
-	rules := []landlock.Rule{
-		landlock.RODirs(ro...).IgnoreIfMissing(),
-		landlock.RODirs("/proc").IgnoreIfMissing(),
-		landlock.RWDirs(rw...).IgnoreIfMissing(),
-		landlock.RWFiles("/dev/null", "/dev/zero", "/dev/full").IgnoreIfMissing(),
-		landlock.ROFiles("/dev/random", "/dev/urandom").IgnoreIfMissing(),
-	}
-	return landlock.V5.BestEffort().RestrictPaths(rules...)
-}
-
-// LandlockABI returns the Landlock ABI version of this kernel (0: none).
-func LandlockABI() (int, error) {
-	v, err := llsys.LandlockGetABIVersion()
-	if err != nil {
-		return 0, err
-	}
-	return v, nil
+	return restrictThread([]llRule{
+		{llAccessRead, ro},
+		{llAccessRead, []string{"/proc"}},
+		{llAccessRead | llAccessWrite, rw},
+		{(llAccessRead | llAccessWrite) & llAccessFile, []string{"/dev/null", "/dev/zero", "/dev/full"}},
+		{llAccessRead & llAccessFile, []string{"/dev/random", "/dev/urandom"}},
+	})
 }
 
 // bindWork binds the host's run directory dir at work, writable, nosuid and

@@ -3,120 +3,38 @@
 package executor
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"runtime"
+	"syscall"
+	"unsafe"
 
-	seccomp "github.com/elastic/go-seccomp-bpf"
-	"github.com/elastic/go-seccomp-bpf/arch"
 	"golang.org/x/sys/unix"
 )
 
-// Process mode's seccomp filter, in the spirit of Docker's default profile:
-// everything is allowed except the system calls that widen the kernel's
-// attack surface or undo the sandbox. It is the last thing the exec stage
-// applies before the interpreter starts, so the program and everything it
-// starts run under it (a filter is inherited and cannot be removed).
-
-// refusedSyscalls fail with EPERM.
-var refusedSyscalls = []string{
-	// New namespaces and entering others: a nested user namespace gives
-	// back every capability (raw sockets, netfilter, mounts inside it).
-	"setns",
-	// Kernel keyrings are not namespaced.
-	"keyctl", "add_key", "request_key",
-	// Large kernel interfaces, rarely needed and often exploited.
-	"bpf", "perf_event_open", "userfaultfd",
-	"io_uring_setup", "io_uring_enter", "io_uring_register",
-	// The kernel itself.
-	"kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
-	"reboot", "swapon", "swapoff", "acct", "syslog", "quotactl", "quotactl_fd",
-	"lookup_dcookie", "uselib", "vhangup", "iopl", "ioperm",
-	// Mounts, old and new API.
-	"mount", "umount2", "pivot_root", "fsopen", "fsconfig", "fsmount", "fspick",
-	"move_mount", "open_tree", "mount_setattr",
-	// Other processes' memory and files: a program has no debugger to run.
-	"ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
-	"open_by_handle_at",
-	// The clock.
-	"settimeofday", "clock_settime", "clock_adjtime",
-}
-
-// allowedPersonalities are the personality(2) arguments a program may pass,
-// as in Docker's default profile: Linux, PER_LINUX32, UNAME26, both, and
-// 0xffffffff, which only asks for the current one. Any other (flags such as
-// ADDR_NO_RANDOMIZE, which turns off address randomization for what the
-// program runs next, or READ_IMPLIES_EXEC) fails with EPERM.
-var allowedPersonalities = []uint64{0x0, 0x8, 0x20000, 0x20008, 0xffffffff}
-
-// namespaceFlags are the clone and unshare flags that create namespaces.
-const namespaceFlags = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC |
-	unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET
-
-// seccompPolicy is the filter of a run on this architecture.
-//
-// clone3 takes its flags in memory, where a filter cannot look, so it fails
-// with ENOSYS: the C library then falls back to clone, whose flags are
-// checked. clone and unshare fail with EPERM when they ask for a namespace,
-// and personality when its argument is none of allowedPersonalities.
-func seccompPolicy() (*seccomp.Policy, error) {
-	if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
-		// clone's flags are its first argument on these; other
-		// architectures are not checked.
-		return nil, fmt.Errorf("no filter for %s (only amd64 and arm64)", runtime.GOARCH)
+// applySeccomp installs filter, the run's seccomp filter as the server
+// assembled it (sandbox/internal/seccompfilter; Isolation.SeccompFilter),
+// on every thread of this process, with no-new-privileges, which it needs.
+// The exec stage installs it last, before the interpreter starts.
+func applySeccomp(filter []byte) error {
+	if len(filter) == 0 || len(filter)%8 != 0 || len(filter)/8 > 0xffff {
+		return fmt.Errorf("the run's seccomp filter is malformed (%d bytes)", len(filter))
 	}
-	info, err := arch.GetInfo("")
-	if err != nil {
-		return nil, err
+	prog := make([]unix.SockFilter, len(filter)/8)
+	for i := range prog {
+		b := filter[8*i:]
+		prog[i] = unix.SockFilter{Code: binary.NativeEndian.Uint16(b), Jt: b[2], Jf: b[3], K: binary.NativeEndian.Uint32(b[4:])}
 	}
-	var names []string
-	for _, n := range refusedSyscalls {
-		if _, ok := info.SyscallNames[n]; ok {
-			names = append(names, n)
-		}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("setting no-new-privileges: %w", err)
 	}
-	nsCond := func(name string, flags uint64) seccomp.NameWithConditions {
-		return seccomp.NameWithConditions{Name: name, Conditions: seccomp.ArgumentConditions{
-			{Argument: 0, Operation: seccomp.BitsSet, Value: flags},
-		}}
-	}
-	var otherPersonality seccomp.ArgumentConditions
-	for _, v := range allowedPersonalities {
-		otherPersonality = append(otherPersonality, seccomp.Condition{Argument: 0, Operation: seccomp.NotEqual, Value: v})
-	}
-	return &seccomp.Policy{
-		DefaultAction: seccomp.ActionAllow,
-		Syscalls: []seccomp.SyscallGroup{
-			{Names: names, Action: seccomp.ActionErrno},
-			{Names: []string{"clone3"}, Action: seccomp.ActionErrno | seccomp.Action(unix.ENOSYS)},
-			{NamesWithCondtions: []seccomp.NameWithConditions{
-				nsCond("clone", namespaceFlags),
-				nsCond("unshare", namespaceFlags|unix.CLONE_NEWTIME),
-				{Name: "personality", Conditions: otherPersonality},
-			}, Action: seccomp.ActionErrno},
-		},
-	}, nil
-}
-
-// applySeccomp installs the filter on every thread of this process (with
-// no-new-privileges, which it needs).
-func applySeccomp() error {
-	p, err := seccompPolicy()
-	if err != nil {
-		return err
-	}
-	return seccomp.LoadFilter(seccomp.Filter{NoNewPrivs: true, Flag: seccomp.FilterFlagTSync, Policy: *p})
-}
-
-// SeccompAvailable reports why the filter cannot be used here, or nil.
-func SeccompAvailable() error {
-	if !seccomp.Supported() {
+	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	_, _, e := syscall.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog)))
+	if e == unix.ENOSYS {
 		return errors.New("the kernel does not offer seccomp filters")
 	}
-	p, err := seccompPolicy()
-	if err != nil {
-		return err
+	if e != 0 {
+		return fmt.Errorf("seccomp(SECCOMP_SET_MODE_FILTER): %w", e)
 	}
-	_, err = p.Assemble()
-	return err
+	return nil
 }

@@ -3,31 +3,92 @@
 package executor
 
 import (
+	"bytes"
+	"os"
+	"os/exec"
 	"runtime"
-	"slices"
+	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/codeexec/codeexec/sandbox/internal/seccompfilter"
 )
 
-func TestSeccompPolicyAssembles(t *testing.T) {
+// TestApplySeccompRefuses: the filter as the server assembles it, installed
+// from its bytes as the exec stage does, refuses what it promises to in
+// this process and every thread of it, and lets the rest through. The test
+// binary is started again to install it (a filter cannot be removed).
+func TestApplySeccompRefuses(t *testing.T) {
+	if os.Getenv("CODEEXEC_TEST_APPLY_SECCOMP") == "1" {
+		seccompChild()
+		return
+	}
 	t.Parallel()
-	if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
-		t.Skip("the filter is built for amd64 and arm64 only")
+	if err := seccompfilter.Available(); err != nil {
+		t.Skipf("no seccomp filter on this host: %v", err)
 	}
-	p, err := seccompPolicy()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestApplySeccompRefuses$")
+	cmd.Env = append(os.Environ(), "CODEEXEC_TEST_APPLY_SECCOMP=1")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("the filtered process: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{"unshare(CLONE_NEWUSER): operation not permitted", "setns: operation not permitted",
+		"keyctl: operation not permitted", "personality(ADDR_NO_RANDOMIZE): operation not permitted",
+		"another thread's unshare(CLONE_NEWNET): operation not permitted", "getpid: allowed", "unshare(CLONE_FILES): allowed"} {
+		if !strings.Contains(out.String(), want+"\n") {
+			t.Errorf("the filtered process did not say %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func seccompChild() {
+	runtime.LockOSThread()
+	prog, err := seccompfilter.Program()
+	if err == nil {
+		err = applySeccomp(prog)
+	}
 	if err != nil {
-		t.Fatal(err)
+		os.Stderr.WriteString("applySeccomp: " + err.Error() + "\n")
+		os.Exit(3)
 	}
-	prog, err := p.Assemble()
-	if err != nil {
-		t.Fatalf("the filter does not assemble: %v", err)
+	say := func(what string, err error) {
+		if err == nil {
+			os.Stdout.WriteString(what + ": allowed\n")
+		} else {
+			os.Stdout.WriteString(what + ": " + err.Error() + "\n")
+		}
 	}
-	if len(prog) < len(refusedSyscalls) {
-		t.Fatalf("a filter of %d instructions cannot refuse %d system calls", len(prog), len(refusedSyscalls))
+	say("unshare(CLONE_NEWUSER)", unix.Unshare(unix.CLONE_NEWUSER))
+	say("setns", unix.Setns(0, 0))
+	_, err = unix.KeyctlInt(unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0, 0, 0)
+	say("keyctl", err)
+	_, _, e := unix.RawSyscall(unix.SYS_PERSONALITY, 0x0040000, 0, 0) // ADDR_NO_RANDOMIZE
+	say("personality(ADDR_NO_RANDOMIZE)", errnoErr(e))
+	done := make(chan error)
+	go func() {
+		runtime.LockOSThread() // ends with this goroutine: its thread may be in a new namespace
+		done <- unix.Unshare(unix.CLONE_NEWNET)
+	}()
+	say("another thread's unshare(CLONE_NEWNET)", <-done)
+	say("getpid", errnoErr(0))
+	say("unshare(CLONE_FILES)", unix.Unshare(unix.CLONE_FILES))
+}
+
+func errnoErr(e unix.Errno) error {
+	if e == 0 {
+		return nil
 	}
-	refused := p.Syscalls[0].Names
-	for _, name := range []string{"setns", "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "io_uring_setup", "userfaultfd", "mount", "ptrace", "init_module"} {
-		if !slices.Contains(refused, name) {
-			t.Errorf("%s is not refused", name)
+	return e
+}
+
+func TestApplySeccompRefusesAMalformedFilter(t *testing.T) {
+	t.Parallel()
+	for _, f := range [][]byte{nil, make([]byte, 7)} {
+		if err := applySeccomp(f); err == nil || !strings.Contains(err.Error(), "malformed") {
+			t.Errorf("applySeccomp(%d bytes) = %v, want the filter named malformed", len(f), err)
 		}
 	}
 }
