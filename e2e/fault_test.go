@@ -386,7 +386,7 @@ func dockerdPID(t *testing.T) int {
 }
 
 // pidAlive reports whether pid runs (and is not a zombie).
-func pidAlive(pid int) bool { return !zombie(strconv.Itoa(pid)) }
+func pidAlive(pid int) bool { return sandboxtest.PidAlive(pid) }
 
 // startEngine makes sure the engine answers, starting it as CI does.
 func startEngine(t *testing.T, cli *client.Client, ensure string) {

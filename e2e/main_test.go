@@ -616,39 +616,7 @@ func marker() string { return sandboxtest.Marker() }
 
 // alive reports whether a live (not zombie) process has marker in its
 // command line.
-func alive(marker string) bool {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return false
-	}
-	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || !strings.Contains(string(b), marker) {
-			continue
-		}
-		if !zombie(e.Name()) {
-			return true
-		}
-	}
-	return false
-}
-
-// zombie reports whether /proc/pid is a zombie (or gone).
-func zombie(pid string) bool {
-	st, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
-	if err != nil {
-		return true
-	}
-	s := string(st)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 {
-		s = s[i+1:]
-	}
-	f := strings.Fields(s)
-	return len(f) > 0 && (f[0] == "Z" || f[0] == "X")
-}
+func alive(marker string) bool { return sandboxtest.MarkedAlive(marker) }
 
 // eventWait is how long a test waits for an event that must come (a
 // process to start or to end, a log line, a state): it only bounds a hang,

@@ -14,7 +14,7 @@ import (
 // for every run instead of the codeexec binary) links. A test keeps the
 // list equal to what sandbox/process/early depends on.
 //
-//go:embed *.go internal/executor/*.go artifacts/*.go egress/*.go datascience/*.go process/early/*.go
+//go:embed *.go internal/executor/*.go internal/procfs/*.go artifacts/*.go egress/*.go datascience/*.go process/early/*.go
 var runCoreSources embed.FS
 
 // RunCoreID identifies the run core's code in this binary: two binaries

@@ -25,7 +25,7 @@ var layers = []struct {
 	pkgs []string
 }{
 	{"foundations: the Runner contract and what every part shares", []string{"sandbox", "sandbox/artifacts", "sandbox/egress", "sandbox/datascience", "server/httpserve"}},
-	{"the parts of the sandboxes", []string{"sandbox/egress/proxy", "sandbox/sessions", "sandbox/internal/executor", "sandbox/internal/seccompfilter", "sandbox/internal/sessionproc", "sandbox/internal/runproto", "sandbox/internal/warmpool", "sandbox/internal/lifecycle", "sandbox/kube/internal/kubeapi", "sandbox/docker/image", "sandbox/process/seatbelt"}},
+	{"the parts of the sandboxes", []string{"sandbox/egress/proxy", "sandbox/sessions", "sandbox/internal/executor", "sandbox/internal/procfs", "sandbox/internal/seccompfilter", "sandbox/internal/sessionproc", "sandbox/internal/runproto", "sandbox/internal/warmpool", "sandbox/internal/lifecycle", "sandbox/kube/internal/kubeapi", "sandbox/docker/image", "sandbox/process/seatbelt"}},
 	{"the modes", []string{"sandbox/docker", "sandbox/process", "sandbox/process/early", "sandbox/host", "sandbox/kube"}},
 	{"the layers of the runner chain", []string{"sandbox/pypolicy", "sandbox/packages", "approvals", "approvals/audit", "server/principals", "server/runtoken", "server/metrics"}},
 	{"test support", testSupport},

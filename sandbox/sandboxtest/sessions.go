@@ -235,6 +235,7 @@ var sessionCases = []sessionCase{
 	{name: "cancel", test: sessionCancel},
 	{name: "environment scrubbed", test: sessionEnvironmentScrubbed, only: func(o SessionOptions) bool { return o.ScrubsEnv }},
 	{name: "nothing a call starts outlives it, and close removes everything", test: sessionNothingACallStartsOutlivesItAndCloseRemovesEverything},
+	{name: "a process whose first thread has ended does not outlive its call", test: sessionAProcessWhoseFirstThreadHasEndedDoesNotOutliveItsCall},
 	{name: "leftovers cannot write into later calls", test: sessionLeftoversCannotWriteIntoLaterCalls},
 	{name: "a forged end does not end a call", test: sessionAForgedEndDoesNotEndACall},
 	{name: "the working directory is capped", test: sessionTheWorkingDirectoryIsCapped},
@@ -543,6 +544,54 @@ func sessionNothingACallStartsOutlivesItAndCloseRemovesEverything(t *testing.T, 
 			}
 		})
 	}
+}
+
+// sessionAProcessWhoseFirstThreadHasEndedDoesNotOutliveItsCall is the case
+// "a process whose first thread has ended does not outlive its call". A
+// process whose first thread called exit(2), the system call, runs on in
+// its other threads while /proc/PID/stat says Z: the call waits until the
+// process it started is in that state, so the end of the call meets it so.
+func sessionAProcessWhoseFirstThreadHasEndedDoesNotOutliveItsCall(t *testing.T, ss *sessionSuite) {
+	t.Parallel()
+	s := ss.start(t, "python")
+	marker := Marker()
+	res := SessionCall(t, s, "python", FirstThreadEnds(marker))
+	if !strings.HasPrefix(res.Stdout, "first thread ended") {
+		t.Fatalf("the process did not end its first thread: exit %d stdout %q stderr %q", res.ExitCode, res.Stdout, abbrev(res.Stderr))
+	}
+	if ss.alive(t, marker) {
+		t.Errorf("a process whose first thread had ended outlived the call")
+	}
+	ss.expect(t, SessionCall(t, s, "python", "print('next')"), 0, "next\n")
+}
+
+// FirstThreadExits is a python program that starts a thread that runs on,
+// then ends its first thread with exit(2), the system call.
+const FirstThreadExits = `
+import ctypes, os, threading, time
+def stay():
+    while True:
+        time.sleep(1)
+threading.Thread(target=stay).start()
+ctypes.CDLL(None).syscall({"x86_64": 60, "aarch64": 93}[os.uname().machine], 0)
+`
+
+// FirstThreadEnds is python code that starts a process with marker in its
+// command line, which starts a thread that runs on and ends its own first
+// thread with exit(2), the system call; the code returns once /proc says
+// the process is a zombie (it is not), and prints "first thread ended".
+func FirstThreadEnds(marker string) string {
+	return `import subprocess, sys, time
+stay = """` + FirstThreadExits + `"""
+p = subprocess.Popen([sys.executable, "-c", stay, "` + marker + `"], start_new_session=True,
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+while True:
+    with open("/proc/%d/stat" % p.pid) as f:
+        if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+            break
+    time.sleep(0.01)
+print("first thread ended")
+`
 }
 
 // sessionLeftoversCannotWriteIntoLaterCalls is the case "leftovers cannot write into later calls".

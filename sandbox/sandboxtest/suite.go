@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/codeexec/codeexec/sandbox"
+	"github.com/codeexec/codeexec/sandbox/internal/procfs"
 )
 
 // SecretName and SecretValue are the sentinel that tests put in the server's
@@ -148,6 +149,7 @@ var runnerCases = []runnerCase{
 	{name: "timeout kills the whole tree", test: runnerTimeoutKillsTheWholeTree},
 	{name: "no process outlives a run that exits", test: runnerNoProcessOutlivesARunThatExits},
 	{name: "python daemon outlives nothing", test: runnerPythonDaemonOutlivesNothing},
+	{name: "a leftover holding the output does not hold the run", test: runnerALeftoverHoldingTheOutputDoesNotHoldTheRun},
 	{name: "output cap", test: runnerOutputCap},
 	{name: "cancellation kills the run", test: runnerCancellationKillsTheRun},
 	{name: "fresh working directory", test: runnerFreshWorkingDirectory},
@@ -387,6 +389,26 @@ print("parent done")`, marker)
 	}
 	if rs.opts.Alive(t, marker) {
 		t.Fatalf("a double-forked daemon outlived its run (marker %s)", marker)
+	}
+}
+
+// runnerALeftoverHoldingTheOutputDoesNotHoldTheRun is the case "a leftover
+// holding the output does not hold the run". Processes a run leaves with its
+// stdout and stderr (a background job, a daemon that left the group) are
+// killed when the program ends, and the run ends then, not once its output
+// closes: it does not reach a timeout (4 s) shorter than the time a run's
+// output gets to close after its program ended (5 s, executor's stopGrace).
+func runnerALeftoverHoldingTheOutputDoesNotHoldTheRun(t *testing.T, rs *runnerSuite) {
+	rs.need(t, "bash")
+	marker := Marker()
+	req := Req("bash", fmt.Sprintf("sleep %[1]s &\n(setsid sleep %[1]s &)\necho spawned", marker))
+	req.Limits.Timeout = 4 * time.Second
+	res := rs.run(t, req)
+	if res.TimedOut || res.ExitCode != 0 || res.Stdout != "spawned\n" {
+		t.Fatalf("timed out %v, exit %d, stdout %q, stderr %q; want spawned, at once", res.TimedOut, res.ExitCode, res.Stdout, abbrev(res.Stderr))
+	}
+	if rs.opts.Alive(t, marker) {
+		t.Fatalf("a background process outlived its run (marker %s)", marker)
 	}
 }
 
@@ -685,34 +707,57 @@ func ProcessesAlive(t *testing.T, marker string) bool {
 	}
 }
 
-// markedProcesses counts the processes on this host, zombies left out,
-// whose command line holds marker, and those of them that are dying.
+// markedProcesses counts the processes on this host, zombies left out (but
+// not a process whose first thread alone has ended), whose command line
+// holds marker, and those of them that are dying.
 func markedProcesses(t *testing.T, marker string) (found, dying int) {
 	t.Helper()
-	entries, err := os.ReadDir("/proc")
+	found, dying, err := scanMarked(marker)
 	if err != nil {
 		t.Skipf("no /proc on this host: %v", err)
+	}
+	return found, dying
+}
+
+// MarkedAlive reports whether a process on this host, zombies left out
+// (but not a process whose first thread alone has ended), has marker in
+// its command line now.
+func MarkedAlive(marker string) bool {
+	found, _, _ := scanMarked(marker)
+	return found > 0
+}
+
+// PidAlive reports whether process pid is alive: not gone, and not a
+// zombie (a process whose first thread alone has ended is alive).
+func PidAlive(pid int) bool {
+	return procfs.LiveTask(filepath.Join("/proc", strconv.Itoa(pid))) != ""
+}
+
+// scanMarked is markedProcesses without a test.
+func scanMarked(marker string) (found, dying int, err error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, 0, err
 	}
 	for _, e := range entries {
 		if _, err := strconv.Atoi(e.Name()); err != nil {
 			continue
 		}
-		dir := filepath.Join("/proc", e.Name())
+		dir := procfs.LiveTask(filepath.Join("/proc", e.Name()))
+		if dir == "" {
+			continue // it has already died
+		}
 		b, err := os.ReadFile(filepath.Join(dir, "cmdline"))
 		if err != nil || !strings.Contains(string(b), marker) {
 			continue
 		}
 		st, _ := os.ReadFile(filepath.Join(dir, "stat"))
-		f := strings.Fields(afterParen(string(st)))
-		if len(f) > 0 && (f[0] == "Z" || f[0] == "X") {
-			continue // it has already died
-		}
 		found++
-		if isDying(dir, f) {
+		if isDying(dir, strings.Fields(afterParen(string(st)))) {
 			dying++
 		}
 	}
-	return found, dying
+	return found, dying, nil
 }
 
 // isDying reports whether the process of /proc dir, whose stat fields

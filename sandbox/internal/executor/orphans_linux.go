@@ -6,9 +6,12 @@ import (
 	"bytes"
 	"os"
 	"strconv"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/codeexec/codeexec/sandbox/internal/procfs"
 )
 
 // Mode none starts programs directly from the server (no supervisor, so a
@@ -34,6 +37,11 @@ func EnableOrphanReaping() error {
 // in their environment, and their descendants, and reaps the server's
 // zombie children that no exec.Cmd waits for.
 func sweepOrphans(marker string) {
+	// One sweep at a time (each run in flight sweeps when its program
+	// ends): a victim that one sweep reaps could otherwise be waited for by
+	// another after its pid went to a new child.
+	sweeping.Lock()
+	defer sweeping.Unlock()
 	self := os.Getpid()
 	for round := 0; round < 1000; round++ {
 		procs := procTable()
@@ -77,9 +85,18 @@ func reapPid(pid int) {
 	}
 }
 
-// hasEnv reports whether the environment of pid holds the KEY=value pair kv.
+// sweeping serializes sweepOrphans.
+var sweeping sync.Mutex
+
+// hasEnv reports whether the environment of pid holds the KEY=value pair kv
+// (read through a live thread: the first one's reads empty once it has
+// ended).
 func hasEnv(pid int, kv string) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	dir := procfs.LiveTask("/proc/" + strconv.Itoa(pid))
+	if dir == "" {
+		return false
+	}
+	b, err := os.ReadFile(dir + "/environ")
 	if err != nil {
 		return false
 	}

@@ -6,6 +6,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/codeexec/codeexec/sandbox/internal/procfs"
 )
 
 // procInfo is what the process table says of one process.
@@ -40,7 +42,7 @@ func procTable() map[int]procInfo {
 			continue
 		}
 		ppid, _ := strconv.Atoi(f[1])
-		out[pid] = procInfo{ppid: ppid, zombie: f[0] == "Z"}
+		out[pid] = procInfo{ppid: ppid, zombie: (f[0] == "Z" || f[0] == "X") && procfs.LiveTask("/proc/"+strconv.Itoa(pid)) == ""}
 	}
 	return out
 }

@@ -49,6 +49,8 @@ func startRun(spec Spec, out *sandbox.Output) (*supervised, error) {
 	}
 	cfgW.Close()
 	pid := cmd.Process.Pid
+	// What the program left holding its output does not hold the run.
+	watchExit(pid, func() { killGroup(pid) })
 	return &supervised{
 		cmd:    cmd,
 		stop:   func() { killGroup(pid) },

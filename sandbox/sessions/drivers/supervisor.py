@@ -130,9 +130,9 @@ def _codeexec_supervisor(argv):
     read_nr = {"x86_64": "0", "aarch64": "63"}.get(os.uname().machine)
     can_look = None
 
-    def stat(pid):
+    def stat(pid, task=""):
         try:
-            with open("/proc/%d/stat" % pid, "rb") as f:
+            with open("/proc/%d%s/stat" % (pid, task), "rb") as f:
                 s = f.read()
         except OSError:
             return None
@@ -140,8 +140,23 @@ def _codeexec_supervisor(argv):
         return f[0].decode(), int(f[1])  # state, parent
 
     def alive(pid):
+        # A process whose first thread alone has ended (exit(2), the system
+        # call) runs on in its other threads while its stat says Z.
         st = stat(pid)
-        return st is not None and st[0] not in "ZXx"
+        if st is None:
+            return False
+        if st[0] not in "ZXx":
+            return True
+        try:
+            tasks = os.listdir("/proc/%d/task" % pid)
+        except OSError:
+            return False
+        for t in tasks:
+            if t != str(pid):
+                st = stat(pid, "/task/" + t)
+                if st is not None and st[0] not in "ZXx":
+                    return True
+        return False
 
     exited = {}
 
@@ -207,22 +222,31 @@ def _codeexec_supervisor(argv):
         # session's, which is not spared.
         if conn_pid and conn_pid in keep and not from_outside(conn_pid):
             return others(tuple(p for p in keep if p != conn_pid))
-        return out
+        return out, mine
 
     def sweep(keep=()):
-        # Stopped first, so that nothing forks while it is killed.
+        # Stopped first, so that nothing forks while it is killed. Done
+        # once a look finds nothing alive and sees the same processes as
+        # the look before it: a process that ends while it is looked at
+        # hands its children to this subreaper meanwhile, and the look can
+        # read this process's children before they come and the ending
+        # one's after they left; the next look finds them here.
+        seen = None
         for _ in range(10000):
-            victims = others(keep)
+            reap()
+            victims, mine = others(keep)
             if not victims:
-                reap()
-                return
+                if mine == seen:
+                    return
+                seen = mine
+                continue
+            seen = None
             for sig in (signal.SIGSTOP, signal.SIGKILL):
                 for p in victims:
                     try:
                         os.kill(p, sig)
                     except OSError:
                         pass
-            reap()
         fail("the session's processes could not all be killed")
 
     def stop(pid):
