@@ -127,9 +127,11 @@ def _codeexec_session(argv):
         os.dup2(null, 1)
         os.dup2(null, 2)
         # What a process started by the call still writes after a short
-        # grace is dropped, so that each call's output is its own.
+        # grace (a quarter of a second for both streams together) is
+        # dropped, so that each call's output is its own.
+        grace = time.monotonic() + 0.25
         for t in readers[:2]:
-            t.join(0.25)
+            t.join(max(0.0, grace - time.monotonic()))
         state["stale"] = True
         frame(b"X", str(rc).encode())
         # The session goes on in a fork of this process, with the whole
