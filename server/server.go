@@ -25,6 +25,7 @@ import (
 	"github.com/codeexec/codeexec/sandbox"
 	"github.com/codeexec/codeexec/sandbox/artifacts"
 	"github.com/codeexec/codeexec/sandbox/sessions"
+	"github.com/codeexec/codeexec/server/cancels"
 	"github.com/codeexec/codeexec/server/httpserve"
 	"github.com/codeexec/codeexec/server/principals"
 	"github.com/codeexec/codeexec/server/replicas"
@@ -67,6 +68,9 @@ type Server struct {
 	// sessionIDs binds the HTTP transports' MCP session ids to them.
 	principals *principals.Registry
 	sessionIDs *sessionIDs
+	// cancelBooks holds the SSE sessions' calls cancelled before they
+	// started (see package cancels).
+	cancelBooks cancels.Sessions
 
 	mu   sync.Mutex
 	runs map[string]map[*int]context.CancelFunc // session id -> cancel funcs of its runs
@@ -218,8 +222,10 @@ func New(runner sandbox.Runner, opts Options) *Server {
 			mcpserver.WithExtensions(map[string]any{TasksExtension: map[string]any{}}),
 		)
 	}
+	installEarlyCancels(hooks, func() *mcpserver.MCPServer { return s.mcp })
 	hooks.AddOnUnregisterSession(func(ctx context.Context, session mcpserver.ClientSession) {
 		s.cancelSession(session.SessionID())
+		s.cancelBooks.Forget(session.SessionID())
 		if s.opts.Sessions != nil {
 			// Nobody else can use the sessions of a client that went away.
 			owner := ownerOfSession(session.SessionID())

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,8 +13,10 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/codeexec/codeexec/server/cancels"
 	"github.com/codeexec/codeexec/server/httpserve"
 	"github.com/codeexec/codeexec/server/principals"
+	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 )
 
@@ -54,12 +57,16 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) er
 	mcpserver.WithWorkerPoolSize(maxWorkers)(stdio)
 	mcpserver.WithQueueSize(10000)(stdio)
 	stdio.SetErrorLogger(slog.NewLogLogger(s.log.Handler(), slog.LevelWarn))
-	stdio.SetContextFunc(s.stdioContext)
+	// A tools/call waits in mcp-go's queue for a free worker before its
+	// cancel function is registered; the Book keeps a cancellation read
+	// in that time for the call's start (see package cancels).
+	book := cancels.New()
+	stdio.SetContextFunc(func(ctx context.Context) context.Context { return cancels.With(s.stdioContext(ctx), book) })
 	// Every message is checked for valid UTF-8 before mcp-go decodes it
 	// (see utf8check.go); the answers to those that are not share the
 	// output with mcp-go's, one whole message per write.
 	w := &lockedWriter{w: out}
-	lines := &utf8Lines{in: bufio.NewReader(in), out: w, log: s.log}
+	lines := &utf8Lines{in: bufio.NewReader(in), out: w, log: s.log, observe: book.Observe}
 	if s.tasks != nil {
 		lines.intercept = s.stdioTasks
 	}
@@ -68,6 +75,49 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) er
 		return nil
 	}
 	return err
+}
+
+// sseContext is the context of a message over SSE. mcp-go answers each
+// message with 202 at once and handles it on a goroutine of its own, so a
+// client's cancellation of a call can be handled before the call's
+// cancel function is registered; this runs in the POST's handler, in the
+// order of the POSTs, once mcp-go has found the session, and shows the
+// message to the session's Book (see package cancels).
+func (s *Server) sseContext(withPeer func(context.Context, *http.Request) context.Context) func(context.Context, *http.Request) context.Context {
+	return func(ctx context.Context, r *http.Request) context.Context {
+		ctx = withPeer(ctx, r)
+		session := mcpserver.ClientSessionFromContext(ctx)
+		if session == nil || r.Body == nil {
+			return ctx
+		}
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			// mcp-go answers it as it would have.
+			r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), errReader{err}))
+			return ctx
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		book := s.cancelBooks.Book(session.SessionID())
+		book.Observe(bytes.TrimSpace(body))
+		return cancels.With(ctx, book)
+	}
+}
+
+// installEarlyCancels hands a call the cancellation that a Book (see
+// package cancels) kept while it waited to start: the hook runs once
+// mcp-go has registered the call's cancel function, so the notification
+// handed to mcp-go now cancels it. srv is the server, made after hooks.
+func installEarlyCancels(hooks *mcpserver.Hooks, srv func() *mcpserver.MCPServer) {
+	hooks.AddBeforeCallTool(func(ctx context.Context, id any, _ *mcp.CallToolRequest) {
+		if b := cancels.From(ctx); b != nil && b.Start(cancels.Key(id)) {
+			srv().HandleMessage(ctx, cancels.Notification(id))
+		}
+	})
+	hooks.AddOnError(func(ctx context.Context, id any, method mcp.MCPMethod, _ any, _ error) {
+		if b := cancels.From(ctx); b != nil && method == mcp.MethodToolsCall {
+			b.Start(cancels.Key(id)) // answered without starting: forget it
+		}
+	})
 }
 
 // stdioContext is the context of a request over stdio: its peer and its
@@ -120,7 +170,7 @@ func (s *Server) HTTPHandler(transport Transport, baseURL string) (http.Handler,
 			mcpserver.WithBaseURL(baseURL),
 			mcpserver.WithKeepAlive(true),
 			mcpserver.WithKeepAliveInterval(15*time.Second),
-			mcpserver.WithSSEContextFunc(withPeer),
+			mcpserver.WithSSEContextFunc(s.sseContext(withPeer)),
 			mcpserver.WithSSEDisableLocalhostProtection(true), // as above
 			mcpserver.WithSessionIDGenerator(s.sseSessionID),
 		)

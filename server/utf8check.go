@@ -128,6 +128,8 @@ type utf8Lines struct {
 	// intercept, if set, may take a valid message instead of passing it
 	// on; it then answers with reply (one whole message), at once or later.
 	intercept func(msg []byte, reply func(resp []byte)) (taken bool)
+	// observe, if set, sees each message that is passed on, before it is.
+	observe func(msg []byte)
 
 	line []byte // what is left of the line being passed on
 	err  error  // in's error, once line is passed on
@@ -148,8 +150,13 @@ func (u *utf8Lines) Read(p []byte) (int, error) {
 		line, err := u.in.ReadBytes('\n')
 		u.err = err
 		if len(bytes.TrimSpace(line)) == 0 || utf8.Valid(line) {
-			if u.intercept != nil && len(bytes.TrimSpace(line)) > 0 && u.intercept(bytes.TrimSpace(line), u.reply) {
-				continue
+			if msg := bytes.TrimSpace(line); len(msg) > 0 {
+				if u.intercept != nil && u.intercept(msg, u.reply) {
+					continue
+				}
+				if u.observe != nil {
+					u.observe(msg)
+				}
 			}
 			u.line = line
 			continue

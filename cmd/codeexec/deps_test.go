@@ -29,7 +29,7 @@ var layers = []struct {
 	{"the modes", []string{"sandbox/docker", "sandbox/process", "sandbox/process/early", "sandbox/host", "sandbox/kube"}},
 	{"the layers of the runner chain", []string{"sandbox/pypolicy", "sandbox/packages", "approvals", "approvals/audit", "server/principals", "server/runtoken", "server/metrics"}},
 	{"test support", testSupport},
-	{"the MCP server", []string{"server", "server/progress", "server/tasks", "server/replicas"}},
+	{"the MCP server", []string{"server", "server/cancels", "server/progress", "server/tasks", "server/replicas"}},
 	{"the configuration", []string{"configs"}},
 	{"the binaries and the suites that drive them", []string{"cmd/codeexec", "cmd/codeexec-sandbox", "cmd/codeexec-bench", "cmd/codeexec-test", "e2e", "sandbox/bench"}},
 }
@@ -48,7 +48,7 @@ var forbidden = []struct {
 	from, to []string
 	why      string
 }{
-	{[]string{"server", "server/progress", "server/tasks", "server/replicas", "server/metrics", "server/principals", "server/runtoken", "server/httpserve"}, append([]string{"configs"}, modes...),
+	{[]string{"server", "server/cancels", "server/progress", "server/tasks", "server/replicas", "server/metrics", "server/principals", "server/runtoken", "server/httpserve"}, append([]string{"configs"}, modes...),
 		"the MCP server is given the runner chain and its Options by cmd/codeexec: it knows neither the modes nor the configuration"},
 	{[]string{"sandbox/pypolicy", "sandbox/packages", "approvals", "approvals/audit", "server/principals", "server/runtoken", "server/metrics", "sandbox/sessions"}, modes,
 		"a layer of the runner chain wraps any sandbox.Runner: only cmd/codeexec knows the modes"},
