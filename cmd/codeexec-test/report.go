@@ -36,6 +36,7 @@ type report struct {
 	pkgs        map[string]*pkgOutput
 	skips       []skip
 	timeouts    []timeout
+	failures    []failure
 	ran         bool // go test reported something
 	failed      bool // a package failed
 }
@@ -47,6 +48,16 @@ type report struct {
 type timeout struct {
 	pkg, panic string
 	running    []string
+}
+
+// failure is a failing test and the first line of each entry it logged
+// (t.Error's, t.Log's, a cleanup's): said again at the very end, in short,
+// as a failing package's output can be thousands of lines long (a
+// server's log, a goroutine dump) and a log's tail is often all that is
+// read.
+type failure struct {
+	pkg, test string
+	entries   []string
 }
 
 // pkgOutput is what a running package printed that is not printed yet.
@@ -186,6 +197,13 @@ func (r *report) testEnd(e event) {
 	case "skip":
 		r.skips = append(r.skips, skip{pkg: e.Package, reason: skipReason(lines)})
 	case "fail":
+		// A parent's output holds its failing subtests': they are said.
+		sub := slices.ContainsFunc(r.failures, func(f failure) bool {
+			return f.pkg == e.Package && strings.HasPrefix(f.test, e.Test+"/")
+		})
+		if entries := logEntries(lines); len(entries) > 0 && !sub {
+			r.failures = append(r.failures, failure{pkg: e.Package, test: e.Test, entries: entries})
+		}
 		if r.verbose {
 			return
 		}
@@ -250,6 +268,29 @@ func (r *report) packageEnd(e event) {
 // "    file_test.go:12: ".
 var logEntry = regexp.MustCompile(`^\s*[^\s:]+\.go:\d+: ?`)
 
+// logEntries is the first line of each entry in a test's output, each at
+// most entryWidth bytes.
+func logEntries(lines []string) []string {
+	var out []string
+	for _, l := range strings.Split(strings.Join(lines, ""), "\n") {
+		if logEntry.MatchString(l) {
+			l = strings.TrimSpace(l)
+			if len(l) > entryWidth {
+				l = strings.ToValidUTF8(l[:entryWidth], "") + " …"
+			}
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// entryWidth, maxEntries and maxFailureLines bound the failures' summary.
+const (
+	entryWidth      = 200
+	maxEntries      = 6  // per failing test
+	maxFailureLines = 16 // in all
+)
+
 // skipReason is the reason a skipped test gave: the last entry it logged
 // (t.Skip's message), on one line.
 func skipReason(lines []string) string {
@@ -287,6 +328,34 @@ func (r *report) finish(failed bool) {
 			running = strings.Join(t.running, ", ")
 		}
 		fmt.Fprintf(r.out, "\n%s: %s; the tests running then: %s (the dump is above)\n", shortPackage(t.pkg, r.module), t.panic, running)
+	}
+	r.writeFailures()
+}
+
+// writeFailures ends the output with the failing tests and the first
+// entries each logged, within maxFailureLines lines.
+func (r *report) writeFailures() {
+	if len(r.failures) == 0 {
+		return
+	}
+	fmt.Fprintf(r.out, "\nwhat the failing tests logged first (%d tests; each entry's first line, the whole output is above):\n", len(r.failures))
+	left := maxFailureLines - 1 // one is kept for "and N more"
+	for i, f := range r.failures {
+		if left < 2 {
+			fmt.Fprintf(r.out, "  and %d more failing tests\n", len(r.failures)-i)
+			return
+		}
+		fmt.Fprintf(r.out, "  %s %s\n", shortPackage(f.pkg, r.module), f.test)
+		left--
+		n := min(len(f.entries), maxEntries, left)
+		for _, e := range f.entries[:n] {
+			fmt.Fprintf(r.out, "    %s\n", e)
+		}
+		left -= n
+		if more := len(f.entries) - n; more > 0 && left > 0 {
+			fmt.Fprintf(r.out, "    (%d more entries)\n", more)
+			left--
+		}
 	}
 }
 

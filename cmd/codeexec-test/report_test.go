@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -292,5 +294,64 @@ func TestTimeoutAfterAPass(t *testing.T) {
 		"\np: panic: test timed out after 3s; the tests running then: TestHang (3s) (the dump is above)\n"
 	if out.String() != want {
 		t.Errorf("printed\n%s\nwant\n%s", out.String(), want)
+	}
+}
+
+// The failing tests are said again at the end, in short: each one's first
+// entries, first lines only and cut to entryWidth, a parent's left out when
+// a subtest of it was said, within maxFailureLines lines in all.
+func TestFailuresSaidLast(t *testing.T) {
+	var in bytes.Buffer
+	emit := func(test, output string) {
+		b, _ := json.Marshal(event{Action: "output", Package: "m/e2e", Test: test, Output: output})
+		in.Write(append(b, '\n'))
+	}
+	end := func(action, test string) {
+		b, _ := json.Marshal(event{Action: action, Package: "m/e2e", Test: test})
+		in.Write(append(b, '\n'))
+	}
+	emit("TestLoad", "    load_test.go:41: the parent logs\n")
+	emit("TestLoad/stdio", "    load_test.go:75: warm: 32 calls\n")
+	emit("TestLoad/stdio", "    load_test.go:225: call 7: "+strings.Repeat("x", 500)+"\n")
+	emit("TestLoad/stdio", "    main_test.go:435: codeexec (stdio) stderr:\n        {\"msg\":\"run\"}\n")
+	end("fail", "TestLoad/stdio")
+	end("fail", "TestLoad")
+	for i := range 20 {
+		name := "TestMany" + strconv.Itoa(i)
+		for j := range 3 {
+			emit(name, "    many_test.go:"+strconv.Itoa(10+j)+": entry\n")
+		}
+		end("fail", name)
+	}
+	end("fail", "")
+	var out bytes.Buffer
+	r := newReport(&out, io.Discard, false, "m")
+	if err := r.read(&in); err != nil {
+		t.Fatal(err)
+	}
+	r.finish(true)
+	_, tail, ok := strings.Cut(out.String(), "\nwhat the failing tests logged first (21 tests;")
+	if !ok {
+		t.Fatalf("no summary of the failing tests in\n%s", out.String())
+	}
+	lines := strings.Split(strings.TrimSuffix(tail, "\n"), "\n")[1:]
+	if len(lines) > maxFailureLines {
+		t.Errorf("%d lines of failures, want at most %d:\n%s", len(lines), maxFailureLines, tail)
+	}
+	want := []string{
+		"  e2e TestLoad/stdio",
+		"    load_test.go:75: warm: 32 calls",
+		"    load_test.go:225: call 7: " + strings.Repeat("x", entryWidth-len("load_test.go:225: call 7: ")) + " …",
+		"    main_test.go:435: codeexec (stdio) stderr:",
+		"  e2e TestMany0",
+	}
+	if !slices.Equal(lines[:len(want)], want) {
+		t.Errorf("the failures' summary starts\n%s\nwant\n%s", strings.Join(lines[:len(want)], "\n"), strings.Join(want, "\n"))
+	}
+	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "  and ") || !strings.HasSuffix(last, " more failing tests") {
+		t.Errorf("the last line is %q, want the number of failing tests not said", last)
+	}
+	if strings.Contains(tail, "e2e TestLoad\n") {
+		t.Errorf("the parent of a said subtest is said too:\n%s", tail)
 	}
 }
