@@ -5,6 +5,7 @@ package executor_test
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -96,5 +97,29 @@ func TestPreloadFailedToLoad(t *testing.T) {
 	case <-p.Loaded():
 		t.Fatal("Loaded and Failed are both closed")
 	default:
+	}
+}
+
+// A run whose time limit runs out while its interpreter, started ahead, is
+// still loading has timed out, like any run that takes too long: it is not
+// a failure of the sandbox.
+func TestTimeoutWhileLoadingIsATimeout(t *testing.T) {
+	spec := preloadSpec(t, `read -r x <gate; printf '\026' >&3; m=$(cat <&3); echo never`)
+	if err := syscall.Mkfifo(filepath.Join(spec.Dir, "gate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := executor.Prepare(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	spec.Preload = &executor.Preload{Message: []byte("go")}
+	spec.Limits.Timeout = time.Second // it never loads: nothing opens the gate
+	res := &sandbox.Result{}
+	if err := executor.SpawnPrepared(context.Background(), p, spec, res); err != nil {
+		t.Fatalf("SpawnPrepared: %v; want a timed-out result", err)
+	}
+	if !res.TimedOut || res.ExitCode != 137 || res.Stdout != "" {
+		t.Fatalf("timed out %v, exit %d, stdout %q; want a timeout, exit 137, no output", res.TimedOut, res.ExitCode, res.Stdout)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -78,7 +79,11 @@ func threadNice(tid int) (int, error) {
 // preparingNice, when the server may raise it again. The supervisor has
 // not started anything yet: what it starts later inherits the value
 // (threads that its runtime starts while the walk goes on are found by the
-// next walk).
+// next walk). Only a run whose interpreter starts ahead is lowered: its
+// loading is the work worth putting last, and its end (it has loaded)
+// is a point where nothing of it creates threads, where the hand-over can
+// restore every one (Prepared.beginWhenLoaded). A supervisor alone has no
+// such point that the server sees.
 func lowerPriority(pid int) {
 	if on, _ := lowPriority(); on {
 		walkUntilSet(pid, preparingNice)
@@ -89,12 +94,29 @@ func lowerPriority(pid int) {
 // and their descendants) the server's nice value back; the hand-over calls
 // it before the program gets its request. A thread that a thread not yet
 // restored starts meanwhile inherits the low value: the walk is repeated
-// until it finds none.
+// until it finds none. A thread still being created when the last walk
+// lists the threads is not found: the hand-over calls it where nothing of
+// the run creates threads (the interpreter has loaded), and walks by
+// earlier only to let the loading go on at the server's priority
+// (restoreEarly; Prepared.beginWhenLoaded).
 func restorePriority(pid int) {
 	if on, nice := lowPriority(); on {
 		walkUntilSet(pid, nice)
 	}
 }
+
+// restoreEarly is restorePriority while the run's interpreter is still
+// loading.
+func restoreEarly(pid int) {
+	if f := earlyRestoreForTest.Load(); f != nil {
+		(*f)(pid)
+		return
+	}
+	restorePriority(pid)
+}
+
+// earlyRestoreForTest, set by a test, replaces restoreEarly's walk.
+var earlyRestoreForTest atomic.Pointer[func(pid int)]
 
 // walkUntilSet sets the nice value of the threads under pid (see
 // setTreeNice) until a walk finds none to change, 8 walks at most.

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/codeexec/codeexec/sandbox"
@@ -90,4 +91,66 @@ func treeNice(t *testing.T, pid int) map[int]int {
 		}
 	}
 	return out
+}
+
+// A thread being created while the hand-over's walk lists the threads keeps
+// the low priority; under load that is common while an interpreter started
+// ahead loads (its threads, or the exec stage being forked), and a program
+// at nice 19 on a busy host crawls. A run handed over while its interpreter
+// loads is walked again once it has loaded, when nothing of it creates
+// threads, before its program gets the request: even when every walk before
+// that misses every thread, the program runs at the server's priority.
+func TestRunHandedOverWhileLoadingRegainsPriority(t *testing.T) {
+	low, server := executor.PreparesAtLowPriority()
+	skipped := executor.SkipEarlyRestores(t)
+	spec := preloadSpec(t, `read -r x <gate; printf '\026' >&3; m=$(cat <&3); exec 3<&-; read -r stat </proc/self/stat; set -- ${stat##*) }; shift 16; echo "nice=$1"`)
+	gate := filepath.Join(spec.Dir, "gate")
+	if err := syscall.Mkfifo(gate, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := executor.Prepare(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	spec.Preload = &executor.Preload{Message: []byte("go")}
+	res := &sandbox.Result{}
+	done := make(chan error, 1)
+	go func() { done <- executor.SpawnPrepared(context.Background(), p, spec, res) }()
+	if low {
+		// The hand-over found the interpreter loading (it waits for the
+		// gate) and skipped the walk.
+		wait(t, skipped, "the hand-over of a run whose interpreter is loading")
+	}
+	// Let it load: opening the gate for writing ends its wait.
+	f, err := os.OpenFile(gate, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = f.WriteString("load\n")
+	f.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if w := "nice=" + strconv.Itoa(server) + "\n"; res.ExitCode != 0 || res.Stdout != w {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want stdout %q (the server's priority)", res.ExitCode, res.Stdout, res.Stderr, w)
+	}
+}
+
+// A supervisor alone, prepared ahead, is not lowered: nothing of it tells
+// the server when it has stopped creating threads (see the test above).
+func TestSupervisorAloneKeepsPriority(t *testing.T) {
+	_, server := executor.PreparesAtLowPriority()
+	spec := preloadSpec(t, `echo never`)
+	spec.Preload = nil
+	p, err := executor.Prepare(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for tid, n := range treeNice(t, p.PID()) {
+		if n != server {
+			t.Errorf("thread %d of a supervisor alone waits at nice %d, want the server's %d", tid, n, server)
+		}
+	}
 }

@@ -281,6 +281,12 @@ func spawn(ctx context.Context, spec Spec, res *sandbox.Result, startSup func(*s
 	res.Duration = time.Since(start)
 	out.Fill(res)
 	res.TimedOut = timedOut
+	if timedOut && !st.Started {
+		// The time limit ran out before the program began (its interpreter,
+		// started ahead, was still loading): a timeout like any other, not
+		// a failure of the sandbox.
+		st.Error = ""
+	}
 
 	switch {
 	case cancelled:

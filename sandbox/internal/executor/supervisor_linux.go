@@ -242,9 +242,9 @@ func prepare(base Spec) (*Prepared, error) {
 	}
 	p.cmd = cmd
 	p.status = statusR
-	// Until its run, at the lowest CPU priority (see lowPriority).
-	lowerPriority(cmd.Process.Pid)
 	if base.Preload != nil {
+		// Until its run, at the lowest CPU priority (see lowPriority).
+		lowerPriority(cmd.Process.Pid)
 		p.loaded, p.failed = make(chan struct{}), make(chan struct{})
 		p.status = readLoaded(statusR, p.loaded, p.failed)
 	}
@@ -349,36 +349,27 @@ func (p *Prepared) handOver(spec Spec, out *sandbox.Output) (*supervised, error)
 	p.stdin.set(spec.Stdin)
 	spec.CgroupFDs = p.base.CgroupFDs
 	spec.EgressFD = p.egressFD
-	// The run gets the server's CPU priority back before its program
-	// gets the request.
-	restorePriority(pid)
 	var stopOnce sync.Once
-	stop := func() { stopOnce.Do(func() { p.ctlW.Close() }) }
-	// The second half of the Spec: the whole run. A supervisor that died
-	// while it waited has closed its end: the run has not begun.
-	err := json.NewEncoder(p.cfgW).Encode(spec)
-	p.cfgW.Close()
-	if err != nil {
-		stop()
-		p.finish()
-		if p.egressConn != nil {
-			p.egressConn.Close()
-		}
-		return nil, fmt.Errorf("%w: %v", ErrNotBegun, err)
+	stopped := make(chan struct{})
+	stop := func() {
+		stopOnce.Do(func() {
+			close(stopped)
+			p.ctlW.Close()
+		})
 	}
-	if p.egressConn != nil {
-		// The supervisor sends the listener before it starts the
-		// program; if it fails first, its end closes and this returns.
-		l, err := receiveEgressListener(p.egressConn)
-		p.egressConn.Close()
-		if err == nil && spec.EgressServe != nil {
-			spec.EgressServe(l)
-		} else {
-			if err == nil {
-				l.Close()
-			}
-			// The supervisor reports why on its status pipe.
+	// The run gets the server's CPU priority back before its program
+	// gets the request (see restorePriority).
+	if p.loading() {
+		restoreEarly(pid)
+		go p.beginWhenLoaded(spec, stopped, stop)
+	} else {
+		restorePriority(pid)
+		// The second half of the Spec: the whole run. A supervisor that
+		// died while it waited has closed its end: the run has not begun.
+		if err := p.begin(spec, stop); err != nil {
 			stop()
+			p.finish()
+			return nil, fmt.Errorf("%w: %v", ErrNotBegun, err)
 		}
 	}
 	// The status is read as it comes: with a run's artifacts it can be
@@ -408,6 +399,98 @@ func (p *Prepared) handOver(spec Spec, out *sandbox.Output) (*supervised, error)
 		},
 		reaped: func() { untrack(pid) },
 	}, nil
+}
+
+// loading reports whether the Prepared's interpreter, started ahead at the
+// lowest CPU priority, has not loaded yet.
+func (p *Prepared) loading() bool {
+	if on, _ := lowPriority(); !on || !p.Preloaded() {
+		return false
+	}
+	select {
+	case <-p.loaded:
+		return false
+	case <-p.failed:
+		return false
+	default:
+		return true
+	}
+}
+
+// beginWhenLoaded begins the run of a Prepared handed over while its
+// interpreter, started ahead at the lowest CPU priority, was loading: the
+// interpreter and its supervisor were still creating threads, and a thread
+// being created as restorePriority walked by keeps the low value (under
+// load, for seconds: a program at nice 19 on a busy host crawls). Until the
+// interpreter has loaded the walk is repeated every rewalkEvery, so that
+// the loading goes on at the server's priority; once it has loaded it
+// creates no thread and its supervisor waits for the Spec, and a last walk
+// leaves none at the low value. Only then does the supervisor get the Spec
+// (it would wait for the loading before it used it anyway). If the run is
+// stopped first, or the interpreter fails to load, the supervisor reports
+// why on its status pipe.
+func (p *Prepared) beginWhenLoaded(spec Spec, stopped <-chan struct{}, stop func()) {
+	pid := p.cmd.Process.Pid
+	tick := time.NewTicker(rewalkEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			restoreEarly(pid)
+			continue
+		case <-p.loaded:
+			restorePriority(pid)
+			if p.begin(spec, stop) != nil {
+				stop()
+			}
+		case <-p.failed:
+			p.abandon()
+		case <-stopped:
+			p.abandon()
+		}
+		return
+	}
+}
+
+// rewalkEvery is how often beginWhenLoaded walks the run's threads while
+// its interpreter loads.
+const rewalkEvery = 10 * time.Millisecond
+
+// begin sends the supervisor the second half of the Spec, the whole run,
+// and serves the run's egress listener once the supervisor sends it. The
+// error is the Spec's: the supervisor is gone.
+func (p *Prepared) begin(spec Spec, stop func()) error {
+	err := json.NewEncoder(p.cfgW).Encode(spec)
+	p.cfgW.Close()
+	if err != nil || p.egressConn == nil {
+		if p.egressConn != nil {
+			p.egressConn.Close()
+		}
+		return err
+	}
+	// The supervisor sends the listener before it starts the program; if
+	// it fails first, its end closes and this returns.
+	l, lerr := receiveEgressListener(p.egressConn)
+	p.egressConn.Close()
+	if lerr == nil && spec.EgressServe != nil {
+		spec.EgressServe(l)
+	} else {
+		if lerr == nil {
+			l.Close()
+		}
+		// The supervisor reports why on its status pipe.
+		stop()
+	}
+	return nil
+}
+
+// abandon closes what the run would have been begun through, for a run
+// that ended before it began (its supervisor reports why).
+func (p *Prepared) abandon() {
+	p.cfgW.Close()
+	if p.egressConn != nil {
+		p.egressConn.Close()
+	}
 }
 
 // outputPipes carry the run's stdout and stderr from the supervisor to
