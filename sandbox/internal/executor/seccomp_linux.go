@@ -29,12 +29,17 @@ func applySeccomp(filter []byte) error {
 		return fmt.Errorf("setting no-new-privileges: %w", err)
 	}
 	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
-	_, _, e := syscall.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog)))
+	tid, _, e := syscall.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog)))
 	if e == unix.ENOSYS {
 		return errors.New("the kernel does not offer seccomp filters")
 	}
 	if e != 0 {
 		return fmt.Errorf("seccomp(SECCOMP_SET_MODE_FILTER): %w", e)
+	}
+	if tid != 0 {
+		// With TSYNC, a thread that cannot take the filter is named by the
+		// return value, not an error, and no thread gets the filter.
+		return fmt.Errorf("seccomp(SECCOMP_SET_MODE_FILTER): thread %d could not take the filter", tid)
 	}
 	return nil
 }

@@ -4,11 +4,13 @@ package executor
 
 import (
 	"bytes"
+	"encoding/binary"
 	"os"
 	"os/exec"
 	"runtime"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -91,4 +93,71 @@ func TestApplySeccompRefusesAMalformedFilter(t *testing.T) {
 			t.Errorf("applySeccomp(%d bytes) = %v, want the filter named malformed", len(f), err)
 		}
 	}
+}
+
+// TestApplySeccompFailsWhenAThreadCannotTakeIt: with TSYNC, a thread that
+// cannot take the filter (it has one of its own that is not an ancestor of
+// this thread's) makes the kernel return that thread's id, not an error,
+// and install the filter nowhere; applySeccomp must fail then, never go on
+// unfiltered. The test binary is started again (a filter stays).
+func TestApplySeccompFailsWhenAThreadCannotTakeIt(t *testing.T) {
+	if os.Getenv("CODEEXEC_TEST_SECCOMP_TSYNC") == "1" {
+		tsyncChild()
+		return
+	}
+	t.Parallel()
+	if err := seccompfilter.Available(); err != nil {
+		t.Skipf("no seccomp filter on this host: %v", err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestApplySeccompFailsWhenAThreadCannotTakeIt$")
+	cmd.Env = append(os.Environ(), "CODEEXEC_TEST_SECCOMP_TSYNC=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the child: %v\n%s", err, out)
+	}
+	if want := "applySeccomp: seccomp(SECCOMP_SET_MODE_FILTER): thread "; !strings.Contains(string(out), want) {
+		t.Fatalf("the child said:\n%s\nwant %q... could not take the filter", out, want)
+	}
+}
+
+func tsyncChild() {
+	prog, err := seccompfilter.Program()
+	if err != nil {
+		os.Stdout.WriteString("filter: " + err.Error() + "\n")
+		os.Exit(3)
+	}
+	ready, hold := make(chan error), make(chan struct{})
+	go func() {
+		// Another thread with a filter of its own, installed without
+		// TSYNC: this thread's is not its ancestor.
+		runtime.LockOSThread()
+		ready <- installOwn(prog)
+		<-hold
+	}()
+	if err := <-ready; err != nil {
+		os.Stdout.WriteString("the other thread's filter: " + err.Error() + "\n")
+		os.Exit(3)
+	}
+	runtime.LockOSThread()
+	if err := applySeccomp(prog); err != nil {
+		os.Stdout.WriteString("applySeccomp: " + err.Error() + "\n")
+	} else {
+		os.Stdout.WriteString("applySeccomp: nil\n")
+	}
+	close(hold)
+}
+
+// installOwn installs filter on the calling thread alone.
+func installOwn(filter []byte) error {
+	prog := make([]unix.SockFilter, len(filter)/8)
+	for i := range prog {
+		b := filter[8*i:]
+		prog[i] = unix.SockFilter{Code: binary.NativeEndian.Uint16(b), Jt: b[2], Jf: b[3], K: binary.NativeEndian.Uint32(b[4:])}
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return err
+	}
+	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	_, _, e := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&fprog)))
+	return errnoErr(e)
 }
