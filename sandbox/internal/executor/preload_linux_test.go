@@ -104,16 +104,7 @@ func TestPreloadFailedToLoad(t *testing.T) {
 // still loading has timed out, like any run that takes too long: it is not
 // a failure of the sandbox.
 func TestTimeoutWhileLoadingIsATimeout(t *testing.T) {
-	spec := preloadSpec(t, `read -r x <gate; printf '\026' >&3; m=$(cat <&3); echo never`)
-	if err := syscall.Mkfifo(filepath.Join(spec.Dir, "gate"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	p, err := executor.Prepare(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	spec.Preload = &executor.Preload{Message: []byte("go")}
+	spec, p, _ := prepareGated(t, `echo never`)
 	spec.Limits.Timeout = time.Second // it never loads: nothing opens the gate
 	res := &sandbox.Result{}
 	if err := executor.SpawnPrepared(context.Background(), p, spec, res); err != nil {
@@ -122,4 +113,23 @@ func TestTimeoutWhileLoadingIsATimeout(t *testing.T) {
 	if !res.TimedOut || res.ExitCode != 137 || res.Stdout != "" {
 		t.Fatalf("timed out %v, exit %d, stdout %q; want a timeout, exit 137, no output", res.TimedOut, res.ExitCode, res.Stdout)
 	}
+}
+
+// prepareGated prepares a run whose interpreter, started ahead, loads only
+// once the FIFO gate (a path) is opened for writing, then runs script once
+// it has its message; spec is the run's, with that message.
+func prepareGated(t *testing.T, script string) (spec executor.Spec, p *executor.Prepared, gate string) {
+	t.Helper()
+	spec = preloadSpec(t, `read -r x <gate; printf '\026' >&3; m=$(cat <&3); exec 3<&-; `+script)
+	gate = filepath.Join(spec.Dir, "gate")
+	if err := syscall.Mkfifo(gate, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := executor.Prepare(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	spec.Preload = &executor.Preload{Message: []byte("go")}
+	return spec, p, gate
 }

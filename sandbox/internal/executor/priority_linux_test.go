@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/codeexec/codeexec/sandbox"
@@ -103,17 +102,7 @@ func treeNice(t *testing.T, pid int) map[int]int {
 func TestRunHandedOverWhileLoadingRegainsPriority(t *testing.T) {
 	low, server := executor.PreparesAtLowPriority()
 	skipped := executor.SkipEarlyRestores(t)
-	spec := preloadSpec(t, `read -r x <gate; printf '\026' >&3; m=$(cat <&3); exec 3<&-; read -r stat </proc/self/stat; set -- ${stat##*) }; shift 16; echo "nice=$1"`)
-	gate := filepath.Join(spec.Dir, "gate")
-	if err := syscall.Mkfifo(gate, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	p, err := executor.Prepare(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	spec.Preload = &executor.Preload{Message: []byte("go")}
+	spec, p, gate := prepareGated(t, `read -r stat </proc/self/stat; set -- ${stat##*) }; shift 16; echo "nice=$1"`)
 	res := &sandbox.Result{}
 	done := make(chan error, 1)
 	go func() { done <- executor.SpawnPrepared(context.Background(), p, spec, res) }()
