@@ -17,6 +17,12 @@ import (
 // on every thread of this process, with no-new-privileges, which it needs.
 // The exec stage installs it last, before the interpreter starts.
 func applySeccomp(filter []byte) error {
+	return installSeccomp(filter, unix.SECCOMP_FILTER_FLAG_TSYNC)
+}
+
+// installSeccomp installs filter (see applySeccomp) with the seccomp flags
+// given: on the calling thread alone without SECCOMP_FILTER_FLAG_TSYNC.
+func installSeccomp(filter []byte, flags uintptr) error {
 	if len(filter) == 0 || len(filter)%8 != 0 || len(filter)/8 > 0xffff {
 		return fmt.Errorf("the run's seccomp filter is malformed (%d bytes)", len(filter))
 	}
@@ -29,7 +35,7 @@ func applySeccomp(filter []byte) error {
 		return fmt.Errorf("setting no-new-privileges: %w", err)
 	}
 	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
-	tid, _, e := syscall.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog)))
+	tid, _, e := syscall.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, flags, uintptr(unsafe.Pointer(&fprog)))
 	if e == unix.ENOSYS {
 		return errors.New("the kernel does not offer seccomp filters")
 	}

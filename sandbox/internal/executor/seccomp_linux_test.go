@@ -4,13 +4,11 @@ package executor
 
 import (
 	"bytes"
-	"encoding/binary"
 	"os"
 	"os/exec"
 	"runtime"
 	"strings"
 	"testing"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -30,13 +28,7 @@ func TestApplySeccompRefuses(t *testing.T) {
 	if err := seccompfilter.Available(); err != nil {
 		t.Skipf("no seccomp filter on this host: %v", err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestApplySeccompRefuses$")
-	cmd.Env = append(os.Environ(), "CODEEXEC_TEST_APPLY_SECCOMP=1")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("the filtered process: %v\n%s", err, out.String())
-	}
+	out := runChild(t, "TestApplySeccompRefuses", "CODEEXEC_TEST_APPLY_SECCOMP")
 	for _, want := range []string{"unshare(CLONE_NEWUSER): operation not permitted", "setns: operation not permitted",
 		"keyctl: operation not permitted", "personality(ADDR_NO_RANDOMIZE): operation not permitted",
 		"another thread's unshare(CLONE_NEWNET): operation not permitted", "getpid: allowed", "unshare(CLONE_FILES): allowed"} {
@@ -109,13 +101,8 @@ func TestApplySeccompFailsWhenAThreadCannotTakeIt(t *testing.T) {
 	if err := seccompfilter.Available(); err != nil {
 		t.Skipf("no seccomp filter on this host: %v", err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestApplySeccompFailsWhenAThreadCannotTakeIt$")
-	cmd.Env = append(os.Environ(), "CODEEXEC_TEST_SECCOMP_TSYNC=1")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("the child: %v\n%s", err, out)
-	}
-	if want := "applySeccomp: seccomp(SECCOMP_SET_MODE_FILTER): thread "; !strings.Contains(string(out), want) {
+	out := runChild(t, "TestApplySeccompFailsWhenAThreadCannotTakeIt", "CODEEXEC_TEST_SECCOMP_TSYNC")
+	if want := "applySeccomp: seccomp(SECCOMP_SET_MODE_FILTER): thread "; !strings.Contains(out.String(), want) {
 		t.Fatalf("the child said:\n%s\nwant %q... could not take the filter", out, want)
 	}
 }
@@ -131,7 +118,7 @@ func tsyncChild() {
 		// Another thread with a filter of its own, installed without
 		// TSYNC: this thread's is not its ancestor.
 		runtime.LockOSThread()
-		ready <- installOwn(prog)
+		ready <- installSeccomp(prog, 0)
 		<-hold
 	}()
 	if err := <-ready; err != nil {
@@ -147,17 +134,17 @@ func tsyncChild() {
 	close(hold)
 }
 
-// installOwn installs filter on the calling thread alone.
-func installOwn(filter []byte) error {
-	prog := make([]unix.SockFilter, len(filter)/8)
-	for i := range prog {
-		b := filter[8*i:]
-		prog[i] = unix.SockFilter{Code: binary.NativeEndian.Uint16(b), Jt: b[2], Jf: b[3], K: binary.NativeEndian.Uint32(b[4:])}
+// runChild runs the test binary again for test alone, with env=1 (a filter
+// cannot be removed from a process), and returns its output; it fails the
+// test when the child fails.
+func runChild(t *testing.T, test, env string) *bytes.Buffer {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$")
+	cmd.Env = append(os.Environ(), env+"=1")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("the child process: %v\n%s", err, out.String())
 	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return err
-	}
-	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
-	_, _, e := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&fprog)))
-	return errnoErr(e)
+	return &out
 }
