@@ -21,6 +21,7 @@ import (
 // proxy, is refused the rest, and its result reports both; a warm pod's
 // relay and session, started before its run, report that run's alone.
 func TestEgressAllowlist(t *testing.T) {
+	t.Parallel()
 	ip := sandboxtest.HostListenerIP()
 	e := sandboxtest.StartEgress(t, ip)
 	for _, tc := range []struct {
@@ -79,6 +80,7 @@ func TestEgressAllowlist(t *testing.T) {
 // result, the report has what it reached before, and the next run has its
 // network again.
 func TestEgressRelayCannotBeTurned(t *testing.T) {
+	t.Parallel()
 	ip := sandboxtest.HostListenerIP()
 	e := sandboxtest.StartEgress(t, ip)
 	r := newRunner(t, Config{Languages: []string{"python"}, Egress: proxy.New(e.Policy(t, true), nil)})
@@ -138,6 +140,7 @@ print(urllib.request.urlopen("http://allowed.test:%d/", timeout=15).read().decod
 // no proxy variables, nothing listening at the proxy's address, no network
 // policy, no report.
 func TestNoEgressNoProxy(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, Config{Languages: []string{"python"}})
 	if r.Capabilities().Egress != nil {
 		t.Fatalf("a network policy without egress: %+v", r.Capabilities().Egress)
@@ -256,6 +259,7 @@ print((time.perf_counter() - t) / %d * 1000)`, e.HTTPPort, n, n))
 // call's result reports that call's alone; what a call leaves running makes
 // no request after it.
 func TestSessionEgress(t *testing.T) {
+	t.Parallel()
 	ip := sandboxtest.HostListenerIP()
 	e := sandboxtest.StartEgress(t, ip)
 	for _, allowPrivate := range []bool{true, false} {
@@ -301,6 +305,7 @@ def get(timeout=15):
 // code holds the relay's port, a call has no network and its stderr says
 // so. Each call's report is its own. Close ends the proxy session.
 func TestSessionEgressRelay(t *testing.T) {
+	t.Parallel()
 	e := sandboxtest.StartEgress(t, sandboxtest.HostListenerIP())
 	r := newRunner(t, Config{Languages: []string{"python"}, Egress: proxy.New(e.Policy(t, true), nil)})
 	s := startSession(t, r, "python", sandboxtest.DefaultLimits())

@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +23,26 @@ import (
 // it. Without one they skip, unless CODE_EXEC_REQUIRE_K8S=1, in which case
 // they fail. The cluster's node is this machine, so the processes of its
 // pods show in this host's /proc.
+//
+// Most tests wait on pods being made far more than they use the CPU, so
+// they run in parallel (go test's -parallel, the CPUs by default): each has
+// a Runner, a replica, of its own, and looks only at that replica's pods.
+// These stay serial, and go test runs them before any parallel one: those
+// that sweep leftovers of other replicas or make a replica's Lease stale
+// (sweep_test.go, TestSessionPodSweptAfterItsReplicaDied: every Runner
+// sweeps as it starts), the network probe's (it lets pods reach each other
+// through an iptables rule, and every Runner's probe would find that) and
+// the permission checks' (they make ServiceAccounts and Roles).
+
+// TestMain puts the suites' secret (sandboxtest.SecretName) in the
+// environment of the whole test process: the suites that check that it
+// does not reach a run run in parallel, where t.Setenv cannot.
+func TestMain(m *testing.M) {
+	if err := os.Setenv(sandboxtest.SecretName, sandboxtest.SecretValue); err != nil {
+		panic(err)
+	}
+	os.Exit(m.Run())
+}
 
 func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -148,6 +169,7 @@ func run(t *testing.T, r sandbox.Runner, req sandbox.Request) *sandbox.Result {
 // TestSuite runs the shared suite (files in and artifacts out included)
 // on cold pods.
 func TestSuite(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, Config{})
 	sandboxtest.RunSuite(t, kubetest.Scaled{Runner: r}, sandboxtest.Options{Mode: sandbox.ModeKubernetes, ScrubsEnv: true, Alive: alive(r)})
 }

@@ -12,6 +12,7 @@ import (
 // containerd 1.6's CRI (the test cluster's) loses what is in flight when a
 // container exits, so each run must get all of it nonetheless.
 func TestOutputEndsWhole(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, Config{PoolSize: 1, PoolLimits: sandboxtest.DefaultLimits(), Languages: []string{"python"}})
 	for i := range 6 {
 		req := sandboxtest.Req("python", "open('big.bin', 'wb').write(bytes(range(256)) * 4096)\nopen('big.csv', 'w').write('x,y\\n' * 100000)")

@@ -58,6 +58,7 @@ func (w warmOnly) Run(ctx context.Context, req sandbox.Request) (*sandbox.Result
 
 // TestSuiteWarm runs the shared suite on warm pods.
 func TestSuiteWarm(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, poolConfig(1))
 	sandboxtest.RunSuite(t, warmOnly{r, t}, sandboxtest.Options{Mode: sandbox.ModeKubernetes, ScrubsEnv: true, Alive: alive(r)})
 	_, warm := servedOf(r).List()
@@ -78,6 +79,7 @@ func TestSuiteWarm(t *testing.T) {
 // holds them, differ only in the name, the role label, the deadline and the
 // uid, and every protection is set.
 func TestWarmAndColdLockedDownAlike(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, poolConfig(1, "python"))
 	pods := map[bool]*corev1.Pod{}
 	rec := servedOf(r)
@@ -164,6 +166,7 @@ func checkLockedDown(t *testing.T, p *corev1.Pod) {
 // TestWarmPodNeverReused checks that each warm pod serves one run and is
 // then deleted.
 func TestWarmPodNeverReused(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, poolConfig(1, "bash"))
 	for i := range 2 {
 		waitWarm(t, r, "bash", 1)
@@ -187,6 +190,7 @@ func TestWarmPodNeverReused(t *testing.T) {
 // faster than the cluster makes pods, and sandbox_info says so; runs that
 // each find a warm pod make the warning go.
 func TestPoolSaysWhenItDoesNotKeepUp(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, poolConfig(1, "bash"))
 	sandboxtest.PoolWarning(t, r.Capabilities, r.pool.Stats, func() {
 		if res := run(t, r, sandboxtest.Req("bash", "echo $((6*7))")); res.Stdout != "42\n" {
@@ -198,6 +202,7 @@ func TestPoolSaysWhenItDoesNotKeepUp(t *testing.T) {
 // TestWarmPodDeletedFromOutsideIsReplaced deletes a warm pod through the
 // API server: the pool notices, makes another, and the next run takes it.
 func TestWarmPodDeletedFromOutsideIsReplaced(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, poolConfig(1, "python"))
 	waitWarm(t, r, "python", 1)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

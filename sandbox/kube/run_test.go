@@ -21,6 +21,7 @@ import (
 // reported active, as the probe pod found it, and that what kubernetes mode
 // does not offer is said.
 func TestCapabilities(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, Config{Languages: []string{"python", "bash"}})
 	caps := r.Capabilities()
 	if caps.Mode != sandbox.ModeKubernetes {
@@ -77,6 +78,7 @@ func TestCapabilities(t *testing.T) {
 // TestOOMReported checks that a program the memory limit kills is reported
 // as oom_killed.
 func TestOOMReported(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, Config{Languages: []string{"python"}})
 	req := sandboxtest.Req("python", "b = []\nwhile True:\n    b.append(bytearray(16 << 20))")
 	req.Limits.MemoryBytes = 128 << 20
@@ -89,6 +91,7 @@ func TestOOMReported(t *testing.T) {
 // TestPodDeletedFromOutside deletes a run's pod while its program runs:
 // the run ends with an error that says so, not with a result.
 func TestPodDeletedFromOutside(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, Config{Languages: []string{"bash"}})
 	pod := make(chan string, 1)
 	rec := servedOf(r)
@@ -130,6 +133,7 @@ func TestPodDeletedFromOutside(t *testing.T) {
 // TestPodGoneAfterRun checks that a run's pod is deleted once the run is
 // over, whatever the run's end.
 func TestPodGoneAfterRun(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, Config{Languages: []string{"python"}})
 	for _, c := range []struct{ name, code string }{
 		{"exit", "print(1)"},
@@ -158,6 +162,7 @@ func TestPodGoneAfterRun(t *testing.T) {
 // the run waits for it. Either way the result is the program's: its exit
 // status, its output and its artifacts.
 func TestSecretTrailersEndTheRun(t *testing.T) {
+	t.Parallel()
 	for _, sup := range []string{"python", "shell"} {
 		t.Run(sup, func(t *testing.T) {
 			cfg := Config{Languages: []string{"python"}}

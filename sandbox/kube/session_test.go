@@ -73,6 +73,7 @@ func startSession(t *testing.T, r *Runner, lang string, lim sandbox.Limits) *ses
 // TestSessionSuite runs the session suite of every mode on session pods;
 // every session's pod must be gone once the session is closed.
 func TestSessionSuite(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, Config{})
 	t.Cleanup(func() {
 		if left := sessionPods(t, r); len(left) > 0 {
@@ -89,6 +90,7 @@ func TestSessionSuite(t *testing.T) {
 // A session's pod is a run's: the same lockdown, with the role "session" and
 // a deadline after the session's; Close deletes it.
 func TestSessionPodLockdown(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, Config{Languages: []string{"python"}})
 	deadline := time.Now().Add(time.Hour)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -149,6 +151,7 @@ func TestSessionPodLockdown(t *testing.T) {
 // A session that no call uses ends after the idle timeout (the Manager's),
 // and its pod is deleted.
 func TestSessionIdleTimeoutDeletesThePod(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, Config{Languages: []string{"bash"}})
 	m := sessions.New(sessions.Config{Backend: kubetest.Sessions{Backend: r.Sessions()}, MaxSessions: 1, IdleTimeout: time.Second, MaxLifetime: time.Hour, Logger: testLogger(t)})
 	t.Cleanup(func() { _ = m.Shutdown() })
@@ -208,6 +211,7 @@ func TestSessionPodSweptAfterItsReplicaDied(t *testing.T) {
 // A call that goes over the memory limit is killed by it and loses the
 // state, and says so; the files stay.
 func TestSessionOOM(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, Config{Languages: []string{"python"}})
 	if r.cfg.RuntimeClass == "gvisor" {
 		t.Skip("not checked under gVisor: the host's OOM killer kills gVisor's kernel along with the interpreter, so the session's pod ends and its files are lost with its state, as in docker mode; see docs/modes.md#runtimes")
@@ -222,6 +226,7 @@ func TestSessionOOM(t *testing.T) {
 // behind, and after a fork bomb that filled the processes limit and timed
 // out, the next calls (each an exec into the pod) have their processes back.
 func TestSessionReaps(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, Config{Languages: []string{"python", "bash"}})
 	sandboxtest.CheckSessionReaps(t, kubetest.Sessions{Backend: r.Sessions()})
 }
@@ -277,6 +282,7 @@ while True:
 // of its own served; killing or stopping the client ends the call, which is
 // reported as killed with its state lost, never as a result of its making.
 func TestSessionControlChannel(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, Config{Languages: []string{"python", "javascript"}})
 	lostThenFresh := func(t *testing.T, s *sessionPod, res *sandbox.Result) {
 		t.Helper()
@@ -367,6 +373,7 @@ print('taken')`, pyAnswer + `print(d[:1], b"refused: the connecting process (pid
 // (node takes long enough that it often does); the supervisor then starts
 // it again rather than end the session.
 func TestSessionClientKilledAgainAndAgain(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, Config{Languages: []string{"python", "javascript"}})
 	for _, tc := range []struct{ lang, write, kill, read string }{
 		{"python", "open('kept', 'w').write('yes')",
