@@ -10,8 +10,8 @@ Each run of print(2**64), in turns and in a random order:
   process;
 - forked: this process (its interpreter loaded, compile warmed up) forks a
   child that unshares a user, mount, UTS, IPC, PID and network namespace
-  (user 0 inside is the caller's own uid outside, mapped by this process as
-  the server maps a run's), forks again to become PID 1's child in the new
+  (user 0 inside is the caller's own uid outside, mapped by this process
+  from outside, as the server maps a supervisor's), forks again to become PID 1's child in the new
   PID namespace, and there compiles and runs the program.
 It prints the CPU of each run's processes (getrusage of the waited child and
 its descendants) and, in a second pass of each kind alone, the whole
@@ -40,28 +40,47 @@ def to_null():
     os.dup2(fd, 1)
 
 
+def in_child(body):
+    """Runs body in a forked child and ends the child with its exit status:
+    whatever happens, the child never returns into the caller's loop."""
+    status = 1
+    try:
+        status = body()
+    except BaseException as e:
+        os.write(2, f"probe child: {e!r}\n".encode())
+    finally:
+        os._exit(status)
+
+
+def forked_child(unshared_r, unshared_w, mapped_r, mapped_w):
+    os.close(unshared_r)
+    os.close(mapped_w)
+    if libc.unshare(FLAGS) != 0:
+        raise OSError(ctypes.get_errno(), "unshare")
+    os.write(unshared_w, b"u")
+    if os.read(mapped_r, 1) != b"m":
+        return 91
+    child = os.fork()
+    if child == 0:
+        in_child(run_program)
+    _, status = os.waitpid(child, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def run_program():
+    to_null()
+    exec(compile(PROGRAM, "/run/main.py", "exec", dont_inherit=True), {"__name__": "__main__"})
+    sys.stdout.flush()
+    return 0
+
+
 def forked():
     """One run forked from this interpreter into new namespaces; its CPU in s."""
     unshared_r, unshared_w = os.pipe()
     mapped_r, mapped_w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        os.close(unshared_r)
-        os.close(mapped_w)
-        if libc.unshare(FLAGS) != 0:
-            os.write(2, b"unshare: %s\n" % os.strerror(ctypes.get_errno()).encode())
-            os._exit(90)
-        os.write(unshared_w, b"u")
-        if os.read(mapped_r, 1) != b"m":
-            os._exit(91)
-        child = os.fork()
-        if child == 0:
-            to_null()
-            exec(compile(PROGRAM, "/run/main.py", "exec", dont_inherit=True), {"__name__": "__main__"})
-            sys.stdout.flush()
-            os._exit(0)
-        _, status = os.waitpid(child, 0)
-        os._exit(os.waitstatus_to_exitcode(status))
+        in_child(lambda: forked_child(unshared_r, unshared_w, mapped_r, mapped_w))
     os.close(unshared_w)
     os.close(mapped_r)
     if os.read(unshared_r, 1) != b"u":
@@ -86,8 +105,7 @@ def fresh():
     """One run of a fresh interpreter; its CPU in s."""
     pid = os.fork()
     if pid == 0:
-        to_null()
-        os.execv(PYTHON, [PYTHON, "-I", "-B", "-c", PROGRAM])
+        in_child(lambda: (to_null(), os.execv(PYTHON, [PYTHON, "-I", "-B", "-c", PROGRAM])))
     _, status, usage = os.wait4(pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
         sys.exit(f"a fresh run failed: {status}")
@@ -95,7 +113,8 @@ def fresh():
 
 
 def busy_ms():
-    f = open("/proc/stat").readline().split()
+    with open("/proc/stat") as stat:
+        f = stat.readline().split()
     ticks = sum(int(f[i]) for i in (1, 2, 3, 6, 7))  # user nice system irq softirq
     return ticks * 1000 / os.sysconf("SC_CLK_TCK")
 
