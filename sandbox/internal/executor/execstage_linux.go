@@ -106,25 +106,57 @@ func execWithLimits(spec Spec, argv []string) int {
 	if runtime.ReadMemStats(&m); m.NumGC > 0 {
 		runtime.GC()
 	}
+	switch i, e := lastSteps(ls, spec.Preload != nil, path, &argvp[0], &envp[0]); {
+	case i < len(ls):
+		return execFail("setting "+ls[i].name, e)
+	case i == len(ls):
+		return execFail("keeping the interpreter's socket", e)
+	default:
+		return execFail("starting "+spec.Path, e)
+	}
+}
+
+// lastSteps sets the rlimits ls and execs path; it returns only if a step
+// failed: the index in ls of the limit that could not be set, len(ls) if
+// the interpreter's socket could not be kept (dup3 of preloadFD to 3, when
+// keepSocket), len(ls)+1 if execve failed.
+//
+// Nothing between the first limit and the execve may preempt this
+// goroutine. A preemption, at a function's stack check or by signal,
+// reschedules it, and the goroutine of a helper's init is locked to its
+// thread: the runtime hands the P to another thread, starting one if none
+// idles (a clone that RLIMIT_NPROC may refuse: "pthread_create failed:
+// Resource temporarily unavailable"), and a preemption by signal saves the
+// registers in memory it allocates (which the memory limits refuse:
+// "runtime: cannot allocate memory"). Both were seen in CI, as an ordinary
+// user under load. So this function and all it calls are go:nosplit
+// (no stack check, and never preempted by signal), go:norace (the race
+// runtime allocates shadow memory) and, lest its body become part of a
+// preemptible caller, go:noinline; it calls only raw system calls.
+// TestLastStepsCannotBePreempted checks the compiled code.
+//
+//go:nosplit
+//go:norace
+//go:noinline
+func lastSteps(ls []rlimit, keepSocket bool, path *byte, argv, envp **byte) (int, syscall.Errno) {
 	for i := range ls {
-		_, _, e := syscall.RawSyscall6(unix.SYS_PRLIMIT64, 0, uintptr(ls[i].res), uintptr(unsafe.Pointer(&ls[i].lim)), 0, 0, 0)
-		if e != 0 {
-			return execFail("setting "+ls[i].name, e)
+		if _, _, e := syscall.RawSyscall6(unix.SYS_PRLIMIT64, 0, uintptr(ls[i].res), uintptr(unsafe.Pointer(&ls[i].lim)), 0, 0, 0); e != 0 {
+			return i, e
 		}
 	}
-	// The last steps: no descriptor but stdio survives the exec (and, for
-	// an interpreter started ahead, its socket as fd 3, which its
-	// bootstrap closes before the program runs), and the program starts
-	// with every signal at its default, none blocked.
+	// No descriptor but stdio survives the exec (and, for an interpreter
+	// started ahead, its socket as fd 3, which its bootstrap closes before
+	// the program runs), and the program starts with every signal at its
+	// default, none blocked.
 	closeFromRaw(3)
-	if spec.Preload != nil {
+	if keepSocket {
 		if _, _, e := syscall.RawSyscall(unix.SYS_DUP3, preloadFD, 3, 0); e != 0 {
-			return execFail("keeping the interpreter's socket", e)
+			return len(ls), e
 		}
 	}
 	resetSignalsRaw()
-	_, _, e := syscall.RawSyscall(unix.SYS_EXECVE, uintptr(unsafe.Pointer(path)), uintptr(unsafe.Pointer(&argvp[0])), uintptr(unsafe.Pointer(&envp[0])))
-	return execFail("starting "+spec.Path, e)
+	_, _, e := syscall.RawSyscall(unix.SYS_EXECVE, uintptr(unsafe.Pointer(path)), uintptr(unsafe.Pointer(argv)), uintptr(unsafe.Pointer(envp)))
+	return len(ls) + 1, e
 }
 
 func execFail(what string, err error) int {

@@ -39,7 +39,11 @@ func CloseInheritedOnExec() error {
 
 // closeFromRaw marks every descriptor from first upwards close-on-exec
 // without allocating, for the exec stage's last steps before execve. It
-// reports whether the kernel did it (Linux 5.11 and later).
+// reports whether the kernel did it (Linux 5.11 and later). Not
+// preemptible, for lastSteps.
+//
+//go:nosplit
+//go:norace
 func closeFromRaw(first int) bool {
 	_, _, e := syscall.RawSyscall(unix.SYS_CLOSE_RANGE, uintptr(first), ^uintptr(0), unix.CLOSE_RANGE_CLOEXEC)
 	return e == 0

@@ -74,7 +74,10 @@ func containsSignal(list []syscall.Signal, s syscall.Signal) bool {
 // resetSignalsRaw sets every ignored signal back to its default and
 // unblocks every signal, without allocating: the exec stage's last step
 // before execve (which resets the handled signals itself, but keeps the
-// ignored ones and the mask).
+// ignored ones and the mask), and so, like lastSteps, not preemptible.
+//
+//go:nosplit
+//go:norace
 func resetSignalsRaw() {
 	for s := uintptr(1); s <= nsig; s++ {
 		if s == uintptr(syscall.SIGKILL) || s == uintptr(syscall.SIGSTOP) {
