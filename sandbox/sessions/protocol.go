@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -203,7 +204,9 @@ func (c *Conn) read(r io.Reader) {
 	c.err = func() error {
 		for {
 			if _, err := io.ReadFull(br, hdr[:]); err != nil {
-				if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				// Closed by Close (the supervisor's run ended, or was
+				// ended): no more to say than an end of stream would.
+				if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, os.ErrClosed) {
 					return ErrDriverDied
 				}
 				return fmt.Errorf("%w: %v", ErrDriverDied, err)

@@ -317,3 +317,23 @@ func TestConnRejectsBadFrames(t *testing.T) {
 		})
 	}
 }
+
+// TestConnClosedWhileWaiting: a Conn closed while it waits for the
+// supervisor's first frame (as the session's start does when its run
+// ended) ends with ErrDriverDied alone, not with the closed descriptor's
+// "file already closed".
+func TestConnClosedWhileWaiting(t *testing.T) {
+	t.Parallel()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	c := NewConn(nopWriteCloser{io.Discard}, r)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitReady(context.Background()); err != ErrDriverDied {
+		t.Fatalf("WaitReady after Close: %v, want exactly %v", err, ErrDriverDied)
+	}
+}
