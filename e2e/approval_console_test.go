@@ -43,9 +43,17 @@ func browser(t *testing.T, extra ...chromedp.ExecAllocatorOption) context.Contex
 			return err == nil
 		}, func() string { return err.Error() })
 	})
+	// Chromium's own temporary files (its singleton socket's folder, and
+	// with disable-dev-shm-usage its shared memory) go in the profile too:
+	// in /tmp a chromium that is killed, not closed, leaves them there.
+	tmp := filepath.Join(profile, "tmp")
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(chromiumPath),
 		chromedp.UserDataDir(profile),
+		chromedp.Env("TMPDIR=" + tmp),
 		chromedp.Flag("headless", true),
 		chromedp.Flag("no-sandbox", true),
 		chromedp.Flag("disable-gpu", true),
